@@ -1,0 +1,39 @@
+# lease_fence — PGXS build
+#
+# make                      build the module
+# make install              install it into the PostgreSQL found by $(PG_CONFIG)
+# make installcheck         run the pg_regress, isolation and TAP suites against a
+#                           running server (test/run.sh does it all on a throwaway one)
+
+EXTENSION = lease_fence
+MODULE_big = lease_fence
+OBJS = \
+	src/lease_fence.o \
+	src/fence_trigger.o \
+	src/generation.o
+
+DATA = lease_fence--1.0.sql
+PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
+
+REGRESS = generation fence protect partition dml reinstall
+REGRESS_OPTS = --inputdir=.
+
+ISOLATION = fence_concurrency
+ISOLATION_OPTS = --inputdir=test
+
+TAP_TESTS = 1
+PROVE_TESTS = test/t/*.pl
+
+PG_CONFIG ?= pg_config
+
+# Warnings are errors in CI and in test/run.sh (WERROR=1); a plain build on a
+# newer compiler should not fail on a new warning.
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
+ifeq ($(WERROR),1)
+PG_CFLAGS += -Werror
+endif
+
+EXTRA_CLEAN = output_iso tmp_check
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

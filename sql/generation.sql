@@ -1,0 +1,119 @@
+-- generation: the extension installs, next_generation() only grows, and the
+-- current generation (set_generation / current_generation / the GUC
+-- lease_fence.generation) follows set_config rules.
+CREATE EXTENSION lease_fence;
+
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+-- Used by the later test files too.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
+-- next_generation() strictly increases within a session
+SELECT a < b AND b < c AS strictly_increasing
+FROM (SELECT lease_fence.next_generation() AS a) x,
+     LATERAL (SELECT lease_fence.next_generation() AS b) y,
+     LATERAL (SELECT lease_fence.next_generation() AS c) z;
+
+CREATE TEMP TABLE seen (g bigint);
+INSERT INTO seen SELECT lease_fence.next_generation() FROM generate_series(1, 100);
+SELECT count(DISTINCT g) = 100 AS all_distinct,
+       bool_and(g > 0) AS all_positive
+FROM seen;
+
+-- a generation drawn in an aborted transaction is not handed out again
+BEGIN;
+SELECT lease_fence.next_generation() AS aborted_gen \gset
+ROLLBACK;
+SELECT lease_fence.next_generation() > :aborted_gen AS after_abort_is_greater;
+
+-- also with synchronous_commit = off
+SET synchronous_commit = off;
+SELECT lease_fence.next_generation() AS async_gen \gset
+SELECT lease_fence.next_generation() > :async_gen AS async_is_greater;
+RESET synchronous_commit;
+
+-- one generation space: a non-superuser may draw generations but has no
+-- right on the sequence behind them (no nextval of unflushed values, no
+-- setval backwards)
+CREATE ROLE regress_lf_user;
+SET ROLE regress_lf_user;
+SELECT lease_fence.next_generation() > :async_gen AS user_can_draw;
+SELECT try($$SELECT nextval('lease_fence.generation_seq')$$);
+SELECT try($$SELECT setval('lease_fence.generation_seq', 1)$$);
+RESET ROLE;
+
+-- no current generation by default
+SELECT lease_fence.current_generation() IS NULL AS unset;
+SHOW lease_fence.generation;
+
+-- set_generation() is transaction-scoped by default, like set_config()
+BEGIN;
+SELECT lease_fence.set_generation(42);
+SELECT lease_fence.current_generation();
+SHOW lease_fence.generation;
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS gone_after_commit;
+
+-- ... and session-scoped with is_local = false, until RESET
+SELECT lease_fence.set_generation(43, false);
+BEGIN;
+SELECT lease_fence.current_generation();
+COMMIT;
+SELECT lease_fence.current_generation();
+RESET lease_fence.generation;
+SELECT lease_fence.current_generation() IS NULL AS gone_after_reset;
+
+-- the GUC is the same thing: SET LOCAL from any client
+BEGIN;
+SET LOCAL lease_fence.generation = 44;
+SELECT lease_fence.current_generation();
+-- a subtransaction that rolls back restores the outer generation
+SAVEPOINT s;
+SELECT lease_fence.set_generation(45);
+SELECT lease_fence.current_generation();
+ROLLBACK TO SAVEPOINT s;
+SELECT lease_fence.current_generation();
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS gone_after_commit;
+
+-- 64 bits, not 32
+BEGIN;
+SET LOCAL lease_fence.generation = '9223372036854775807';
+SELECT lease_fence.current_generation();
+SET LOCAL lease_fence.generation = '';
+SELECT lease_fence.current_generation() IS NULL AS empty_is_unset;
+COMMIT;
+
+-- bad values are errors with a clear SQLSTATE and change nothing
+BEGIN;
+SET LOCAL lease_fence.generation = 7;
+SELECT try($$SET LOCAL lease_fence.generation = 'seven'$$);
+SELECT try($$SET LOCAL lease_fence.generation = -1$$);
+SELECT try($$SET LOCAL lease_fence.generation = '+8'$$);
+SELECT try($$SET LOCAL lease_fence.generation = '9223372036854775808'$$);
+SELECT try($$SET LOCAL lease_fence.generation = '8 9'$$);
+SELECT try($$SELECT lease_fence.set_generation(-1)$$);
+SELECT try($$SELECT lease_fence.set_generation(NULL)$$);
+SELECT try($$SELECT lease_fence.set_generation(8, NULL)$$);
+SELECT lease_fence.current_generation() AS still_seven;
+COMMIT;
+SELECT lease_fence.set_generation(NULL);
+
+-- script rules: no SECURITY DEFINER, every SQL / PL/pgSQL function pins
+-- search_path, the extension is not relocatable
+SELECT p.oid::regprocedure AS security_definer
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND p.prosecdef;
+SELECT p.oid::regprocedure AS unpinned_search_path
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+WHERE p.pronamespace = 'lease_fence'::regnamespace AND l.lanname IN ('sql', 'plpgsql')
+  AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
+SELECT extrelocatable, extnamespace::regnamespace FROM pg_extension WHERE extname = 'lease_fence';

@@ -1,0 +1,31 @@
+-- reinstall: DROP EXTENSION / CREATE EXTENSION without an upgrade script.
+
+CREATE TABLE keep (id int);
+SELECT lease_fence.protect('keep');
+
+-- protected tables depend on the trigger functions: DROP EXTENSION refuses
+-- rather than silently unfencing them
+DROP EXTENSION lease_fence;
+
+SELECT lease_fence.unprotect('keep');
+DROP EXTENSION lease_fence;
+-- nothing of it is left but the schema CREATE EXTENSION made (PostgreSQL
+-- does not drop that one)
+SELECT count(*) AS objects_left FROM pg_class WHERE relnamespace = 'lease_fence'::regnamespace;
+SELECT count(*) AS functions_left FROM pg_proc WHERE pronamespace = 'lease_fence'::regnamespace;
+
+CREATE EXTENSION lease_fence;
+SELECT lease_fence.protect('keep');
+SELECT table_name, ok FROM lease_fence.protected_tables ORDER BY table_name::text;
+BEGIN;
+SET LOCAL lease_fence.generation = 2;
+INSERT INTO keep VALUES (1) RETURNING *;
+COMMIT;
+-- the reinstalled generation space starts again from 1: README explains
+-- why a reinstall must be treated like a restore from backup
+SELECT lease_fence.next_generation() AS first_after_reinstall;
+
+DROP TABLE keep;
+DROP EXTENSION lease_fence;
+DROP FUNCTION public.try(text);
+DROP ROLE regress_lf_user;

@@ -1,0 +1,424 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence_trigger.c
+ *	  The fence: a BEFORE ROW trigger that rejects a write whose generation
+ *	  is lower than the one stored in the row, and a BEFORE TRUNCATE guard.
+ *
+ * The trigger runs inside the write, on the row version PostgreSQL has
+ * locked for it (for UPDATE and DELETE, GetTupleForTrigger locks the newest
+ * version and, in READ COMMITTED, re-evaluates after a concurrent update), so
+ * the comparison and the write are one atomic step: a writer that lost its
+ * lease cannot slip a write in between check and write.
+ *
+ * Arguments: the fence column (default "fence"), then "lenient" (default)
+ * or "strict".  The column number and mode are looked up on the first row of
+ * a statement and kept in fn_extra, which lives as long as the executor's
+ * trigger function cache, so later rows cost no catalog or name look-up.
+ *
+ * IDENTIFICATION
+ *	  src/fence_trigger.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lease_fence.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+PG_FUNCTION_INFO_V1(lf_fence_trigger);
+PG_FUNCTION_INFO_V1(lf_truncate_guard);
+
+#define DEFAULT_FENCE_COLUMN "fence"
+
+/* What the first row of a statement learns, for the rows after it. */
+typedef struct FenceConfig
+{
+	Oid			tgoid;			/* trigger it was computed for */
+	Oid			relid;			/* relation it was computed for */
+	AttrNumber	attnum;			/* fence column */
+	bool		strict;			/* strict mode */
+} FenceConfig;
+
+/* "schema"."table" of rel, for messages; only called on error paths */
+static char *
+relation_display_name(Relation rel)
+{
+	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
+}
+
+/* The fence column named by the trigger's first argument (or the default). */
+static const char *
+fence_column_name(Trigger *trigger)
+{
+	return trigger->tgnargs >= 1 ? trigger->tgargs[0] : DEFAULT_FENCE_COLUMN;
+}
+
+/*
+ * Find and validate the fence column of rel: it must exist, be a user column
+ * of type bigint, and not be generated.  Misuse is reported naming the
+ * trigger, table and column.
+ */
+static AttrNumber
+lookup_fence_column(const char *fname, Relation rel, Trigger *trigger,
+					const char *colname)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	AttrNumber	attnum;
+	Form_pg_attribute att;
+
+	attnum = SPI_fnumber(tupdesc, colname);
+	if (attnum == SPI_ERROR_NOATTRIBUTE)
+		ereport(ERROR,
+				errcode(ERRCODE_UNDEFINED_COLUMN),
+				errmsg("%s: fence column \"%s\" of table %s does not exist",
+					   fname, colname, relation_display_name(rel)),
+				errdetail("Trigger \"%s\" names it as its fence column.", trigger->tgname),
+				errhint("Use lease_fence.protect() to add the column, or name an existing bigint column as the trigger's first argument."));
+	if (attnum <= 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
+				errmsg("%s: fence column \"%s\" of table %s is a system column",
+					   fname, colname, relation_display_name(rel)));
+
+	att = TupleDescAttr(tupdesc, attnum - 1);
+	if (att->attgenerated)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_COLUMN_DEFINITION),
+				errmsg("%s: fence column \"%s\" of table %s is a generated column",
+					   fname, colname, relation_display_name(rel)),
+				errdetail("A generated column is computed after BEFORE triggers run, so it cannot carry a generation."));
+	if (att->atttypid != INT8OID)
+		ereport(ERROR,
+				errcode(ERRCODE_DATATYPE_MISMATCH),
+				errmsg("%s: fence column \"%s\" of table %s must be of type bigint",
+					   fname, colname, relation_display_name(rel)),
+				errdetail("It is of type %s.", format_type_be(att->atttypid)));
+	return attnum;
+}
+
+/*
+ * Check how fence_trigger was fired, in the order contrib's moddatetime
+ * does, and read its arguments.  Runs on the first row of each statement.
+ */
+static void
+configure(const char *fname, TriggerData *trigdata, FenceConfig *config)
+{
+	Trigger    *trigger = trigdata->tg_trigger;
+	Relation	rel = trigdata->tg_relation;
+
+	if (!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: must be fired for each row", fname),
+				errdetail("Trigger \"%s\" on table %s is a statement-level trigger.",
+						  trigger->tgname, relation_display_name(rel)));
+	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: must be fired BEFORE the write", fname),
+				errdetail("Trigger \"%s\" on table %s is not a BEFORE trigger; only a BEFORE trigger can check the row before it is written.",
+						  trigger->tgname, relation_display_name(rel)));
+	/* a row-level trigger fires only for INSERT, UPDATE and DELETE */
+
+	if (trigger->tgnargs > 2)
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: too many arguments", fname),
+				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column and the mode.",
+						  trigger->tgname, relation_display_name(rel), trigger->tgnargs));
+
+	config->strict = false;
+	if (trigger->tgnargs == 2)
+	{
+		const char *mode = trigger->tgargs[1];
+
+		if (pg_strcasecmp(mode, "strict") == 0)
+			config->strict = true;
+		else if (pg_strcasecmp(mode, "lenient") != 0)
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("%s: unknown mode \"%s\"", fname, mode),
+					errdetail("Trigger \"%s\" on table %s names mode \"%s\".",
+							  trigger->tgname, relation_display_name(rel), mode),
+					errhint("The mode is \"lenient\" or \"strict\"."));
+	}
+
+	config->attnum = lookup_fence_column(fname, rel, trigger, fence_column_name(trigger));
+	config->tgoid = trigger->tgoid;
+	config->relid = RelationGetRelid(rel);
+}
+
+/* LF001: the write carries a generation lower than the row's fence. */
+static void
+report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_LF_STALE_GENERATION),
+			errmsg("stale generation: write rejected by fence"),
+			errdetail("Table %s, column \"%s\": stored generation " INT64_FORMAT ", supplied generation " INT64_FORMAT ".",
+					  relation_display_name(rel), colname, stored, supplied),
+			errhint("A holder with a newer generation has written this row; this writer's lease is gone. Stop, and acquire a new generation before writing again."));
+}
+
+/* LF002: no generation where one is required. */
+static void
+report_missing(Relation rel, const char *colname, bool is_null)
+{
+	if (is_null)
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("missing generation: write rejected by fence"),
+				errdetail("Table %s, column \"%s\": the fence would be NULL, and a NULL fence is never accepted.",
+						  relation_display_name(rel), colname),
+				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
+						LF_GENERATION_GUC));
+	else
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("missing generation: write rejected by fence"),
+				errdetail("Table %s is fenced in strict mode and no current generation is set.",
+						  relation_display_name(rel)),
+				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
+						LF_GENERATION_GUC));
+}
+
+/* LF003: the statement writes a fence that contradicts the current generation. */
+static void
+report_conflict(Relation rel, const char *colname, int64 written, int64 current)
+{
+	ereport(ERROR,
+			errcode(ERRCODE_LF_CONFLICTING_GENERATION),
+			errmsg("conflicting generation: write rejected by fence"),
+			errdetail("Table %s, column \"%s\": the statement writes " INT64_FORMAT " but the current generation is " INT64_FORMAT ".",
+					  relation_display_name(rel), colname, written, current),
+			errhint("Leave the fence column out of the statement, or write the current generation into it."));
+}
+
+/*
+ * lease_fence.fence_trigger()
+ *
+ * The rules (DESIGN §1).  G is the current generation (if set), S the
+ * stored fence of the locked row, N the fence the statement writes.
+ *
+ *	UPDATE: N is NULL and differs from S -> LF002; G set and N differs from
+ *			both S and G -> LF003; supplied = G if set, else N (strict: G
+ *			required, LF002); supplied NULL -> LF002; supplied < S -> LF001;
+ *			otherwise the row's fence becomes supplied.
+ *	DELETE: G set and G < S -> LF001; no G: strict -> LF002, lenient passes.
+ *	INSERT: G set -> the fence becomes G; no G: strict -> LF002, lenient
+ *			keeps N, but a NULL N -> LF002.
+ */
+Datum
+lf_fence_trigger(PG_FUNCTION_ARGS)
+{
+	const char *fname = "fence_trigger";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	FenceConfig *config;
+	Relation	rel;
+	TupleDesc	tupdesc;
+	HeapTuple	newtuple;
+	Datum		d;
+	bool		n_null;
+	int64		n;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: not called by trigger manager", fname));
+
+	config = (FenceConfig *) fcinfo->flinfo->fn_extra;
+	if (config == NULL ||
+		config->tgoid != trigdata->tg_trigger->tgoid ||
+		config->relid != RelationGetRelid(trigdata->tg_relation))
+	{
+		if (config == NULL)
+			config = MemoryContextAlloc(fcinfo->flinfo->fn_mcxt, sizeof(FenceConfig));
+		config->tgoid = InvalidOid;
+		configure(fname, trigdata, config);
+		fcinfo->flinfo->fn_extra = config;
+	}
+
+	rel = trigdata->tg_relation;
+	tupdesc = RelationGetDescr(rel);
+
+	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
+	{
+		HeapTuple	oldtuple = trigdata->tg_trigtuple;
+
+		if (lf_generation_is_set)
+		{
+			bool		s_null;
+			int64		s;
+
+			d = heap_getattr(oldtuple, config->attnum, tupdesc, &s_null);
+			s = s_null ? 0 : DatumGetInt64(d);
+			if (!s_null && lf_generation < s)
+				report_stale(rel, fence_column_name(trigdata->tg_trigger), s, lf_generation);
+		}
+		else if (config->strict)
+			report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+		return PointerGetDatum(oldtuple);
+	}
+
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+	{
+		newtuple = trigdata->tg_trigtuple;
+		d = heap_getattr(newtuple, config->attnum, tupdesc, &n_null);
+		n = n_null ? 0 : DatumGetInt64(d);
+
+		if (!lf_generation_is_set)
+		{
+			if (config->strict)
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+			if (n_null)
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+			return PointerGetDatum(newtuple);
+		}
+		if (!n_null && n == lf_generation)
+			return PointerGetDatum(newtuple);
+	}
+	else
+	{
+		/* UPDATE */
+		HeapTuple	oldtuple = trigdata->tg_trigtuple;
+		bool		s_null;
+		int64		s;
+		bool		written;
+		int64		supplied;
+
+		newtuple = trigdata->tg_newtuple;
+		d = heap_getattr(oldtuple, config->attnum, tupdesc, &s_null);
+		s = s_null ? 0 : DatumGetInt64(d);
+		d = heap_getattr(newtuple, config->attnum, tupdesc, &n_null);
+		n = n_null ? 0 : DatumGetInt64(d);
+
+		/* did the statement write a value other than the stored one? */
+		written = (n_null != s_null) || (!n_null && n != s);
+
+		if (written && n_null)
+			report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+
+		if (lf_generation_is_set)
+		{
+			if (written && n != lf_generation)
+				report_conflict(rel, fence_column_name(trigdata->tg_trigger), n, lf_generation);
+			supplied = lf_generation;
+		}
+		else
+		{
+			if (config->strict)
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+			if (n_null)
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+			supplied = n;
+		}
+
+		if (!s_null && supplied < s)
+			report_stale(rel, fence_column_name(trigdata->tg_trigger), s, supplied);
+
+		if (!n_null && n == supplied)
+			return PointerGetDatum(newtuple);
+	}
+
+	/* the row's fence becomes the current generation */
+	{
+		int			cols[1];
+		Datum		values[1];
+		bool		nulls[1];
+
+		cols[0] = config->attnum;
+		values[0] = Int64GetDatum(lf_generation);
+		nulls[0] = false;
+		newtuple = heap_modify_tuple_by_cols(newtuple, tupdesc, 1, cols, values, nulls);
+	}
+	return PointerGetDatum(newtuple);
+}
+
+/*
+ * lease_fence.truncate_guard()
+ *
+ * BEFORE TRUNCATE FOR EACH STATEMENT.  TRUNCATE fires no row trigger, so
+ * without this a stale holder could empty a fenced table.  It needs a current
+ * generation, and that generation must not be lower than the highest fence
+ * in the table (one scan: TRUNCATE is rare, and it is the only way to know).
+ * Argument: the fence column (default "fence").
+ */
+Datum
+lf_truncate_guard(PG_FUNCTION_ARGS)
+{
+	const char *fname = "truncate_guard";
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	const char *colname;
+	char	   *relname;
+	StringInfoData query;
+	int			ret;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: not called by trigger manager", fname));
+	rel = trigdata->tg_relation;
+	if (!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event))
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: must be fired BEFORE TRUNCATE FOR EACH STATEMENT", fname),
+				errdetail("Trigger \"%s\" on table %s is not.",
+						  trigdata->tg_trigger->tgname, relation_display_name(rel)));
+	if (trigdata->tg_trigger->tgnargs > 1)
+		ereport(ERROR,
+				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				errmsg("%s: too many arguments", fname),
+				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column.",
+						  trigdata->tg_trigger->tgname, relation_display_name(rel),
+						  trigdata->tg_trigger->tgnargs));
+
+	colname = fence_column_name(trigdata->tg_trigger);
+	relname = relation_display_name(rel);
+
+	if (!lf_generation_is_set)
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("missing generation: TRUNCATE rejected by fence"),
+				errdetail("Table %s is fenced and no current generation is set.", relname),
+				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
+						LF_GENERATION_GUC));
+
+	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
+
+	initStringInfo(&query);
+	appendStringInfo(&query, "SELECT pg_catalog.max(%s) FROM %s",
+					 quote_identifier(colname), relname);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "%s: SPI_connect failed", fname);
+	ret = SPI_execute(query.data, true, 1);
+	if (ret != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "%s: could not read the highest fence of table %s", fname, relname);
+	else
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull && DatumGetInt64(d) > lf_generation)
+		{
+			int64		stored = DatumGetInt64(d);
+
+			SPI_finish();
+			report_stale(rel, colname, stored, lf_generation);
+		}
+	}
+	SPI_finish();
+
+	return PointerGetDatum(NULL);
+}

@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * generation.c
+ *	  Durable generations: lease_fence.next_generation().
+ *
+ * A generation must be greater than every generation this database has ever
+ * returned, also after a crash at any instant, also when the transaction
+ * that drew it aborted, also with synchronous_commit = off.  A sequence
+ * alone does not promise that: nextval() logs a batch of values ahead
+ * (SEQ_LOG_VALS) and hands out values of that batch before the WAL record
+ * that covers it has reached disk; the record is flushed only when some
+ * later commit happens to flush it.  After a crash the sequence restarts
+ * from the last *flushed* record, so an unflushed batch is handed out again.
+ *
+ * So after nextval we flush the WAL up to the LSN of the sequence's page.
+ * Whichever backend logged the batch our value came from, that record's end
+ * is <= the page LSN, so the flush makes our value durable.  When the record
+ * is already on disk (every call but about one per batch), XLogFlush returns
+ * after comparing two LSNs: at most one WAL flush per batch of values.
+ *
+ * IDENTIFICATION
+ *	  src/generation.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/relation.h"
+#include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "commands/sequence.h"
+#include "fmgr.h"
+#include "lease_fence.h"
+#include "storage/bufmgr.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+
+#define LF_SCHEMA "lease_fence"
+#define LF_GENERATION_SEQ "generation_seq"
+
+PG_FUNCTION_INFO_V1(lf_next_generation);
+
+/* The OID of lease_fence.generation_seq, looked up through the syscache. */
+static Oid
+generation_seq_oid(void)
+{
+	Oid			nspid = get_namespace_oid(LF_SCHEMA, true);
+	Oid			seqid = InvalidOid;
+
+	if (OidIsValid(nspid))
+		seqid = get_relname_relid(LF_GENERATION_SEQ, nspid);
+	if (!OidIsValid(seqid))
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("sequence %s.%s does not exist", LF_SCHEMA, LF_GENERATION_SEQ),
+				errhint("Run CREATE EXTENSION lease_fence in this database."));
+	return seqid;
+}
+
+/* Flush the WAL that covers the current state of sequence seqid. */
+static void
+flush_sequence_wal(Oid seqid)
+{
+	Relation	seqrel;
+	Buffer		buf;
+	XLogRecPtr	lsn;
+
+	/* nextval already holds RowExclusiveLock on it until end of xact */
+	seqrel = relation_open(seqid, NoLock);
+	if (!RelationNeedsWAL(seqrel))
+	{
+		/* created in this transaction under wal_level=minimal: synced at commit */
+		relation_close(seqrel, NoLock);
+		return;
+	}
+	buf = ReadBuffer(seqrel, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, NoLock);
+
+	XLogFlush(lsn);
+}
+
+/*
+ * Draw a durable generation.  Usable from C by the lease helper, which takes
+ * its generation in-process.
+ */
+int64
+lf_draw_generation(void)
+{
+	Oid			seqid = generation_seq_oid();
+	int64		value;
+
+	/* no privilege check, as for identity columns: see the install script */
+	value = nextval_internal(seqid, false);
+	flush_sequence_wal(seqid);
+	return value;
+}
+
+/* lease_fence.next_generation() */
+Datum
+lf_next_generation(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(lf_draw_generation());
+}

@@ -1,0 +1,94 @@
+# test/lib.sh — shared by test/run.sh, demo/run.sh and test/bench: install what
+# is missing, make a private copy of the tree that an unprivileged user owns,
+# build and install the extension, and start / stop throwaway servers.
+#
+# Nothing here touches a server it did not start: every server lives in a temp
+# dir, listens on a unix socket inside it (and nothing else), and is stopped
+# by lf_cleanup.
+
+LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libipc-run-perl rsync"
+PG_BIN=/usr/lib/postgresql/15/bin
+
+lf_log() { printf '%s\n' "== $*" >&2; }
+
+# Install the Debian packages that are missing (as root), or say what to do.
+lf_need_packages() {
+	local missing=() p
+	for p in $LF_PACKAGES "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+		return 1
+	fi
+	lf_log "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# PostgreSQL refuses to run as root: as root, servers and tests run as the
+# postgres user that the Debian packages create.
+if [ "$(id -u)" -eq 0 ]; then LF_USER=postgres; else LF_USER=$(id -un); fi
+lf_as_user() {
+	if [ "$(id -u)" -eq 0 ]; then runuser -u "$LF_USER" -- "$@"; else "$@"; fi
+}
+lf_as_root() {
+	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
+}
+
+# A temp dir with a copy of the source tree, owned by $LF_USER.
+# Sets LF_WORK (the temp dir) and LF_SRC (the copy).
+lf_make_workdir() {
+	local top=$1
+	LF_WORK=$(mktemp -d /tmp/lease_fence.XXXXXX)
+	chmod 755 "$LF_WORK"
+	LF_SRC=$LF_WORK/src
+	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
+		--exclude results --exclude output_iso --exclude tmp_check "$top"/ "$LF_SRC"/
+	[ "$(id -u)" -eq 0 ] && chown -R "$LF_USER" "$LF_WORK"
+	return 0
+}
+
+# Build as the unprivileged user (warnings are errors), install as root.
+lf_build_install() {
+	lf_log "building lease_fence"
+	lf_as_user make -s -C "$LF_SRC" WERROR=1 "$@" >"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
+	lf_as_root make -s -C "$LF_SRC" install >>"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
+}
+
+# Start a throwaway PostgreSQL on a unix socket in $LF_WORK.  Extra
+# postgresql.conf lines can be given as arguments.  Sets PGHOST, PGPORT,
+# PGUSER, PGDATABASE for the caller.
+lf_start_pg() {
+	local line
+	LF_PGDATA=$LF_WORK/pgdata
+	lf_as_user "$PG_BIN/initdb" -D "$LF_PGDATA" -U postgres -A trust --no-sync \
+		--locale=C.UTF-8 -E UTF8 >"$LF_WORK/initdb.log" 2>&1 || { cat "$LF_WORK/initdb.log"; return 1; }
+	{
+		echo "listen_addresses = ''"
+		echo "unix_socket_directories = '$LF_WORK'"
+		echo "port = 5432"
+		echo "fsync = off"
+		for line in "$@"; do echo "$line"; done
+	} | lf_as_user tee -a "$LF_PGDATA/postgresql.conf" >/dev/null
+	lf_as_user "$PG_BIN/pg_ctl" -D "$LF_PGDATA" -l "$LF_WORK/postgres.log" -w -t 60 start >/dev/null \
+		|| { cat "$LF_WORK/postgres.log"; return 1; }
+	export PGHOST=$LF_WORK PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
+}
+
+lf_stop_pg() {
+	if [ -n "${LF_PGDATA:-}" ] && [ -f "$LF_PGDATA/postmaster.pid" ]; then
+		lf_as_user "$PG_BIN/pg_ctl" -D "$LF_PGDATA" -m fast -w stop >/dev/null 2>&1 ||
+			lf_as_user "$PG_BIN/pg_ctl" -D "$LF_PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+}
+
+# Stop what we started and remove the temp dir (kept when LF_KEEP=1).
+lf_cleanup() {
+	lf_stop_pg
+	if [ -n "${LF_WORK:-}" ] && [ -d "$LF_WORK" ]; then
+		if [ "${LF_KEEP:-0}" = 1 ]; then lf_log "kept $LF_WORK"; else rm -rf "$LF_WORK"; fi
+	fi
+}
