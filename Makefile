@@ -10,12 +10,14 @@ MODULE_big = lease_fence
 OBJS = \
 	src/lease_fence.o \
 	src/fence_trigger.o \
-	src/generation.o
+	src/generation.o \
+	src/redis_conn.o \
+	src/lease.o
 
-DATA = lease_fence--1.0.sql
+DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect partition dml reinstall
+REGRESS = generation fence protect partition dml lease_api upgrade reinstall
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency
@@ -23,6 +25,8 @@ ISOLATION_OPTS = --inputdir=test
 
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
+
+SHLIB_LINK = -lhiredis
 
 PG_CONFIG ?= pg_config
 

@@ -31,7 +31,10 @@
 #include "commands/sequence.h"
 #include "fmgr.h"
 #include "lease_fence.h"
+#include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
@@ -96,6 +99,44 @@ lf_draw_generation(void)
 	value = nextval_internal(seqid, false);
 	flush_sequence_wal(seqid);
 	return value;
+}
+
+/*
+ * Make every later generation greater than floor, durably, never moving the
+ * sequence backwards.  Used when Redis reports that a generation >= ours was
+ * already granted (a database restored from a backup, or an acquirer that
+ * stalled between drawing its generation and reaching Redis).
+ *
+ * nextval-then-setval is a check-then-act race with concurrent drawers, so
+ * it runs under a lock that conflicts with the RowExclusiveLock every nextval
+ * caller holds: it waits for transactions that drew a generation to end.
+ * The lock is released as soon as the (non-transactional) setval is done.
+ * This is the rare path; next_generation() itself never takes it.
+ */
+void
+lf_advance_generation_past(int64 floor)
+{
+	Oid			seqid = generation_seq_oid();
+	int64		value;
+
+	LockRelationOid(seqid, ShareRowExclusiveLock);
+	value = nextval_internal(seqid, false);
+	if (value <= floor)
+	{
+		Relation	seqrel = relation_open(seqid, NoLock);
+		Oid			save_userid;
+		int			save_sec_context;
+
+		/* setval checks privileges: act as the sequence's owner */
+		GetUserIdAndSecContext(&save_userid, &save_sec_context);
+		SetUserIdAndSecContext(seqrel->rd_rel->relowner,
+							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(floor));
+		SetUserIdAndSecContext(save_userid, save_sec_context);
+		relation_close(seqrel, NoLock);
+	}
+	flush_sequence_wal(seqid);
+	UnlockRelationOid(seqid, ShareRowExclusiveLock);
 }
 
 /* lease_fence.next_generation() */

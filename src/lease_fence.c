@@ -20,6 +20,7 @@
 #include "postgres.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include "fmgr.h"
@@ -52,8 +53,8 @@ void		_PG_init(void);
  * decimal bigint with optional surrounding blanks.  Returns false on
  * anything else, without throwing (check hooks must not).
  */
-static bool
-parse_generation(const char *s, bool *is_set, int64 *value)
+bool
+lf_parse_generation(const char *s, bool *is_set, int64 *value)
 {
 	char	   *end;
 	int64		v;
@@ -89,7 +90,7 @@ check_generation(char **newval, void **extra, GucSource source)
 	bool		is_set;
 	int64		value;
 
-	if (!parse_generation(*newval ? *newval : "", &is_set, &value))
+	if (!lf_parse_generation(*newval ? *newval : "", &is_set, &value))
 	{
 		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
 		GUC_check_errdetail("A generation is a non-negative bigint, or empty for none.");
@@ -140,7 +141,61 @@ _PG_init(void)
 {
 	lf_define_generation_guc();
 
+	/*
+	 * Where Redis is: superuser-only, so that no other role can point the
+	 * server's network connections at a host of its choosing.
+	 */
+	DefineCustomStringVariable("lease_fence.redis_host",
+							   "Host name or IP address of the Redis server for the lease helper.",
+							   NULL, &lf_redis_host, "127.0.0.1",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.redis_port",
+							"TCP port of the Redis server.",
+							NULL, &lf_redis_port, 6379, 1, 65535,
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_socket",
+							   "Unix socket of the Redis server; when set, used instead of host and port.",
+							   NULL, &lf_redis_socket, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.redis_db",
+							"Redis database number (SELECT).",
+							NULL, &lf_redis_db, 0, 0, 1000000,
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_user",
+							   "Redis ACL user name for AUTH; empty for the default user.",
+							   NULL, &lf_redis_user, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_password_file",
+							   "File holding the Redis password (owned by the server's user, mode 0600).",
+							   "The password itself is never a setting: settings are visible to pg_read_all_settings.",
+							   &lf_redis_password_file, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.key_prefix",
+							   "Prefix of the Redis keys of leases; two databases must not share one.",
+							   NULL, &lf_key_prefix, "lease_fence:",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.gen_key_ttl_s",
+							"Seconds the highest-generation key of a resource outlives its last grant (0: forever).",
+							NULL, &lf_gen_key_ttl_s, 604800, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+
+	/* how long to wait: each user may choose, within bounds */
+	DefineCustomIntVariable("lease_fence.connect_timeout_ms",
+							"How long to wait for a connection to Redis.",
+							NULL, &lf_connect_timeout_ms, 1000, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.command_timeout_ms",
+							"How long to wait for Redis to answer a lease request.",
+							NULL, &lf_command_timeout_ms, 1000, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.cleanup_timeout_ms",
+							"How long a conditional release after an unknown outcome may take, connect included.",
+							NULL, &lf_cleanup_timeout_ms, 500, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("lease_fence");
+
+	lf_lease_init();
 }
 
 /*

@@ -27,8 +27,42 @@ extern bool lf_generation_is_set;
 extern int64 lf_generation;
 
 extern void lf_define_generation_guc(void);
+extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 
 /* generation.c */
 extern int64 lf_draw_generation(void);
+extern void lf_advance_generation_past(int64 floor);
+
+/* redis_conn.c: where Redis is, and how long we wait for it (GUCs) */
+extern char *lf_redis_host;
+extern int	lf_redis_port;
+extern char *lf_redis_socket;
+extern int	lf_redis_db;
+extern char *lf_redis_user;
+extern char *lf_redis_password_file;
+extern int	lf_connect_timeout_ms;
+extern int	lf_command_timeout_ms;
+extern int	lf_cleanup_timeout_ms;
+
+/* the outcome of one Redis request: see redis_conn.c */
+typedef enum LfRedisResult
+{
+	LF_REDIS_OK,
+	LF_REDIS_UNAVAILABLE,
+	LF_REDIS_UNKNOWN,
+	LF_REDIS_INTERRUPTED
+} LfRedisResult;
+
+struct redisReply;
+extern int64 lf_now_ms(void);
+extern LfRedisResult lf_redis_command(int argc, const char **argv, const size_t *argvlen,
+									  int timeout_ms, bool fresh, bool interruptible,
+									  struct redisReply **reply, char *err, size_t errlen);
+extern void lf_redis_disconnect(void);
+
+/* lease.c */
+extern char *lf_key_prefix;
+extern int	lf_gen_key_ttl_s;
+extern void lf_lease_init(void);
 
 #endif							/* LEASE_FENCE_H */

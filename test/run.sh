@@ -25,12 +25,13 @@ failed=0
 
 # pg_regress and pg_isolation_regress (PostgreSQL 15) print one line per test:
 #   test name   ... ok   12 ms   |   test name   ... FAILED   12 ms
+# (adds to passed / failed, and sets summary; no subshell, or the sums are lost)
 count_regress() {
 	local out=$1 ok bad
 	ok=$(grep -cE '^(test )?\s*\S+\s+\.\.\. ok' "$out")
 	bad=$(grep -cE '^(test )?\s*\S+\s+\.\.\. (FAILED|failed)' "$out")
 	passed=$((passed + ok)); failed=$((failed + bad))
-	echo "$ok passed, $bad failed"
+	summary="$ok passed, $bad failed"
 }
 
 run_suite() {
@@ -47,7 +48,7 @@ run_suite() {
 # pg_regress
 run_suite regress ISOLATION= TAP_TESTS=
 rc=$?
-summary=$(count_regress "$LF_WORK/regress.out")
+count_regress "$LF_WORK/regress.out"
 if [ $rc -ne 0 ]; then
 	[ -f "$LF_SRC/regression.diffs" ] && { head -c 20000 "$LF_SRC/regression.diffs"; echo; }
 	grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/regress.out" || failed=$((failed + 1))
@@ -57,7 +58,7 @@ lf_log "regress: $summary"
 # isolation
 run_suite isolation REGRESS= TAP_TESTS=
 rc=$?
-summary=$(count_regress "$LF_WORK/isolation.out")
+count_regress "$LF_WORK/isolation.out"
 if [ $rc -ne 0 ]; then
 	[ -f "$LF_SRC/output_iso/regression.diffs" ] && { head -c 20000 "$LF_SRC/output_iso/regression.diffs"; echo; }
 	grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/isolation.out" || failed=$((failed + 1))

@@ -1,0 +1,96 @@
+-- lease_api: the lease helper's SQL surface without a Redis server — bad
+-- input is an error before anything is sent, a Redis that is not there is
+-- "unavailable", and who may call what and point the server where.
+
+-- settings of a library are only checked once it is loaded
+LOAD 'lease_fence';
+
+-- a socket path that cannot exist: no request can reach any server
+SET lease_fence.redis_socket = '/nonexistent/lease_fence_test.sock';
+SET lease_fence.connect_timeout_ms = 200;
+
+------------------------------------------------------------------------------
+-- bad input: 22023 before anything is sent (else these would say
+-- "unavailable")
+------------------------------------------------------------------------------
+SELECT try($$SELECT lease_fence.acquire(NULL, 1000)$$);
+SELECT try($$SELECT lease_fence.acquire('', 1000)$$);
+SELECT try($$SELECT lease_fence.acquire(repeat('r', 1025), 1000)$$);
+SELECT try($$SELECT lease_fence.acquire('r', 0)$$);
+SELECT try($$SELECT lease_fence.acquire('r', -5)$$);
+SELECT try($$SELECT lease_fence.acquire('r', NULL)$$);
+SELECT try($$SELECT lease_fence.acquire('r', 1000, -1)$$);
+SELECT try($$SELECT lease_fence.acquire('r', 1000, 1001)$$);
+SELECT try($$SELECT lease_fence.acquire('r', 1000, 0, 'forever')$$);
+SELECT try($$SELECT lease_fence.acquire('r', 1000, 0, NULL)$$);
+SELECT try($$SELECT lease_fence.renew('r', 'not-an-identity', 1000)$$);
+SELECT try($$SELECT lease_fence.renew('r', NULL, 1000)$$);
+SELECT try($$SELECT lease_fence.renew('r', repeat('a', 32), 0)$$);
+SELECT try($$SELECT lease_fence.release('', repeat('a', 32))$$);
+SELECT try($$SELECT lease_fence.release('r', upper(repeat('a', 32)))$$);
+-- a transaction-scoped lease outside a transaction block would end with the
+-- statement
+SELECT lease_fence.acquire('r', 1000, 0, 'transaction');
+-- the longest resource accepted is 1024 bytes
+SET client_min_messages = error;
+SELECT status FROM lease_fence.acquire(repeat('r', 1024), 1000);
+RESET client_min_messages;
+
+------------------------------------------------------------------------------
+-- no Redis: "unavailable", acquired = false, nothing recorded
+------------------------------------------------------------------------------
+\set VERBOSITY terse
+SELECT * FROM lease_fence.acquire('r', 1000);
+SELECT * FROM lease_fence.renew('r', repeat('a', 32), 1000);
+SELECT * FROM lease_fence.release('r', repeat('a', 32));
+BEGIN;
+SELECT acquired, status FROM lease_fence.acquire('r', 1000, 0, 'transaction');
+SELECT lease_fence.current_generation() IS NULL AS no_generation_without_lease;
+COMMIT;
+\set VERBOSITY default
+SELECT count(*) AS leases FROM lease_fence.leases;
+
+------------------------------------------------------------------------------
+-- settings: where Redis is, and the password file, are superuser-only; the
+-- timeouts are any user's, within bounds
+------------------------------------------------------------------------------
+SELECT name, context, unit, min_val, max_val, boot_val
+FROM pg_settings WHERE name LIKE 'lease\_fence.%' ORDER BY name;
+
+CREATE ROLE regress_lf_client;
+SET ROLE regress_lf_client;
+SELECT try($$SET lease_fence.redis_host = 'example.invalid'$$);
+SELECT try($$SET lease_fence.redis_port = 1$$);
+SELECT try($$SET lease_fence.redis_socket = '/tmp/x'$$);
+SELECT try($$SET lease_fence.redis_db = 1$$);
+SELECT try($$SET lease_fence.redis_user = 'x'$$);
+SELECT try($$SET lease_fence.redis_password_file = '/tmp/x'$$);
+SELECT try($$SET lease_fence.key_prefix = 'other:'$$);
+SELECT try($$SET lease_fence.gen_key_ttl_s = 1$$);
+SELECT try($$SHOW lease_fence.redis_password_file$$);
+SELECT try($$SHOW lease_fence.redis_socket$$);
+SELECT try($$SET lease_fence.command_timeout_ms = 250$$);
+SELECT try($$SET lease_fence.command_timeout_ms = 0$$);
+SELECT try($$SET lease_fence.cleanup_timeout_ms = 60001$$);
+SELECT try($$SET lease_fence.connect_timeout_ms = '2s'$$);
+
+-- EXECUTE on the helper is not PUBLIC's
+SELECT try($$SELECT lease_fence.acquire('r', 1000)$$);
+SELECT try($$SELECT lease_fence.renew('r', repeat('a', 32), 1000)$$);
+SELECT try($$SELECT lease_fence.release('r', repeat('a', 32))$$);
+SELECT count(*) AS leases_view_is_public FROM lease_fence.leases;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+                          lease_fence.renew(text, text, bigint, bigint),
+                          lease_fence.release(text, text) TO regress_lf_client;
+SET ROLE regress_lf_client;
+\set VERBOSITY terse
+SELECT acquired, status FROM lease_fence.acquire('r', 1000);
+\set VERBOSITY default
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+                           lease_fence.renew(text, text, bigint, bigint),
+                           lease_fence.release(text, text) FROM regress_lf_client;
+DROP ROLE regress_lf_client;
+RESET lease_fence.redis_socket;
+RESET lease_fence.connect_timeout_ms;

@@ -1,0 +1,41 @@
+-- upgrade: version 1.0 (fence and generations) updates to 1.1 (the lease
+-- helper), keeping protected tables and the generation space.
+DROP EXTENSION IF EXISTS lease_fence;
+CREATE EXTENSION lease_fence VERSION '1.0';
+CREATE TABLE up (id int);
+SELECT lease_fence.protect('up');
+SELECT lease_fence.next_generation() AS before_update \gset
+SELECT count(*) AS helper_functions FROM pg_proc
+WHERE pronamespace = 'lease_fence'::regnamespace AND proname IN ('acquire', 'renew', 'release');
+
+ALTER EXTENSION lease_fence UPDATE TO '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+SELECT p.oid::regprocedure AS helper, has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname IN ('acquire', 'renew', 'release')
+ORDER BY 1::text;
+SELECT lease_fence.next_generation() > :before_update AS generations_continue;
+SELECT table_name, ok FROM lease_fence.protected_tables;
+BEGIN;
+SET LOCAL lease_fence.generation = 5;
+INSERT INTO up VALUES (1) RETURNING *;
+COMMIT;
+
+-- the members of an updated extension are those of a fresh install (a guard
+-- for the day a direct lease_fence--1.1.sql or later script is added)
+CREATE TEMP TABLE updated AS
+SELECT pg_describe_object(classid, objid, 0) AS member
+FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'lease_fence');
+SELECT lease_fence.unprotect('up');
+DROP EXTENSION lease_fence;
+CREATE EXTENSION lease_fence;
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+CREATE TEMP TABLE fresh AS
+SELECT pg_describe_object(classid, objid, 0) AS member
+FROM pg_depend WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+  AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'lease_fence');
+(SELECT member FROM updated EXCEPT SELECT member FROM fresh)
+UNION ALL
+(SELECT member FROM fresh EXCEPT SELECT member FROM updated);
+SELECT count(*) AS members FROM fresh;
+DROP TABLE up;
