@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# demo/run.sh — lease_fence in one minute, on a throwaway PostgreSQL.
+# demo/run.sh — lease_fence in one minute, on a throwaway PostgreSQL and Redis.
 #
-# Two workers hold the same lease one after the other.  Worker A took
-# generation g1, then stalled (GC pause, VM freeze, lost network) long past
-# its lease; worker B took the lease with generation g2 > g1 and wrote.  When
-# A wakes up it still believes it holds the lease and writes — and the fence
-# rejects the write with SQLSTATE LF001, inside the same atomic UPDATE.
+# Two workers want the same resource.  Worker A takes the Redis lease (ttl
+# 1 s) and gets generation gA — then stalls (a GC pause, a frozen VM, a lost
+# network) for longer than its lease.  The lease expires; worker B takes it
+# with generation gB > gA and writes.  A wakes up, still believes it holds
+# the lease, and writes: the fence rejects A's write with SQLSTATE LF001 in
+# the same atomic UPDATE, and B's write stands.
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,52 +16,69 @@ lf_need_packages || exit 1
 trap lf_cleanup EXIT
 lf_make_workdir "$top"
 lf_build_install || exit 1
-lf_start_pg || exit 1
+lf_start_redis || exit 1
+lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1
 
-psql_demo() { lf_as_user psql -X -q -v ON_ERROR_STOP=1 "$@"; }
+q() { lf_as_user psql -X -q -At -F '|' -v ON_ERROR_STOP=1 "$@"; }
 
-echo
-echo "== setup: a table fenced by lease_fence"
-psql_demo <<'SQL'
+q <<'SQL' >/dev/null
 CREATE EXTENSION lease_fence;
 CREATE TABLE account (id int PRIMARY KEY, owner text, balance int);
 INSERT INTO account VALUES (1, 'nobody', 100);
-SELECT lease_fence.protect('account') \g /dev/null
+SELECT lease_fence.protect('account');
 SQL
 
-g1=$(psql_demo -At -c "SELECT lease_fence.next_generation()")
-echo "worker A is granted the lease with generation $g1 ... and stalls"
-g2=$(psql_demo -At -c "SELECT lease_fence.next_generation()")
-echo "A's lease expires; worker B is granted it with generation $g2"
+outcomes=()
+row() { outcomes+=("$(printf '%-3s %-8s %-34s %-22s %s' "$1" "$2" "$3" "$4" "$5")"); }
 
-echo
-echo "== worker B writes under generation $g2"
-psql_demo <<SQL
-BEGIN;
-SET LOCAL lease_fence.generation = $g2;
-UPDATE account SET owner = 'worker B', balance = balance + 10 WHERE id = 1;
-COMMIT;
-SQL
+# worker A acquires
+IFS='|' read -r a_status a_identity a_gen < <(q -c \
+	"SELECT status, identity, generation FROM lease_fence.acquire('account:1', 1000)")
+row 1 "A" "acquire('account:1', ttl 1000 ms)" "$a_status" "generation $a_gen"
 
-echo "== worker A wakes up and writes under its old generation $g1"
-out=$(lf_as_user psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose 2>&1 <<SQL
+echo "worker A holds the lease with generation $a_gen ... and stalls for 1.5 s"
+sleep 1.5
+
+# worker B acquires after A's lease expired, and writes under its generation
+IFS='|' read -r b_status b_identity b_gen < <(q -c \
+	"SELECT status, identity, generation FROM lease_fence.acquire('account:1', 10000)")
+row 2 "B" "acquire('account:1', ttl 10000 ms)" "$b_status" "generation $b_gen"
+b_write=$(q -c "BEGIN" -c "SET LOCAL lease_fence.generation = $b_gen" \
+	-c "UPDATE account SET owner = 'worker B', balance = balance + 10 WHERE id = 1" -c "COMMIT" 2>&1 && echo committed)
+row 3 "B" "UPDATE ... (generation $b_gen)" "$b_write" ""
+
+# worker A wakes up and writes under its old generation
+a_write=$(lf_as_user psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose <<SQL 2>&1
 \set VERBOSITY verbose
 BEGIN;
-SET LOCAL lease_fence.generation = $g1;
+SET LOCAL lease_fence.generation = $a_gen;
 UPDATE account SET owner = 'worker A', balance = balance - 1000 WHERE id = 1;
 COMMIT;
 SQL
 )
-rc=$?
-printf '%s\n' "$out" | grep -E '^(ERROR|DETAIL|HINT)'
+a_code=$(printf '%s\n' "$a_write" | grep -oE 'ERROR: +[A-Z0-9]{5}' | grep -oE '[A-Z0-9]{5}$')
+row 4 "A" "UPDATE ... (generation $a_gen)" "rejected: ${a_code:-none}" ""
+
+# A releases: its identity no longer holds the key, so nothing is deleted
+a_rel=$(q -c "SELECT status FROM lease_fence.release('account:1', '$a_identity')")
+row 5 "A" "release('account:1', A's identity)" "$a_rel" "B's lease untouched"
+b_rel=$(q -c "SELECT status FROM lease_fence.release('account:1', '$b_identity')")
+row 6 "B" "release('account:1', B's identity)" "$b_rel" ""
 
 echo
-echo "== the row, as B left it"
-psql_demo -c "SELECT * FROM account"
+printf '%-3s %-8s %-34s %-22s %s\n' "#" "worker" "call" "outcome" "note"
+printf '%s\n' "${outcomes[@]}"
+echo
+echo "A's write, as PostgreSQL reported it:"
+printf '%s\n' "$a_write" | grep -E '^(ERROR|DETAIL|HINT)' | sed 's/^/  /'
+echo
+echo "the row:"
+lf_as_user psql -X -c "SELECT * FROM account"
 
-if [ $rc -ne 0 ] && printf '%s\n' "$out" | grep -q 'LF001'; then
+if [ "$a_status" = acquired ] && [ "$b_status" = acquired ] && [ "$b_gen" -gt "$a_gen" ] &&
+	[ "$b_write" = committed ] && [ "$a_code" = LF001 ] && [ "$a_rel" = not_held ]; then
 	echo "outcome: A's stale write was rejected with LF001; B's write stands."
 	exit 0
 fi
-echo "outcome: UNEXPECTED — A's stale write was not rejected with LF001" >&2
+echo "outcome: UNEXPECTED — see the table above" >&2
 exit 1

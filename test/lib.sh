@@ -6,7 +6,7 @@
 # dir, listens on a unix socket inside it (and nothing else), and is stopped
 # by lf_cleanup.
 
-LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libipc-run-perl rsync"
+LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev redis-server redis-tools libipc-run-perl rsync"
 PG_BIN=/usr/lib/postgresql/15/bin
 
 lf_log() { printf '%s\n' "== $*" >&2; }
@@ -85,8 +85,34 @@ lf_stop_pg() {
 	fi
 }
 
+# Start a throwaway redis-server on a unix socket in $LF_WORK (no TCP, no
+# persistence), as $LF_USER so the PostgreSQL server can use the socket.
+# Sets LF_REDIS_SOCK.
+lf_start_redis() {
+	LF_REDIS_SOCK=$LF_WORK/redis.sock
+	lf_as_user redis-server --port 0 --unixsocket "$LF_REDIS_SOCK" --unixsocketperm 700 \
+		--save '' --appendonly no --dir "$LF_WORK" --daemonize yes \
+		--pidfile "$LF_WORK/redis.pid" --logfile "$LF_WORK/redis.log" >/dev/null || return 1
+	local i
+	for i in $(seq 1 50); do
+		lf_as_user redis-cli -s "$LF_REDIS_SOCK" PING 2>/dev/null | grep -q PONG && return 0
+		sleep 0.1
+	done
+	cat "$LF_WORK/redis.log"; return 1
+}
+
+lf_redis_cli() { lf_as_user redis-cli -s "$LF_REDIS_SOCK" "$@"; }
+
+lf_stop_redis() {
+	if [ -n "${LF_REDIS_SOCK:-}" ] && [ -f "$LF_WORK/redis.pid" ]; then
+		lf_as_user redis-cli -s "$LF_REDIS_SOCK" SHUTDOWN NOSAVE >/dev/null 2>&1 ||
+			kill "$(cat "$LF_WORK/redis.pid")" 2>/dev/null || true
+	fi
+}
+
 # Stop what we started and remove the temp dir (kept when LF_KEEP=1).
 lf_cleanup() {
+	lf_stop_redis
 	lf_stop_pg
 	if [ -n "${LF_WORK:-}" ] && [ -d "$LF_WORK" ]; then
 		if [ "${LF_KEEP:-0}" = 1 ]; then lf_log "kept $LF_WORK"; else rm -rf "$LF_WORK"; fi
