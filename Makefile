@@ -12,12 +12,13 @@ OBJS = \
 	src/fence_trigger.o \
 	src/generation.o \
 	src/redis_conn.o \
-	src/lease.o
+	src/lease.o \
+	src/stats.o
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect partition dml lease_api upgrade reinstall
+REGRESS = generation fence protect partition dml lease_api stats upgrade reinstall
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency

@@ -66,3 +66,31 @@ COMMENT ON VIEW @extschema@.leases IS
 'this session''s Redis leases: state held, unknown, unconfirmed or released';
 
 GRANT SELECT ON @extschema@.leases TO PUBLIC;
+
+-- Counters of every outcome.  Cluster-wide when lease_fence is in
+-- shared_preload_libraries (scope 'cluster'); otherwise each backend counts
+-- for itself and these show the calling backend's counters (scope
+-- 'backend', with a NOTICE).
+CREATE FUNCTION @extschema@.stats_counters(
+	OUT operation text, OUT outcome text, OUT count bigint,
+	OUT scope text, OUT reset_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'lf_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE VIEW @extschema@.stats AS
+	SELECT operation, outcome, count, scope, reset_at
+	FROM @extschema@.stats_counters();
+
+COMMENT ON VIEW @extschema@.stats IS
+'counters of lease outcomes, cleanups, commit checks, and fence writes accepted or rejected by SQLSTATE';
+
+GRANT SELECT ON @extschema@.stats TO PUBLIC;
+
+CREATE FUNCTION @extschema@.stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'lf_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- like pg_stat_statements_reset(): not for everybody
+REVOKE EXECUTE ON FUNCTION @extschema@.stats_reset() FROM PUBLIC;

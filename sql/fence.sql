@@ -2,11 +2,24 @@
 -- and strict mode, and its misuse errors.
 
 -- Before the library is loaded in a session, lease_fence.generation is only a
--- placeholder: a bad value is refused with a WARNING when the library loads,
--- and the session has no current generation.  (README: preload the library.)
+-- placeholder, so a bad value cannot be refused when it is set.  It must not
+-- leave the session unfenced either: the first fenced write (which loads the
+-- library) fails with LF002, and so does current_generation(), until the
+-- generation is set again.  (README: preload the library.)
+CREATE TABLE early (id int, fence bigint NOT NULL DEFAULT 5);
+INSERT INTO early VALUES (1);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON early
+	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
 SET lease_fence.generation = 'nonsense';
-SELECT lease_fence.current_generation() IS NULL AS placeholder_dropped;
+UPDATE early SET id = 2;
+SELECT try($$SELECT lease_fence.current_generation()$$);
+SELECT try($$DELETE FROM early$$);
+-- once loaded, a bad value is refused when it is set
+SELECT try($$SET lease_fence.generation = 'nonsense'$$);
 RESET lease_fence.generation;
+SELECT lease_fence.current_generation() IS NULL AS cleared;
+UPDATE early SET id = 2 RETURNING *;
+DROP TABLE early;
 
 ------------------------------------------------------------------------------
 -- misuse: each is a clear error naming trigger, table and column

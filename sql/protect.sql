@@ -127,6 +127,31 @@ ROLLBACK;
 SET session_replication_role = replica;
 SELECT try($$TRUNCATE orders$$);
 RESET session_replication_role;
+-- the guard sees every row: row level security hides rows from a SELECT,
+-- not from TRUNCATE, and a role may hold TRUNCATE without SELECT
+CREATE ROLE regress_lf_truncator;
+GRANT SELECT, TRUNCATE ON orders TO regress_lf_truncator;
+ALTER TABLE orders ENABLE ROW LEVEL SECURITY;
+CREATE POLICY only_low ON orders FOR SELECT USING (fence < 11);
+SET ROLE regress_lf_truncator;
+SELECT max(fence) AS max_fence_it_can_see FROM orders;
+BEGIN;
+SET LOCAL lease_fence.generation = 10;
+SELECT try($$TRUNCATE orders$$);
+ROLLBACK;
+RESET ROLE;
+REVOKE SELECT ON orders FROM regress_lf_truncator;
+SET ROLE regress_lf_truncator;
+BEGIN;
+SET LOCAL lease_fence.generation = 10;
+SELECT try($$TRUNCATE orders$$);
+ROLLBACK;
+RESET ROLE;
+DROP POLICY only_low ON orders;
+ALTER TABLE orders DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON orders FROM regress_lf_truncator;
+DROP ROLE regress_lf_truncator;
+SELECT count(*) AS rows_left FROM orders;
 
 ------------------------------------------------------------------------------
 -- privileges: only the table's owner may protect or unprotect it, or write

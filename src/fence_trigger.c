@@ -23,11 +23,13 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lease_fence.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -160,6 +162,7 @@ configure(const char *fname, TriggerData *trigdata, FenceConfig *config)
 static void
 report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
 {
+	lf_count(LF_C_FENCE_LF001);
 	ereport(ERROR,
 			errcode(ERRCODE_LF_STALE_GENERATION),
 			errmsg("stale generation: write rejected by fence"),
@@ -172,6 +175,7 @@ report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
 static void
 report_missing(Relation rel, const char *colname, bool is_null)
 {
+	lf_count(LF_C_FENCE_LF002);
 	if (is_null)
 		ereport(ERROR,
 				errcode(ERRCODE_LF_MISSING_GENERATION),
@@ -194,6 +198,7 @@ report_missing(Relation rel, const char *colname, bool is_null)
 static void
 report_conflict(Relation rel, const char *colname, int64 written, int64 current)
 {
+	lf_count(LF_C_FENCE_LF003);
 	ereport(ERROR,
 			errcode(ERRCODE_LF_CONFLICTING_GENERATION),
 			errmsg("conflicting generation: write rejected by fence"),
@@ -249,6 +254,9 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 	rel = trigdata->tg_relation;
 	tupdesc = RelationGetDescr(rel);
 
+	if (unlikely(lf_generation_invalid))
+		lf_check_generation_valid();
+
 	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 	{
 		HeapTuple	oldtuple = trigdata->tg_trigtuple;
@@ -265,6 +273,7 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		}
 		else if (config->strict)
 			report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+		lf_fence_accepted_pending++;
 		return PointerGetDatum(oldtuple);
 	}
 
@@ -280,10 +289,14 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
 			if (n_null)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
 		}
 		if (!n_null && n == lf_generation)
+		{
+			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
+		}
 	}
 	else
 	{
@@ -325,7 +338,10 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			report_stale(rel, fence_column_name(trigdata->tg_trigger), s, supplied);
 
 		if (!n_null && n == supplied)
+		{
+			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
+		}
 	}
 
 	/* the row's fence becomes the current generation */
@@ -339,6 +355,7 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		nulls[0] = false;
 		newtuple = heap_modify_tuple_by_cols(newtuple, tupdesc, 1, cols, values, nulls);
 	}
+	lf_fence_accepted_pending++;
 	return PointerGetDatum(newtuple);
 }
 
@@ -361,6 +378,10 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	char	   *relname;
 	StringInfoData query;
 	int			ret;
+	Oid			save_userid;
+	int			save_sec_context;
+	bool		stale = false;
+	int64		stored = 0;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -385,14 +406,18 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 
 	colname = fence_column_name(trigdata->tg_trigger);
 	relname = relation_display_name(rel);
+	lf_check_generation_valid();
 
 	if (!lf_generation_is_set)
+	{
+		lf_count(LF_C_FENCE_LF002);
 		ereport(ERROR,
 				errcode(ERRCODE_LF_MISSING_GENERATION),
 				errmsg("missing generation: TRUNCATE rejected by fence"),
 				errdetail("Table %s is fenced and no current generation is set.", relname),
 				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
 						LF_GENERATION_GUC));
+	}
 
 	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 
@@ -400,6 +425,16 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	appendStringInfo(&query, "SELECT pg_catalog.max(%s) FROM %s",
 					 quote_identifier(colname), relname);
 
+	/*
+	 * TRUNCATE ignores row level security and needs no SELECT privilege, so
+	 * the scan must see every row whatever the caller may see: it runs as
+	 * the bootstrap superuser, restricted (the query is fixed; no user code
+	 * runs in it).
+	 */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "%s: SPI_connect failed", fname);
 	ret = SPI_execute(query.data, true, 1);
@@ -410,15 +445,14 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 		bool		isnull;
 		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 
-		if (!isnull && DatumGetInt64(d) > lf_generation)
-		{
-			int64		stored = DatumGetInt64(d);
-
-			SPI_finish();
-			report_stale(rel, colname, stored, lf_generation);
-		}
+		stale = (!isnull && DatumGetInt64(d) > lf_generation);
+		if (stale)
+			stored = DatumGetInt64(d);
 	}
 	SPI_finish();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	if (stale)
+		report_stale(rel, colname, stored, lf_generation);
 
 	return PointerGetDatum(NULL);
 }

@@ -26,6 +26,7 @@
 #include "postgres.h"
 
 #include "access/relation.h"
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "commands/sequence.h"
@@ -34,6 +35,8 @@
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -68,21 +71,56 @@ flush_sequence_wal(Oid seqid)
 	Buffer		buf;
 	XLogRecPtr	lsn;
 
-	/* nextval already holds RowExclusiveLock on it until end of xact */
-	seqrel = relation_open(seqid, NoLock);
+	seqrel = relation_open(seqid, AccessShareLock);
 	if (!RelationNeedsWAL(seqrel))
 	{
 		/* created in this transaction under wal_level=minimal: synced at commit */
-		relation_close(seqrel, NoLock);
+		relation_close(seqrel, AccessShareLock);
 		return;
 	}
 	buf = ReadBuffer(seqrel, 0);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	lsn = PageGetLSN(BufferGetPage(buf));
 	UnlockReleaseBuffer(buf);
-	relation_close(seqrel, NoLock);
+	relation_close(seqrel, AccessShareLock);
 
 	XLogFlush(lsn);
+}
+
+/*
+ * Locks on the sequence for one draw.
+ *
+ * nextval() takes RowExclusiveLock on its first call in a transaction, under
+ * the top transaction's resource owner, and keeps it to the end of the
+ * transaction.  We hold it only around each draw (taking our own under the
+ * same owner, since nextval takes none on later calls), so that
+ * lf_advance_generation_past() waits for draws in flight, not for every open
+ * transaction that once drew a generation: two backends healing a stale
+ * generation at once would otherwise deadlock.
+ */
+static void
+lock_for_draw(Oid seqid)
+{
+	ResourceOwner save = CurrentResourceOwner;
+
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	LockRelationOid(seqid, RowExclusiveLock);
+	CurrentResourceOwner = save;
+}
+
+static void
+release_draw_locks(Oid seqid)
+{
+	ResourceOwner save = CurrentResourceOwner;
+	LOCKTAG		tag;
+	int			n;
+
+	SET_LOCKTAG_RELATION(tag, MyDatabaseId, seqid);
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	/* ours and, on the transaction's first draw, nextval's */
+	for (n = 0; n < 2 && LockHeldByMe(&tag, RowExclusiveLock); n++)
+		UnlockRelationOid(seqid, RowExclusiveLock);
+	CurrentResourceOwner = save;
 }
 
 /*
@@ -95,9 +133,15 @@ lf_draw_generation(void)
 	Oid			seqid = generation_seq_oid();
 	int64		value;
 
+	/*
+	 * Our own lock around the draw: nextval takes one only on its first call
+	 * in a transaction, and we drop that one below.
+	 */
+	lock_for_draw(seqid);
 	/* no privilege check, as for identity columns: see the install script */
 	value = nextval_internal(seqid, false);
 	flush_sequence_wal(seqid);
+	release_draw_locks(seqid);
 	return value;
 }
 
@@ -108,10 +152,10 @@ lf_draw_generation(void)
  * stalled between drawing its generation and reaching Redis).
  *
  * nextval-then-setval is a check-then-act race with concurrent drawers, so
- * it runs under a lock that conflicts with the RowExclusiveLock every nextval
- * caller holds: it waits for transactions that drew a generation to end.
- * The lock is released as soon as the (non-transactional) setval is done.
- * This is the rare path; next_generation() itself never takes it.
+ * it runs under ShareRowExclusiveLock, which conflicts with the
+ * RowExclusiveLock every draw holds while it runs (and only then) and with
+ * other advancers.  It is released as soon as the (non-transactional) setval
+ * is done.
  */
 void
 lf_advance_generation_past(int64 floor)
@@ -121,9 +165,10 @@ lf_advance_generation_past(int64 floor)
 
 	LockRelationOid(seqid, ShareRowExclusiveLock);
 	value = nextval_internal(seqid, false);
+	release_draw_locks(seqid);	/* if this was the transaction's first nextval */
 	if (value <= floor)
 	{
-		Relation	seqrel = relation_open(seqid, NoLock);
+		Relation	seqrel = relation_open(seqid, AccessShareLock);
 		Oid			save_userid;
 		int			save_sec_context;
 
@@ -133,7 +178,8 @@ lf_advance_generation_past(int64 floor)
 							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(floor));
 		SetUserIdAndSecContext(save_userid, save_sec_context);
-		relation_close(seqrel, NoLock);
+		release_draw_locks(seqid);	/* setval may lock it like nextval */
+		relation_close(seqrel, AccessShareLock);
 	}
 	flush_sequence_wal(seqid);
 	UnlockRelationOid(seqid, ShareRowExclusiveLock);

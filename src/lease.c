@@ -172,16 +172,27 @@ static LuaScript scripts[] = {
 #define SCRIPT_RELEASE	(&scripts[2])
 #define SCRIPT_CHECK	(&scripts[3])
 
-/* The SHA1 EVALSHA names a script by, computed once. */
-static const char *
-script_sha1(LuaScript *script)
+/*
+ * Compute the SHA1 that EVALSHA names each script by.  Called at the top of
+ * every SQL-callable function, inside a transaction: pg_cryptohash needs a
+ * resource owner, and the commit, abort and exit hooks that run scripts later
+ * may have none.
+ */
+static void
+prepare_scripts(void)
 {
-	if (script->sha1[0] == '\0')
+	size_t		n;
+
+	for (n = 0; n < lengthof(scripts); n++)
 	{
-		pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
+		LuaScript  *script = &scripts[n];
+		pg_cryptohash_ctx *ctx;
 		uint8		digest[20];
 		int			i;
 
+		if (script->sha1[0] != '\0')
+			continue;
+		ctx = pg_cryptohash_create(PG_SHA1);
 		if (ctx == NULL ||
 			pg_cryptohash_init(ctx) < 0 ||
 			pg_cryptohash_update(ctx, (const uint8 *) script->text, strlen(script->text)) < 0 ||
@@ -194,7 +205,6 @@ script_sha1(LuaScript *script)
 		for (i = 0; i < 20; i++)
 			snprintf(script->sha1 + 2 * i, 3, "%02x", digest[i]);
 	}
-	return script->sha1;
 }
 
 /*
@@ -216,8 +226,9 @@ run_script(LuaScript *script, int nkeys, const char **keys,
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+	Assert(script->sha1[0] != '\0');
 	argv[argc++] = "EVALSHA";
-	argv[argc++] = script_sha1(script);
+	argv[argc++] = script->sha1;
 	argv[argc++] = numkeys;
 	for (i = 0; i < nkeys; i++)
 		argv[argc++] = keys[i];
@@ -501,6 +512,7 @@ cleanup_release(const char *resource, const char *identity, bool fresh)
 			snprintf(err, sizeof(err), "unexpected reply to the release script");
 		freeReplyObject(reply);
 	}
+	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
 	if (!confirmed)
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
@@ -599,6 +611,7 @@ lease_row(FunctionCallInfo fcinfo, const char *status, const char *resource,
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	tupdesc = BlessTupleDesc(tupdesc);
+	lf_count_named("acquire", status);
 	memset(nulls, 0, sizeof(nulls));
 	values[0] = BoolGetDatum(acquired);
 	nulls[0] = !acquired_known;
@@ -641,6 +654,7 @@ lf_acquire(PG_FUNCTION_ARGS)
 	int64		validity;
 	int			i;
 
+	prepare_scripts();
 	if (scope == SCOPE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,
 				errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
@@ -766,8 +780,8 @@ lf_acquire(PG_FUNCTION_ARGS)
 
 /* Build a (boolean, status[, validity]) row. */
 static Datum
-status_row(FunctionCallInfo fcinfo, bool known, bool value, const char *status,
-		   bool with_validity, bool have_validity, int64 validity)
+status_row(FunctionCallInfo fcinfo, const char *operation, bool known, bool value,
+		   const char *status, bool with_validity, bool have_validity, int64 validity)
 {
 	TupleDesc	tupdesc;
 	Datum		values[3];
@@ -776,6 +790,7 @@ status_row(FunctionCallInfo fcinfo, bool known, bool value, const char *status,
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	tupdesc = BlessTupleDesc(tupdesc);
+	lf_count_named(operation, status);
 	values[0] = BoolGetDatum(value);
 	nulls[0] = !known;
 	values[1] = CStringGetTextDatum(status);
@@ -809,6 +824,7 @@ lf_renew(PG_FUNCTION_ARGS)
 	int64		validity;
 	LeaseEntry *e = find_entry(resource, identity);
 
+	prepare_scripts();
 	snprintf(ttlbuf, sizeof(ttlbuf), INT64_FORMAT, ttl);
 	keys[0] = lease_key(resource);
 	args[0] = identity;
@@ -837,13 +853,13 @@ lf_renew(PG_FUNCTION_ARGS)
 	if (r == LF_REDIS_UNAVAILABLE)
 	{
 		report_redis_problem("renew", resource, err);
-		PG_RETURN_DATUM(status_row(fcinfo, true, false, "unavailable", true, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "renew", true, false, "unavailable", true, false, 0));
 	}
 	if (r == LF_REDIS_UNKNOWN)
 	{
 		/* the lease may or may not have been extended: nothing to undo */
 		report_redis_problem("renew", resource, err);
-		PG_RETURN_DATUM(status_row(fcinfo, false, false, "unknown", true, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "renew", false, false, "unknown", true, false, 0));
 	}
 
 	if (reply->integer != 1)
@@ -851,15 +867,15 @@ lf_renew(PG_FUNCTION_ARGS)
 		freeReplyObject(reply);
 		if (e && e->state == STATE_HELD)
 			e->state = STATE_RELEASED;
-		PG_RETURN_DATUM(status_row(fcinfo, true, false, "lost", true, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "renew", true, false, "lost", true, false, 0));
 	}
 	freeReplyObject(reply);
 
 	if (e)
 		e->expires_at = GetCurrentTimestamp() + (validity > 0 ? validity : 0) * 1000;
 	if (validity < minv)
-		PG_RETURN_DATUM(status_row(fcinfo, true, false, "insufficient_validity", true, true, validity));
-	PG_RETURN_DATUM(status_row(fcinfo, true, true, "renewed", true, true, validity));
+		PG_RETURN_DATUM(status_row(fcinfo, "renew", true, false, "insufficient_validity", true, true, validity));
+	PG_RETURN_DATUM(status_row(fcinfo, "renew", true, true, "renewed", true, true, validity));
 }
 
 /* lease_fence.release(resource text, identity text) */
@@ -875,6 +891,7 @@ lf_release(PG_FUNCTION_ARGS)
 	LfRedisResult r;
 	LeaseEntry *e = find_entry(resource, identity);
 
+	prepare_scripts();
 	keys[0] = lease_key(resource);
 	args[0] = identity;
 	r = run_script(SCRIPT_RELEASE, 1, keys, 1, args, lf_command_timeout_ms, false, true, &reply, err);
@@ -898,14 +915,14 @@ lf_release(PG_FUNCTION_ARGS)
 	if (r == LF_REDIS_UNAVAILABLE)
 	{
 		report_redis_problem("release", resource, err);
-		PG_RETURN_DATUM(status_row(fcinfo, true, false, "unavailable", false, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "release", true, false, "unavailable", false, false, 0));
 	}
 	if (r == LF_REDIS_UNKNOWN)
 	{
 		report_redis_problem("release", resource, err);
 		if (e)
 			e->state = STATE_UNKNOWN;	/* cleaned up at transaction end */
-		PG_RETURN_DATUM(status_row(fcinfo, false, false, "unknown", false, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "release", false, false, "unknown", false, false, 0));
 	}
 
 	if (e)
@@ -913,10 +930,10 @@ lf_release(PG_FUNCTION_ARGS)
 	if (reply->integer == 1)
 	{
 		freeReplyObject(reply);
-		PG_RETURN_DATUM(status_row(fcinfo, true, true, "released", false, false, 0));
+		PG_RETURN_DATUM(status_row(fcinfo, "release", true, true, "released", false, false, 0));
 	}
 	freeReplyObject(reply);
-	PG_RETURN_DATUM(status_row(fcinfo, true, false, "not_held", false, false, 0));
+	PG_RETURN_DATUM(status_row(fcinfo, "release", true, false, "not_held", false, false, 0));
 }
 
 /* lease_fence.session_leases(): the rows of lease_fence.leases */
@@ -996,6 +1013,12 @@ verify_at_commit(void)
 			freeReplyObject(reply);
 		}
 		pfree(key);
+
+		if (r != LF_REDIS_OK || pttl == -3 || pttl == -2 ||
+			(pttl >= 0 && validity_after(pttl, lf_now_ms() - start) < e->min_validity_ms))
+			lf_count(LF_C_COMMIT_CHECK_LF010);
+		else
+			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
 
 		if (r != LF_REDIS_OK)
 			ereport(ERROR,

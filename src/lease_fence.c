@@ -33,6 +33,10 @@ PG_MODULE_MAGIC;
 
 bool		lf_generation_is_set = false;
 int64		lf_generation = 0;
+bool		lf_generation_invalid = false;
+
+/* true while _PG_init defines our GUCs (placeholder values are re-applied) */
+static bool defining_gucs = false;
 
 static char *lf_generation_string = NULL;
 
@@ -41,6 +45,7 @@ typedef struct GenerationExtra
 {
 	bool		is_set;
 	int64		value;
+	bool		invalid;
 } GenerationExtra;
 
 PG_FUNCTION_INFO_V1(lf_set_generation);
@@ -82,25 +87,46 @@ lf_parse_generation(const char *s, bool *is_set, int64 *value)
 	return true;
 }
 
-/* GUC check hook: reject what is not a generation, hand the parsed value on */
+/*
+ * GUC check hook: reject what is not a generation, hand the parsed value on.
+ *
+ * One exception.  A value SET before the library was loaded in this backend
+ * is a placeholder that PostgreSQL re-applies while _PG_init defines the
+ * variable; rejecting it then would only cost a WARNING and leave the
+ * session with no generation at all, so that a lenient fence let its writes
+ * through.  Such a value is kept as "invalid" instead, and every fenced
+ * write fails with LF002 until the generation is set again.
+ */
 static bool
 check_generation(char **newval, void **extra, GucSource source)
 {
 	GenerationExtra *parsed;
 	bool		is_set;
 	int64		value;
+	bool		invalid = false;
 
 	if (!lf_parse_generation(*newval ? *newval : "", &is_set, &value))
 	{
-		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errdetail("A generation is a non-negative bigint, or empty for none.");
-		return false;
+		if (!defining_gucs)
+		{
+			GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+			GUC_check_errdetail("A generation is a non-negative bigint, or empty for none.");
+			return false;
+		}
+		invalid = true;
+		is_set = false;
+		value = 0;
 	}
 	parsed = (GenerationExtra *) malloc(sizeof(GenerationExtra));
 	if (parsed == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		GUC_check_errmsg("out of memory");
 		return false;
+	}
 	parsed->is_set = is_set;
 	parsed->value = value;
+	parsed->invalid = invalid;
 	*extra = parsed;
 	return true;
 }
@@ -113,6 +139,7 @@ assign_generation(const char *newval, void *extra)
 
 	lf_generation_is_set = parsed->is_set;
 	lf_generation = parsed->value;
+	lf_generation_invalid = parsed->invalid;
 }
 
 /*
@@ -139,7 +166,9 @@ lf_define_generation_guc(void)
 void
 _PG_init(void)
 {
+	defining_gucs = true;
 	lf_define_generation_guc();
+	defining_gucs = false;
 
 	/*
 	 * Where Redis is: superuser-only, so that no other role can point the
@@ -195,6 +224,7 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("lease_fence");
 
+	lf_stats_init();
 	lf_lease_init();
 }
 
@@ -241,10 +271,27 @@ lf_set_generation(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(generation);
 }
 
+/* Refuse to go on with a generation that was set invalid before loading. */
+void
+lf_check_generation_valid(void)
+{
+	if (lf_generation_invalid)
+	{
+		lf_count(LF_C_FENCE_LF002);
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("invalid generation: %s is not a generation", LF_GENERATION_GUC),
+				errdetail("It was set to \"%s\" before lease_fence was loaded in this session.",
+						  lf_generation_string ? lf_generation_string : ""),
+				errhint("Set it to a non-negative bigint, or RESET it; preload lease_fence to catch this when it is set."));
+	}
+}
+
 /* lease_fence.current_generation(): the current generation, or NULL */
 Datum
 lf_current_generation(PG_FUNCTION_ARGS)
 {
+	lf_check_generation_valid();
 	if (!lf_generation_is_set)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(lf_generation);

@@ -25,6 +25,8 @@
 /* lease_fence.c: the current generation, parsed from the GUC */
 extern bool lf_generation_is_set;
 extern int64 lf_generation;
+extern bool lf_generation_invalid;
+extern void lf_check_generation_valid(void);
 
 extern void lf_define_generation_guc(void);
 extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
@@ -59,6 +61,40 @@ extern LfRedisResult lf_redis_command(int argc, const char **argv, const size_t 
 									  int timeout_ms, bool fresh, bool interruptible,
 									  struct redisReply **reply, char *err, size_t errlen);
 extern void lf_redis_disconnect(void);
+
+/* stats.c: one counter per outcome (names in stats.c, same order) */
+typedef enum LfCounter
+{
+	LF_C_ACQUIRE_ACQUIRED,
+	LF_C_ACQUIRE_BUSY,
+	LF_C_ACQUIRE_STALE,
+	LF_C_ACQUIRE_INSUFFICIENT_VALIDITY,
+	LF_C_ACQUIRE_UNAVAILABLE,
+	LF_C_ACQUIRE_UNKNOWN,
+	LF_C_RENEW_RENEWED,
+	LF_C_RENEW_LOST,
+	LF_C_RENEW_INSUFFICIENT_VALIDITY,
+	LF_C_RENEW_UNAVAILABLE,
+	LF_C_RENEW_UNKNOWN,
+	LF_C_RELEASE_RELEASED,
+	LF_C_RELEASE_NOT_HELD,
+	LF_C_RELEASE_UNAVAILABLE,
+	LF_C_RELEASE_UNKNOWN,
+	LF_C_CLEANUP_CONFIRMED,
+	LF_C_CLEANUP_UNCONFIRMED,
+	LF_C_COMMIT_CHECK_VERIFIED,
+	LF_C_COMMIT_CHECK_LF010,
+	LF_C_FENCE_ACCEPTED,
+	LF_C_FENCE_LF001,
+	LF_C_FENCE_LF002,
+	LF_C_FENCE_LF003,
+	LF_NUM_COUNTERS
+} LfCounter;
+
+extern uint64 lf_fence_accepted_pending;
+extern void lf_count(LfCounter c);
+extern void lf_count_named(const char *operation, const char *outcome);
+extern void lf_stats_init(void);
 
 /* lease.c */
 extern char *lf_key_prefix;
