@@ -920,8 +920,11 @@ lf_release(PG_FUNCTION_ARGS)
 	if (r == LF_REDIS_UNKNOWN)
 	{
 		report_redis_problem("release", resource, err);
+		/* retried, bounded, at the end of the transaction */
 		if (e)
-			e->state = STATE_UNKNOWN;	/* cleaned up at transaction end */
+			e->state = STATE_UNKNOWN;
+		else
+			add_entry(resource, identity, 0, SCOPE_EXPLICIT, STATE_UNKNOWN, 0, 0, 0);
 		PG_RETURN_DATUM(status_row(fcinfo, "release", false, false, "unknown", false, false, 0));
 	}
 
@@ -954,6 +957,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 		values[0] = CStringGetTextDatum(e->resource);
 		values[1] = CStringGetTextDatum(e->identity);
 		values[2] = Int64GetDatum(e->generation);
+		nulls[2] = (e->generation == 0);	/* a release of another session's lease */
 		values[3] = CStringGetTextDatum(scope_names[e->scope]);
 		values[4] = CStringGetTextDatum(state_names[e->state]);
 		values[5] = TimestampTzGetDatum(e->acquired_at);
