@@ -6,7 +6,8 @@
 # throwaway PostgreSQL 15 in a temp dir (unix socket only), and runs
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
-#   - TAP          (test/t/, clusters of their own)
+#   - TAP          (test/t/, clusters of their own, Redis servers of their own)
+#   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
 # then stops everything and prints "N passed, N failed".
 # LF_KEEP=1 keeps the temp dir for inspection.
 set -uo pipefail
@@ -80,6 +81,19 @@ if [ $rc -ne 0 ]; then
 fi
 passed=$((passed + ok)); failed=$((failed + bad))
 lf_log "tap: $ok passed, $bad failed"
+
+# real clients: Python, Node.js, PgBouncer (a runner with servers of its own;
+# its own closing line is renamed so that only the total below is read as one)
+lf_log "clients"
+bash "$top/test/clients/run.sh" >"$LF_WORK/clients.out" 2>&1
+rc=$?
+sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/clients: \1/' "$LF_WORK/clients.out"
+ok=$(sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
+bad=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
+ok=${ok:-0}; bad=${bad:-0}
+[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+passed=$((passed + ok)); failed=$((failed + bad))
+lf_log "clients: $ok passed, $bad failed"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,262 @@
+'use strict';
+// lease_fence from node-postgres, against a real PostgreSQL + Redis (and
+// PgBouncer). Run by test/clients/run.sh as `node --test --test-reporter=tap
+// test.js` after `npm ci`, with the variables described in
+// ../python/test_clients.py. Each test pins an outcome: a wrong status, a
+// swallowed unknown or a stale write let through makes it fail.
+
+const { describe, it, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { execFileSync } = require('node:child_process');
+const { randomBytes } = require('node:crypto');
+const { setTimeout: sleep } = require('node:timers/promises');
+const pg = require('pg');
+const lf = require('./lease_fence_client');
+
+const env = process.env;
+const PGHOST = env.PGHOST || '/var/run/postgresql';
+const PGPORT = Number(env.PGPORT || 5432);
+const DATABASE = env.PGDATABASE || 'appdb';
+const APP_USER = env.PGUSER || 'app';
+const NOREDIS_USER = env.LF_NOREDIS_USER || 'app_noredis';
+const REDIS_SOCK = env.LF_REDIS_SOCK || '';
+const BOUNCER_HOST = env.LF_BOUNCER_HOST || '';
+const BOUNCER_PORT = Number(env.LF_BOUNCER_PORT || 6432);
+const KEY_PREFIX = env.LF_KEY_PREFIX || 'lease_fence:';
+
+const clients = [];
+async function closeAll() {
+  await Promise.all(clients.splice(0).map((c) => c.end().catch(() => {})));
+}
+async function connect({ user = APP_USER, host = PGHOST, port = PGPORT } = {}) {
+  const client = new pg.Client({ host, port, database: DATABASE, user });
+  await client.connect();
+  clients.push(client);
+  return client;
+}
+
+function redis(...args) {
+  return execFileSync('redis-cli', ['-s', REDIS_SOCK, ...args.map(String)],
+    { encoding: 'utf8', timeout: 30000 }).trim();
+}
+const leaseKey = (resource) => `${KEY_PREFIX}{${resource}}`;
+const resourceName = (tag) => `node:${tag}:${randomBytes(4).toString('hex')}`;
+
+async function newRow(client) {
+  const { rows } = await client.query(
+    "INSERT INTO account (owner, balance) VALUES ('nobody', 100) RETURNING id");
+  return rows[0].id;
+}
+async function readRow(client, id) {
+  const { rows } = await client.query(
+    'SELECT owner, balance, fence FROM account WHERE id = $1', [id]);
+  return { owner: rows[0].owner, balance: rows[0].balance, fence: BigInt(rows[0].fence) };
+}
+async function currentGeneration(client) {
+  const { rows } = await client.query('SELECT lease_fence.current_generation() AS g');
+  return rows[0].g === null ? null : BigInt(rows[0].g);
+}
+
+// assert.rejects with a class check that also returns the error
+async function rejection(promise, cls) {
+  let caught = null;
+  await assert.rejects(promise, (err) => { caught = err; return err instanceof cls; });
+  return caught;
+}
+
+describe('lease_fence from node-postgres', () => {
+  let app;
+  before(async () => { app = await connect(); });
+  after(closeAll);
+
+  it('transaction scope: the write carries the lease generation, COMMIT keeps it and releases', async () => {
+    const id = await newRow(app);
+    const res = resourceName('tx');
+    const lease = await lf.withTransactionLease(app, res, { ttlMs: 10000, minValidityMs: 1000 },
+      async (l, client) => {
+        assert.equal(await currentGeneration(client), l.generation);
+        assert.equal(redis('GET', leaseKey(res)), l.identity);
+        await client.query("UPDATE account SET owner = 'tx', balance = balance + 10 WHERE id = $1", [id]);
+        return l;
+      });
+    assert.equal(lease.acquired, true);
+    assert.equal(lease.status, 'acquired');
+    assert.match(lease.identity, /^[0-9a-f]{32}$/);
+    assert.ok(lease.validityMs >= 1000);
+    assert.deepEqual(await readRow(app, id), { owner: 'tx', balance: 110, fence: lease.generation });
+    assert.equal(redis('EXISTS', leaseKey(res)), '0', 'released at commit');
+    assert.equal(await currentGeneration(app), null);
+  });
+
+  it('explicit scope: a writer that stalled past its TTL gets StaleGeneration (LF001)', async () => {
+    const id = await newRow(app);
+    const res = resourceName('stale');
+    const b = await connect();
+
+    const leaseA = await lf.acquire(app, res, { ttlMs: 300 });
+    await lf.withFence(app, leaseA.generation, (c) =>
+      c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]));
+    await sleep(600);                                // A stalls; its lease expires
+
+    const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
+    assert.ok(leaseB.generation > leaseA.generation);
+    await lf.withFence(b, leaseB.generation, (c) =>
+      c.query("UPDATE account SET owner = 'B', balance = balance + 1 WHERE id = $1", [id]));
+
+    const err = await rejection(lf.withFence(app, leaseA.generation, (c) =>
+      c.query("UPDATE account SET owner = 'A late', balance = 0 WHERE id = $1", [id])),
+    lf.StaleGeneration);
+    assert.ok(err instanceof lf.FenceError);
+    assert.equal(err.sqlstate, 'LF001');
+    assert.equal(err.cause.code, 'LF001');
+    assert.equal(err.stored, leaseB.generation);
+    assert.equal(err.supplied, leaseA.generation);
+    assert.equal(err.table, 'public.account');
+
+    const lost = await rejection(lf.renew(app, leaseA, { ttlMs: 10000 }), lf.LeaseLost);
+    assert.equal(lost.status, 'lost');
+    assert.equal(await lf.release(app, leaseA), 'not_held');
+    assert.equal(redis('GET', leaseKey(res)), leaseB.identity, "B's lease untouched");
+    assert.ok(await lf.renew(b, leaseB, { ttlMs: 10000 }) > 0);
+    assert.equal(await lf.release(b, leaseB), 'released');
+    assert.deepEqual(await readRow(app, id), { owner: 'B', balance: 101, fence: leaseB.generation });
+  });
+
+  it('busy is LeaseBusy (acquired false), never LeaseUnknown, and the block does not run', async () => {
+    const res = resourceName('busy');
+    const holder = await lf.acquire(app, res, { ttlMs: 10000 });
+    const other = await connect();
+    try {
+      const raw = await lf.tryAcquire(other, res, { ttlMs: 10000 });
+      assert.deepEqual([raw.acquired, raw.status, raw.identity, raw.generation],
+        [false, 'busy', null, null]);
+      const err = await rejection(lf.acquire(other, res, { ttlMs: 10000 }), lf.LeaseBusy);
+      assert.ok(err instanceof lf.LeaseDenied);
+      assert.ok(!(err instanceof lf.LeaseUnknown));
+      let ran = false;
+      await rejection(lf.withTransactionLease(other, res, { ttlMs: 10000 }, async () => { ran = true; }),
+        lf.LeaseBusy);
+      assert.equal(ran, false);
+      assert.equal(redis('GET', leaseKey(res)), holder.identity);
+    } finally {
+      await lf.release(app, holder);
+    }
+  });
+
+  it('unknown (Redis paused past command_timeout_ms) is LeaseUnknown with acquired null, not busy', async () => {
+    const c = await connect();
+    await c.query('SET lease_fence.command_timeout_ms = 150');
+    await c.query('SET lease_fence.cleanup_timeout_ms = 150');
+    const id = await newRow(app);
+    const res = resourceName('unknown');
+    let raw, err, ran = false;
+    redis('CLIENT', 'PAUSE', 3000, 'ALL');
+    try {
+      raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+      err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnknown);
+      await rejection(lf.withTransactionLease(c, res, { ttlMs: 10000 }, async () => { ran = true; }),
+        lf.LeaseUnknown);
+    } finally {
+      redis('PING');                         // returns when the pause is over
+    }
+    assert.equal(raw.acquired, null);
+    assert.equal(raw.status, 'unknown');
+    assert.match(raw.identity, /^[0-9a-f]{32}$/);
+    assert.equal(typeof raw.generation, 'bigint');
+    assert.ok(!(err instanceof lf.LeaseDenied));
+    assert.equal(err.status, 'unknown');
+    assert.equal(err.lease.acquired, null);
+    assert.equal(ran, false);
+    assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
+    // not applied (the paused requests' connections were closed), so a new
+    // acquire with a new generation gets it
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+    const fresh = await lf.acquire(c, res, { ttlMs: 10000 });
+    assert.ok(fresh.generation > err.lease.generation);
+    assert.equal(await lf.release(c, fresh), 'released');
+  });
+
+  it('unavailable (Redis unreachable) is LeaseUnavailable, acquired false', async () => {
+    const c = await connect({ user: NOREDIS_USER });
+    const res = resourceName('unavailable');
+    const raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+    assert.deepEqual([raw.acquired, raw.status], [false, 'unavailable']);
+    const err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
+    assert.ok(err instanceof lf.LeaseDenied);
+    assert.equal(await lf.release(c, { resource: res, identity: '0'.repeat(32) }), 'unavailable');
+  });
+
+  it('lease key deleted before COMMIT: LeaseLostAtCommit (LF010), write rolled back', async () => {
+    const id = await newRow(app);
+    const res = resourceName('lf010');
+    const err = await rejection(lf.withTransactionLease(app, res, { ttlMs: 10000 }, async (l, c) => {
+      await c.query("UPDATE account SET owner = 'doomed' WHERE id = $1", [id]);
+      assert.equal(redis('DEL', leaseKey(res)), '1');
+    }), lf.LeaseLostAtCommit);
+    assert.equal(err.sqlstate, 'LF010');
+    assert.equal(err.cause.code, 'LF010');
+    assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
+    assert.equal(await currentGeneration(app), null);
+  });
+
+  it('strict table without generation is MissingGeneration (LF002); other fence value is ConflictingGeneration (LF003)', async () => {
+    await rejection(lf.inTransaction(app, (c) =>
+      c.query("INSERT INTO ledger (note) VALUES ('node unfenced')")), lf.MissingGeneration);
+    const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
+    const g = BigInt(rows[0].g);
+    await lf.withFence(app, g, (c) => c.query("INSERT INTO ledger (note) VALUES ('node fenced')"));
+    const id = await newRow(app);
+    await rejection(lf.withFence(app, g, (c) =>
+      c.query('UPDATE account SET fence = $1 WHERE id = $2', [(g + 1n).toString(), id])),
+    lf.ConflictingGeneration);
+    assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
+  });
+
+  it('pg.Pool: the explicit flow checks out a client per transaction', async () => {
+    const pool = new pg.Pool({ host: PGHOST, port: PGPORT, database: DATABASE, user: APP_USER, max: 2 });
+    try {
+      const id = await newRow(app);
+      const res = resourceName('pool');
+      const lease = await lf.acquire(pool, res, { ttlMs: 10000 });
+      await lf.withFence(pool, lease.generation, (c) =>
+        c.query("UPDATE account SET owner = 'pool' WHERE id = $1", [id]));
+      assert.equal(await lf.release(pool, lease), 'released');
+      assert.deepEqual(await readRow(app, id), { owner: 'pool', balance: 100, fence: lease.generation });
+    } finally {
+      await pool.end();
+    }
+  });
+});
+
+describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () => {
+  after(closeAll);
+
+  it('explicit scope + SET LOCAL: acquire, write, renew, release on different client connections', async () => {
+    const direct = await connect();
+    const [a1, a2, b] = await Promise.all([1, 2, 3].map(() =>
+      connect({ host: BOUNCER_HOST, port: BOUNCER_PORT })));
+    const pids = new Set();
+    for (const c of [a1, a2, b]) pids.add((await c.query('SELECT pg_backend_pid() AS p')).rows[0].p);
+    assert.equal(pids.size, 1, 'precondition: the clients share one server connection');
+
+    const id = await newRow(direct);
+    const res = resourceName('pgbouncer');
+    const leaseA = await lf.acquire(a1, res, { ttlMs: 10000 });
+    await rejection(lf.acquire(b, res, { ttlMs: 10000 }), lf.LeaseBusy);
+    await lf.withFence(a2, leaseA.generation, (c) =>
+      c.query("UPDATE account SET owner = 'A via pgbouncer' WHERE id = $1", [id]));
+    assert.equal(await currentGeneration(b), null, 'SET LOCAL ended with the transaction');
+    assert.ok(await lf.renew(b, leaseA, { ttlMs: 10000 }) > 0);
+    assert.equal(await lf.release(a2, leaseA), 'released');
+
+    const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
+    await lf.withFence(b, leaseB.generation, (c) =>
+      c.query("UPDATE account SET owner = 'B via pgbouncer' WHERE id = $1", [id]));
+    const err = await rejection(lf.withFence(a1, leaseA.generation, (c) =>
+      c.query("UPDATE account SET owner = 'A late' WHERE id = $1", [id])), lf.StaleGeneration);
+    assert.equal(err.stored, leaseB.generation);
+    assert.equal(await lf.release(a1, leaseB), 'released');
+    assert.deepEqual(await readRow(direct, id),
+      { owner: 'B via pgbouncer', balance: 100, fence: leaseB.generation });
+  });
+});

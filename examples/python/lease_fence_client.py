@@ -1,0 +1,419 @@
+"""lease_fence_client — use lease_fence from a Python application.
+
+Works with a psycopg 3 ``Connection`` and with a SQLAlchemy 1.4 ``Connection``
+or ORM ``Session`` (any driver; Debian's SQLAlchemy 1.4 uses psycopg2).
+Nothing here talks to Redis: the extension does, from inside PostgreSQL. The
+helper only calls ``lease_fence.acquire / renew / release``, sets the
+generation, and turns the extension's answers into Python exceptions:
+
+Fence errors (raised by a write, or by COMMIT), all ``FenceError``:
+
+====================  ========  ===============================================
+exception             SQLSTATE  meaning
+====================  ========  ===============================================
+StaleGeneration       LF001     a newer holder wrote the row: you lost the
+                                lease. Never retry with the same generation.
+MissingGeneration     LF002     a strict table was written without a
+                                generation, or with a NULL fence
+ConflictingGeneration LF003     the statement wrote a fence value different
+                                from the current generation
+LeaseLostAtCommit     LF010     a transaction-scoped lease was gone (or could
+                                not be verified) at COMMIT: rolled back
+====================  ========  ===============================================
+
+Lease outcomes (raised by ``acquire`` / ``transaction_lease`` / ``renew``),
+all ``LeaseError``. The split that matters is *no* versus *don't know*:
+
+- ``LeaseDenied`` — a definite no (``acquired`` / ``renewed`` is false):
+  ``LeaseBusy`` (someone else holds it), ``LeaseUnavailable`` (nothing was
+  sent: Redis down or refusing), ``LeaseLost`` (renew: the key is gone or
+  someone else's), and plain ``LeaseDenied`` for ``stale`` and
+  ``insufficient_validity``. Safe to treat as "not mine".
+- ``LeaseUnknown`` — ``acquired IS NULL``: the request may have been applied.
+  It is *not* a subclass of ``LeaseDenied``, so ``except LeaseDenied`` does
+  not swallow it. Do not proceed, and do not treat the resource as free: the
+  lease may be held under ``e.lease.identity`` until its TTL runs out. The
+  backend has already tried a bounded conditional release; you may call
+  ``release(conn, e.lease)`` again (it only deletes the key if it still holds
+  that identity). Retry later with a *new* acquire, never with a forced DEL.
+
+Transaction scope — one transaction, the lease's generation fences every
+write in it, COMMIT verifies the lease (else LF010) and releases it::
+
+    with transaction_lease(conn, "account:1", ttl_ms=5000, min_validity_ms=500) as lease:
+        conn.execute("UPDATE account SET balance = balance + 1 WHERE id = 1")
+
+Explicit scope — acquire once, write in later transactions, renew, release.
+This is the scope to use behind PgBouncer in transaction pooling mode::
+
+    try:
+        lease = acquire(conn, "account:1", ttl_ms=30000)
+    except LeaseUnknown as e:         # maybe held: do not work, do not assume free
+        release(conn, e.lease)        # conditional; the TTL ends it otherwise
+        raise
+    except LeaseDenied:               # busy / unavailable / stale: definitely not ours
+        return
+    with fenced(conn, lease.generation):   # BEGIN; SET LOCAL lease_fence.generation = g
+        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")
+    renew(conn, lease, ttl_ms=30000)       # LeaseLost: stop working under it
+    release(conn, lease)
+
+Use a psycopg connection with ``autocommit=True`` (or one that is idle): each
+helper runs its own transaction and refuses to start inside one you opened.
+Behind PgBouncer (transaction pooling, before 1.21) also pass
+``prepare_threshold=None`` to ``psycopg.connect``.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+__all__ = [
+    "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
+    "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy", "LeaseUnavailable",
+    "LeaseLost", "LeaseUnknown", "Lease", "fence_error_from", "fence_errors",
+    "try_acquire", "acquire", "transaction_lease", "fenced", "renew", "release",
+]
+
+
+# --------------------------------------------------------------------------
+# Fence errors: SQLSTATE class LF
+# --------------------------------------------------------------------------
+
+class FenceError(Exception):
+    """A write or COMMIT that lease_fence refused (SQLSTATE class LF).
+
+    ``sqlstate``, ``message`` and ``detail`` come from the server; the
+    driver's exception is ``__cause__``. Not retryable with the same
+    generation — that is why the extension does not use 40001.
+    """
+
+    sqlstate = "LF000"
+
+    def __init__(self, message: str, detail: Optional[str] = None):
+        super().__init__(message if not detail else f"{message} ({detail})")
+        self.message = message
+        self.detail = detail
+
+
+class StaleGeneration(FenceError):
+    """LF001: the row holds a newer generation than the one supplied.
+
+    ``table``, ``column``, ``stored`` and ``supplied`` are parsed from DETAIL
+    (None if it has another shape).
+    """
+
+    sqlstate = "LF001"
+    _detail_re = re.compile(
+        r'Table (?P<table>.+?), column "(?P<column>.+?)": '
+        r"stored generation (?P<stored>\d+), supplied generation (?P<supplied>\d+)")
+
+    def __init__(self, message: str, detail: Optional[str] = None):
+        super().__init__(message, detail)
+        m = self._detail_re.search(detail or "")
+        self.table = m.group("table") if m else None
+        self.column = m.group("column") if m else None
+        self.stored = int(m.group("stored")) if m else None
+        self.supplied = int(m.group("supplied")) if m else None
+
+
+class MissingGeneration(FenceError):
+    """LF002: strict table written without a current generation, or a NULL fence."""
+
+    sqlstate = "LF002"
+
+
+class ConflictingGeneration(FenceError):
+    """LF003: the statement wrote a fence value other than the current generation."""
+
+    sqlstate = "LF003"
+
+
+class LeaseLostAtCommit(FenceError):
+    """LF010: a transaction-scoped lease was lost (or unverifiable) at COMMIT.
+
+    The transaction was rolled back. Acquire again and redo it.
+    """
+
+    sqlstate = "LF010"
+
+
+_FENCE_ERRORS = {cls.sqlstate: cls for cls in
+                 (StaleGeneration, MissingGeneration, ConflictingGeneration, LeaseLostAtCommit)}
+
+
+def _driver_error_fields(exc: BaseException):
+    """(sqlstate, message, detail) of a psycopg / psycopg2 / SQLAlchemy error, or None."""
+    orig = getattr(exc, "orig", None)          # sqlalchemy.exc.DBAPIError wraps the driver's
+    if orig is not None and isinstance(orig, BaseException):
+        exc = orig
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    if not sqlstate:
+        return None
+    diag = getattr(exc, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]
+    detail = getattr(diag, "message_detail", None)
+    return sqlstate, message, detail
+
+
+def fence_error_from(exc: BaseException) -> Optional[FenceError]:
+    """The FenceError for a driver exception carrying SQLSTATE LF001/2/3/LF010, else None."""
+    fields = _driver_error_fields(exc)
+    if fields is None or fields[0] not in _FENCE_ERRORS:
+        return None
+    sqlstate, message, detail = fields
+    return _FENCE_ERRORS[sqlstate](message, detail)
+
+
+@contextmanager
+def fence_errors() -> Iterator[None]:
+    """Re-raise driver errors with SQLSTATE LF001/LF002/LF003/LF010 as FenceError
+    subclasses (the driver's exception becomes ``__cause__``); anything else passes."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = fence_error_from(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+# --------------------------------------------------------------------------
+# Lease outcomes
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lease:
+    """One row of ``lease_fence.acquire``: ``acquired`` is True, False or None (unknown)."""
+
+    acquired: Optional[bool]
+    status: str
+    resource: str
+    identity: Optional[str]
+    generation: Optional[int]
+    validity_ms: Optional[int]
+
+
+class LeaseError(Exception):
+    """A lease operation that did not succeed. ``status`` is the extension's
+    status; ``lease`` is the Lease concerned (for acquire, the row returned)."""
+
+    def __init__(self, status: str, lease: Optional[Lease], message: str):
+        super().__init__(message)
+        self.status = status
+        self.lease = lease
+
+
+class LeaseDenied(LeaseError):
+    """A definite no: busy, unavailable, stale, insufficient_validity, lost."""
+
+
+class LeaseBusy(LeaseDenied):
+    """Someone else holds the lease."""
+
+
+class LeaseUnavailable(LeaseDenied):
+    """Nothing was sent (Redis unreachable or refusing): definitely not applied."""
+
+
+class LeaseLost(LeaseDenied):
+    """renew: the key is gone or holds another identity. Stop working under it."""
+
+
+class LeaseUnknown(LeaseError):
+    """acquired/renewed IS NULL: the request may have been applied. Not a LeaseDenied."""
+
+
+def _lease_error(status: str, lease: Optional[Lease], what: str, resource: str) -> LeaseError:
+    cls = {"busy": LeaseBusy, "unavailable": LeaseUnavailable, "lost": LeaseLost,
+           "unknown": LeaseUnknown}.get(status, LeaseDenied)
+    return cls(status, lease, f"{what} of lease {resource!r}: {status}")
+
+
+# --------------------------------------------------------------------------
+# Driver adapters: psycopg 3 Connection, SQLAlchemy Connection / Session
+# --------------------------------------------------------------------------
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+class _Psycopg:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def begin(self):
+        from psycopg import pq
+        if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError("lease_fence_client needs a connection that is not in a "
+                               "transaction (use autocommit=True, or commit first)")
+        return self.conn.transaction()
+
+    def execute(self, sql: str, params=None):
+        self.conn.execute(sql, params)
+
+    def query_one(self, sql: str, params=None) -> dict:
+        cur = self.conn.execute(sql, params)
+        row = cur.fetchone()
+        return dict(zip([c.name for c in cur.description], row))
+
+
+class _SQLAlchemy:
+    def __init__(self, conn):
+        self.conn = conn
+
+    def begin(self):
+        if self.conn.in_transaction():
+            raise RuntimeError("lease_fence_client needs a Connection/Session that is not "
+                               "in a transaction (commit first)")
+        return self.conn.begin()
+
+    def _text(self, sql: str):
+        from sqlalchemy import text
+        return text(_NAMED.sub(r":\1", sql))
+
+    def execute(self, sql: str, params=None):
+        self.conn.execute(self._text(sql), params or {})
+
+    def query_one(self, sql: str, params=None) -> dict:
+        return dict(self.conn.execute(self._text(sql), params or {}).mappings().one())
+
+
+def _adapter(conn):
+    module = type(conn).__module__
+    if module == "psycopg" or module.startswith("psycopg."):
+        return _Psycopg(conn)
+    if module.startswith("sqlalchemy.") and hasattr(conn, "in_transaction"):
+        return _SQLAlchemy(conn)
+    raise TypeError(f"expected a psycopg 3 Connection or a SQLAlchemy Connection/Session, "
+                    f"got {type(conn).__name__}")
+
+
+def _generation(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a generation is a non-negative int, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------
+# The API
+# --------------------------------------------------------------------------
+
+_ACQUIRE = ("SELECT acquired, status, resource, identity, generation, validity_ms "
+            "FROM lease_fence.acquire(CAST(%(resource)s AS text), CAST(%(ttl_ms)s AS bigint), "
+            "CAST(%(min_validity_ms)s AS bigint), CAST(%(scope)s AS text))")
+
+
+def _acquire_row(db, resource, ttl_ms, min_validity_ms, scope) -> Lease:
+    return Lease(**db.query_one(_ACQUIRE, {"resource": resource, "ttl_ms": ttl_ms,
+                                           "min_validity_ms": min_validity_ms, "scope": scope}))
+
+
+def _acquire_checked(db, resource, ttl_ms, min_validity_ms, scope, retry_stale) -> Lease:
+    lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope)
+    if lease.status == "stale" and retry_stale:
+        # stale left nothing in Redis and moved next_generation() past the
+        # stored one: one more try with a fresh generation is safe
+        lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope)
+    if lease.acquired is not True:
+        raise _lease_error(lease.status, lease, "acquire", resource)
+    return lease
+
+
+def try_acquire(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0) -> Lease:
+    """Explicit-scope acquire that never raises for an outcome: returns the row.
+
+    ``lease.acquired`` is True (``acquired``), False (``busy``, ``stale``,
+    ``unavailable``, ``insufficient_validity``) or **None** (``unknown``).
+    """
+    db = _adapter(conn)
+    with db.begin():
+        return _acquire_row(db, resource, ttl_ms, min_validity_ms, "explicit")
+
+
+def acquire(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+            retry_stale: bool = True) -> Lease:
+    """Take an explicit-scope lease in its own transaction and return it.
+
+    Raises LeaseBusy / LeaseUnavailable / LeaseDenied (stale,
+    insufficient_validity) for a definite no, LeaseUnknown when Redis may
+    have granted it. ``stale`` is retried once unless ``retry_stale`` is
+    false. Keep ``lease.identity`` and ``lease.generation``; release yourself.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        return _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit", retry_stale)
+
+
+@contextmanager
+def transaction_lease(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                      retry_stale: bool = True) -> Iterator[Lease]:
+    """Run the block in one transaction holding a transaction-scoped lease.
+
+    BEGIN; acquire(..., scope => 'transaction') — its generation becomes the
+    transaction's current generation, so every fenced write in the block
+    carries it; COMMIT verifies the lease is still ours with at least
+    ``min_validity_ms`` left and releases it. Raises the LeaseError of a
+    failed acquire before the block runs, FenceError subclasses for refused
+    writes, and LeaseLostAtCommit (LF010) when COMMIT finds the lease gone.
+    Any exception rolls the transaction back (and releases the lease).
+    """
+    db = _adapter(conn)
+    with fence_errors():
+        with db.begin():
+            yield _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
+                                   retry_stale)
+
+
+@contextmanager
+def fenced(conn, generation: int) -> Iterator[object]:
+    """One transaction whose writes carry ``generation``.
+
+    BEGIN; SET LOCAL lease_fence.generation = <generation>; the block;
+    COMMIT. SET LOCAL ends with the transaction, so nothing outlives it — the
+    form that is safe behind a transaction-pooling proxy. Refused writes are
+    raised as FenceError subclasses; the transaction is rolled back.
+    """
+    gen = _generation(generation)
+    db = _adapter(conn)
+    with fence_errors():
+        with db.begin():
+            db.execute(f"SET LOCAL lease_fence.generation = {gen}")
+            yield conn
+
+
+def renew(conn, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+    """Extend an explicit lease to ``ttl_ms``; returns the validity in ms.
+
+    Raises LeaseLost (key gone or someone else's: never recreated),
+    LeaseDenied (insufficient_validity), LeaseUnavailable, LeaseUnknown.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        row = db.query_one(
+            "SELECT renewed, status, validity_ms FROM lease_fence.renew("
+            "CAST(%(resource)s AS text), CAST(%(identity)s AS text), "
+            "CAST(%(ttl_ms)s AS bigint), CAST(%(min_validity_ms)s AS bigint))",
+            {"resource": lease.resource, "identity": lease.identity, "ttl_ms": ttl_ms,
+             "min_validity_ms": min_validity_ms})
+    if row["renewed"] is not True:
+        raise _lease_error(row["status"], lease, "renew", lease.resource)
+    return row["validity_ms"]
+
+
+def release(conn, lease: Lease) -> str:
+    """Release an explicit lease if it still holds ``lease.identity``.
+
+    Returns the status: ``released``, ``not_held`` (expired or someone
+    else's: left alone), ``unavailable`` or ``unknown`` (it then expires by
+    its TTL; calling release again is safe). Never raises for an outcome.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        row = db.query_one(
+            "SELECT released, status FROM lease_fence.release("
+            "CAST(%(resource)s AS text), CAST(%(identity)s AS text))",
+            {"resource": lease.resource, "identity": lease.identity})
+    return row["status"]

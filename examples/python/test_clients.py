@@ -1,0 +1,453 @@
+"""lease_fence from Python clients, against a real PostgreSQL + Redis.
+
+Run by test/clients/run.sh as ``/usr/bin/python3 -m unittest -v test_clients``
+(Debian's interpreter, which sees python3-psycopg, python3-psycopg2 and
+python3-sqlalchemy). The harness says where things are in the environment:
+
+  PGHOST / PGPORT         PostgreSQL's unix socket dir and port
+  PGDATABASE              database with the extension, tables ``account``
+                          (lenient) and ``ledger`` (strict), both fenced
+  PGUSER                  role that takes leases: owns neither table
+  LF_NOREDIS_USER         same grants, but its lease_fence.redis_socket points
+                          at nothing (ALTER ROLE ... SET, by a superuser)
+  LF_REDIS_SOCK           Redis's unix socket (for redis-cli: DEL, CLIENT PAUSE)
+
+Each test pins an outcome: a wrong status, a swallowed unknown or a stale
+write let through makes it fail.
+"""
+
+import os
+import subprocess
+import time
+import unittest
+import uuid
+
+import psycopg
+import sqlalchemy
+from sqlalchemy import Column, Integer, BigInteger, Text, create_engine, text
+from sqlalchemy.orm import Session, declarative_base
+
+from lease_fence_client import (
+    ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied, LeaseError,
+    LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown, MissingGeneration,
+    StaleGeneration, acquire, fence_errors, fenced, release, renew, transaction_lease,
+    try_acquire)
+
+ENV = os.environ
+PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
+PGPORT = int(ENV.get("PGPORT", "5432"))
+DATABASE = ENV.get("PGDATABASE", "appdb")
+APP_USER = ENV.get("PGUSER", "app")
+NOREDIS_USER = ENV.get("LF_NOREDIS_USER", "app_noredis")
+REDIS_SOCK = ENV.get("LF_REDIS_SOCK", "")
+KEY_PREFIX = ENV.get("LF_KEY_PREFIX", "lease_fence:")
+
+# The unknown test: Redis stalls longer than a request may take.
+COMMAND_TIMEOUT_MS = 150
+CLEANUP_TIMEOUT_MS = 150
+PAUSE_MS = 3000
+
+
+# -------------------------------------------------------------- fixtures
+
+def connect(user=APP_USER, host=PGHOST, port=PGPORT, **kw):
+    """A psycopg 3 connection in autocommit mode, as an application holds one."""
+    return psycopg.connect(host=host, port=port, dbname=DATABASE, user=user,
+                           autocommit=True, **kw)
+
+
+def redis(*args):
+    """redis-cli on the harness's socket: the 'admin' side of the tests."""
+    out = subprocess.run(["redis-cli", "-s", REDIS_SOCK, *map(str, args)],
+                         check=True, capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def lease_key(resource):
+    return f"{KEY_PREFIX}{{{resource}}}"
+
+
+def resource_name(test, tag=""):
+    """A resource of its own for each test (and each run)."""
+    return f"py:{test.id().rsplit('.', 1)[-1]}{tag}:{uuid.uuid4().hex[:8]}"
+
+
+def new_row(conn, owner="nobody", balance=100):
+    """A fresh ``account`` row (fence 0) written without a generation."""
+    return conn.execute("INSERT INTO account (owner, balance) VALUES (%s, %s) RETURNING id",
+                        (owner, balance)).fetchone()[0]
+
+
+def read_row(conn, row_id):
+    return conn.execute("SELECT owner, balance, fence FROM account WHERE id = %s",
+                        (row_id,)).fetchone()
+
+
+def wait_for_redis():
+    """Returns once a paused Redis answers again (PING waits out CLIENT PAUSE)."""
+    redis("PING")
+
+
+# -------------------------------------------------------------- psycopg 3
+
+class PsycopgTests(unittest.TestCase):
+    """The helper over psycopg 3, as the app role."""
+
+    def setUp(self):
+        self.conn = connect()
+        self.addCleanup(self.conn.close)
+
+    def test_transaction_lease_commits_row_and_fence(self):
+        """transaction scope: the block's writes carry the lease's generation,
+        COMMIT keeps them and releases the lease."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        with transaction_lease(self.conn, res, ttl_ms=10000, min_validity_ms=1000) as lease:
+            self.assertIs(lease.acquired, True)
+            self.assertEqual(lease.status, "acquired")
+            self.assertRegex(lease.identity, r"^[0-9a-f]{32}$")
+            self.assertGreaterEqual(lease.validity_ms, 1000)
+            # the lease's generation is the transaction's current generation
+            cur = self.conn.execute("SELECT lease_fence.current_generation()").fetchone()[0]
+            self.assertEqual(cur, lease.generation)
+            self.assertEqual(redis("GET", lease_key(res)), lease.identity)
+            self.conn.execute("UPDATE account SET owner = 'tx', balance = balance + 10 "
+                              "WHERE id = %s", (row_id,))
+        self.assertEqual(read_row(self.conn, row_id), ("tx", 110, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "released at commit")
+        # nothing lingers: the next transaction has no current generation
+        self.assertIsNone(
+            self.conn.execute("SELECT lease_fence.current_generation()").fetchone()[0])
+
+    def test_transaction_lease_on_a_non_autocommit_connection(self):
+        """psycopg's default (autocommit off) works too, as long as it is idle."""
+        conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER)
+        self.addCleanup(conn.close)
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        with transaction_lease(conn, res, ttl_ms=10000) as lease:
+            conn.execute("UPDATE account SET owner = 'default-mode' WHERE id = %s", (row_id,))
+        self.assertEqual(read_row(self.conn, row_id), ("default-mode", 100, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_explicit_flow_stale_writer_is_rejected(self):
+        """explicit scope: A stalls past its TTL, B takes over and writes; A's
+        late write raises StaleGeneration (LF001), A's renew is LeaseLost,
+        A's release leaves B's lease alone, B's row and fence stand."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        conn_b = connect()
+        self.addCleanup(conn_b.close)
+
+        a = acquire(self.conn, res, ttl_ms=300)
+        with fenced(self.conn, a.generation):
+            self.conn.execute("UPDATE account SET owner = 'A' WHERE id = %s", (row_id,))
+        self.assertEqual(read_row(self.conn, row_id), ("A", 100, a.generation))
+
+        time.sleep(0.6)                      # A stalls; its lease expires
+
+        b = acquire(conn_b, res, ttl_ms=10000)
+        self.assertGreater(b.generation, a.generation)
+        with fenced(conn_b, b.generation):
+            conn_b.execute("UPDATE account SET owner = 'B', balance = balance + 1 "
+                           "WHERE id = %s", (row_id,))
+
+        with self.assertRaises(StaleGeneration) as cm:
+            with fenced(self.conn, a.generation):
+                self.conn.execute("UPDATE account SET owner = 'A late', balance = 0 "
+                                  "WHERE id = %s", (row_id,))
+        err = cm.exception
+        self.assertIsInstance(err, FenceError)
+        self.assertEqual(err.sqlstate, "LF001")
+        self.assertEqual((err.stored, err.supplied), (b.generation, a.generation))
+        self.assertEqual(err.table, "public.account")
+        self.assertIsInstance(err.__cause__, psycopg.Error)
+        self.assertEqual(err.__cause__.sqlstate, "LF001")
+
+        with self.assertRaises(LeaseLost) as cm:
+            renew(self.conn, a, ttl_ms=10000)
+        self.assertEqual(cm.exception.status, "lost")
+        self.assertEqual(redis("GET", lease_key(res)), b.identity, "renew never recreates")
+
+        self.assertEqual(release(self.conn, a), "not_held")
+        self.assertEqual(redis("GET", lease_key(res)), b.identity, "B's lease untouched")
+        self.assertGreater(renew(conn_b, b, ttl_ms=10000), 0)
+        self.assertEqual(release(conn_b, b), "released")
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+        self.assertEqual(read_row(self.conn, row_id), ("B", 101, b.generation))
+
+    def test_busy_is_reported_as_busy(self):
+        """someone else holds it: LeaseBusy (a LeaseDenied, acquired false),
+        never LeaseUnknown; a transaction_lease block does not run."""
+        res = resource_name(self)
+        holder = acquire(self.conn, res, ttl_ms=10000)
+        self.addCleanup(release, self.conn, holder)
+        other = connect()
+        self.addCleanup(other.close)
+
+        raw = try_acquire(other, res, ttl_ms=10000)
+        self.assertEqual((raw.acquired, raw.status, raw.identity, raw.generation),
+                         (False, "busy", None, None))
+
+        with self.assertRaises(LeaseBusy) as cm:
+            acquire(other, res, ttl_ms=10000)
+        self.assertIsInstance(cm.exception, LeaseDenied)
+        self.assertNotIsInstance(cm.exception, LeaseUnknown)
+        self.assertIs(cm.exception.lease.acquired, False)
+
+        ran = []
+        with self.assertRaises(LeaseBusy):
+            with transaction_lease(other, res, ttl_ms=10000):
+                ran.append(True)
+        self.assertEqual(ran, [])
+        self.assertEqual(redis("GET", lease_key(res)), holder.identity)
+
+    def test_unknown_is_not_busy(self):
+        """Redis stalls (CLIENT PAUSE) longer than lease_fence.command_timeout_ms
+        (set through PGOPTIONS-style startup options): acquire is unknown —
+        acquired IS NULL, LeaseUnknown, not LeaseDenied — with identity and
+        generation kept; the transaction-scoped form never runs its block."""
+        conn = connect(options=f"-c lease_fence.command_timeout_ms={COMMAND_TIMEOUT_MS} "
+                               f"-c lease_fence.cleanup_timeout_ms={CLEANUP_TIMEOUT_MS}")
+        self.addCleanup(conn.close)
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        conn.execute("SELECT lease_fence.current_generation()")   # backend is up
+
+        redis("CLIENT", "PAUSE", PAUSE_MS, "ALL")
+        try:
+            raw = try_acquire(conn, res, ttl_ms=10000)
+            with self.assertRaises(LeaseUnknown) as cm:
+                acquire(conn, res, ttl_ms=10000)
+            ran = []
+            with self.assertRaises(LeaseUnknown):
+                with transaction_lease(conn, res, ttl_ms=10000):
+                    ran.append(True)
+        finally:
+            wait_for_redis()
+
+        self.assertIs(raw.acquired, None)
+        self.assertEqual(raw.status, "unknown")
+        self.assertRegex(raw.identity, r"^[0-9a-f]{32}$")
+        self.assertIsNotNone(raw.generation)
+        err = cm.exception
+        self.assertNotIsInstance(err, LeaseDenied)
+        self.assertIsInstance(err, LeaseError)
+        self.assertEqual(err.status, "unknown")
+        self.assertIs(err.lease.acquired, None)
+        self.assertGreater(err.lease.generation, raw.generation)
+        self.assertEqual(ran, [])
+        self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
+
+        # the backend tried a conditional release while Redis was still paused:
+        # it could not be confirmed
+        states = dict(conn.execute(
+            "SELECT identity, state FROM lease_fence.leases WHERE resource = %s",
+            (res,)).fetchall())
+        self.assertEqual(states.get(raw.identity), "unconfirmed")
+
+        # A paused request whose connection was closed is dropped by Redis
+        # (DESIGN.md, testing notes): nothing was granted, and a new acquire
+        # (new generation) gets the lease. Releasing the unknown one is safe.
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+        self.assertEqual(release(conn, err.lease), "not_held")
+        fresh = acquire(conn, res, ttl_ms=10000)
+        self.assertGreater(fresh.generation, err.lease.generation)
+        self.assertEqual(release(conn, fresh), "released")
+
+    def test_unavailable_is_a_definite_no(self):
+        """Redis unreachable (connect fails): acquire is LeaseUnavailable with
+        acquired false — nothing was sent; renew and release say unavailable."""
+        conn = connect(user=NOREDIS_USER)
+        self.addCleanup(conn.close)
+        res = resource_name(self)
+        raw = try_acquire(conn, res, ttl_ms=10000)
+        self.assertEqual((raw.acquired, raw.status), (False, "unavailable"))
+        with self.assertRaises(LeaseUnavailable) as cm:
+            acquire(conn, res, ttl_ms=10000)
+        self.assertIsInstance(cm.exception, LeaseDenied)
+        with self.assertRaises(LeaseUnavailable):
+            with transaction_lease(conn, res, ttl_ms=10000):
+                self.fail("block must not run")
+        ghost = Lease(True, "acquired", res, "0" * 32, 1, 0)
+        with self.assertRaises(LeaseUnavailable):
+            renew(conn, ghost, ttl_ms=10000)
+        self.assertEqual(release(conn, ghost), "unavailable")
+
+    def test_lease_lost_before_commit_raises_lease_lost_at_commit(self):
+        """an admin deletes the lease key before COMMIT: COMMIT fails with LF010
+        (LeaseLostAtCommit) and the block's write is rolled back."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        with self.assertRaises(LeaseLostAtCommit) as cm:
+            with transaction_lease(self.conn, res, ttl_ms=10000) as lease:
+                self.conn.execute("UPDATE account SET owner = 'doomed' WHERE id = %s",
+                                  (row_id,))
+                self.assertEqual(redis("DEL", lease_key(res)), "1")
+        self.assertEqual(cm.exception.sqlstate, "LF010")
+        self.assertIsInstance(cm.exception.__cause__, psycopg.Error)
+        self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
+        self.assertGreater(lease.generation, 0)
+
+    def test_missing_and_conflicting_generation(self):
+        """strict table without a generation: MissingGeneration (LF002); a
+        fence value other than the current generation: ConflictingGeneration
+        (LF003)."""
+        with self.assertRaises(MissingGeneration) as cm:
+            with fence_errors(), self.conn.transaction():     # code that forgot the fence
+                self.conn.execute("INSERT INTO ledger (note) VALUES ('unfenced')")
+        self.assertEqual(cm.exception.sqlstate, "LF002")
+        self.assertEqual(self.conn.execute(
+            "SELECT count(*) FROM ledger WHERE note = 'unfenced'").fetchone()[0], 0)
+
+        gen = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        with fenced(self.conn, gen):
+            self.conn.execute("INSERT INTO ledger (note) VALUES ('fenced')")
+        row_id = new_row(self.conn)
+        with self.assertRaises(ConflictingGeneration) as cm:
+            with fenced(self.conn, gen):
+                self.conn.execute("UPDATE account SET fence = %s WHERE id = %s",
+                                  (gen + 1, row_id))
+        self.assertEqual(cm.exception.sqlstate, "LF003")
+        self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
+
+    def test_stale_acquire_is_a_definite_no_and_heals(self):
+        """Redis remembers a higher generation than the database hands out (a
+        restored backup): acquire is 'stale' (acquired false, nothing set), and
+        the next acquire gets a generation above the stored one."""
+        res = resource_name(self)
+        now = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        stored = now + 1000
+        redis("SET", lease_key(res) + ":gen", stored)
+        with self.assertRaises(LeaseDenied) as cm:
+            acquire(self.conn, res, ttl_ms=10000, retry_stale=False)
+        self.assertNotIsInstance(cm.exception, LeaseUnknown)
+        self.assertEqual((cm.exception.status, cm.exception.lease.acquired), ("stale", False))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+        lease = acquire(self.conn, res, ttl_ms=10000, retry_stale=False)
+        self.assertGreater(lease.generation, stored)
+        self.assertEqual(release(self.conn, lease), "released")
+        # and the helper's one automatic retry
+        redis("SET", lease_key(res) + ":gen", lease.generation + 1000)
+        again = acquire(self.conn, res, ttl_ms=10000)
+        self.assertGreater(again.generation, lease.generation + 1000)
+        self.assertEqual(release(self.conn, again), "released")
+        # and inside one transaction (transaction scope): stale, heal, acquired
+        redis("SET", lease_key(res) + ":gen", again.generation + 1000)
+        with transaction_lease(self.conn, res, ttl_ms=10000) as in_tx:
+            self.assertGreater(in_tx.generation, again.generation + 1000)
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_insufficient_validity_is_a_definite_no(self):
+        """min_validity_ms = ttl_ms can never be met: 'insufficient_validity',
+        acquired false, and the lease was released again."""
+        res = resource_name(self)
+        with self.assertRaises(LeaseDenied) as cm:
+            acquire(self.conn, res, ttl_ms=100, min_validity_ms=100)
+        self.assertEqual(cm.exception.status, "insufficient_validity")
+        self.assertIs(cm.exception.lease.acquired, False)
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_app_role_cannot_switch_the_fence_off(self):
+        """the app role does not own the table (README: Privileges), so it
+        cannot disable the trigger that fences it."""
+        with self.assertRaises(psycopg.errors.InsufficientPrivilege):
+            self.conn.execute("ALTER TABLE account DISABLE TRIGGER zz_lease_fence")
+
+
+# -------------------------------------------------------------- SQLAlchemy 1.4
+
+Base = declarative_base()
+
+
+class Account(Base):
+    __tablename__ = "account"
+    id = Column(Integer, primary_key=True)
+    owner = Column(Text)
+    balance = Column(Integer)
+    fence = Column(BigInteger)
+
+
+def engine_for(user=APP_USER):
+    return create_engine(
+        f"postgresql+psycopg2://{user}@/{DATABASE}?host={PGHOST}&port={PGPORT}",
+        future=True, poolclass=sqlalchemy.pool.NullPool)
+
+
+class SQLAlchemyTests(unittest.TestCase):
+    """The same helper over SQLAlchemy 1.4 (psycopg2 driver): Core and ORM."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = engine_for()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.dispose()
+
+    def setUp(self):
+        self.check = connect()           # psycopg 3, to read rows back
+        self.addCleanup(self.check.close)
+
+    def test_core_transaction_lease_commits(self):
+        """Connection + transaction_lease: the row and fence are committed."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with self.engine.connect() as conn:
+            with transaction_lease(conn, res, ttl_ms=10000, min_validity_ms=500) as lease:
+                conn.execute(text("UPDATE account SET owner = 'sa', balance = balance - 1 "
+                                  "WHERE id = :id"), {"id": row_id})
+        self.assertEqual(read_row(self.check, row_id), ("sa", 99, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_orm_stale_write_raises_stale_generation(self):
+        """ORM Session, explicit scope: B takes over after A's lease expired;
+        A's flush under its old generation raises StaleGeneration, wrapping
+        SQLAlchemy's DBAPIError (psycopg2 pgcode LF001); B's row stands."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with Session(self.engine) as a_session, Session(self.engine) as b_session:
+            a = acquire(a_session, res, ttl_ms=300)
+            time.sleep(0.6)
+            b = acquire(b_session, res, ttl_ms=10000)
+            with fenced(b_session, b.generation):
+                b_session.get(Account, row_id).owner = "B (orm)"
+            with self.assertRaises(StaleGeneration) as cm:
+                with fenced(a_session, a.generation):
+                    a_session.get(Account, row_id).owner = "A (orm, late)"
+            a_session.expire_all()
+            self.assertEqual(release(b_session, b), "released")
+        err = cm.exception
+        self.assertEqual((err.stored, err.supplied), (b.generation, a.generation))
+        self.assertIsInstance(err.__cause__, sqlalchemy.exc.DBAPIError)
+        self.assertEqual(err.__cause__.orig.pgcode, "LF001")
+        self.assertEqual(read_row(self.check, row_id), ("B (orm)", 100, b.generation))
+
+    def test_lease_lost_at_commit(self):
+        """LF010 through SQLAlchemy: LeaseLostAtCommit, nothing committed."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with Session(self.engine) as session:
+            with self.assertRaises(LeaseLostAtCommit):
+                with transaction_lease(session, res, ttl_ms=10000):
+                    session.get(Account, row_id).balance = 0
+                    session.flush()
+                    redis("DEL", lease_key(res))
+        self.assertEqual(read_row(self.check, row_id), ("nobody", 100, 0))
+
+    def test_busy_and_missing_generation(self):
+        """busy is LeaseBusy through SQLAlchemy too; a strict-table write
+        without a generation is MissingGeneration."""
+        res = resource_name(self)
+        holder = acquire(self.check, res, ttl_ms=10000)
+        self.addCleanup(release, self.check, holder)
+        with self.engine.connect() as conn:
+            with self.assertRaises(LeaseBusy):
+                acquire(conn, res, ttl_ms=10000)
+            with self.assertRaises(MissingGeneration):
+                with fence_errors(), conn.begin():
+                    conn.execute(text("INSERT INTO ledger (note) VALUES ('sa unfenced')"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
