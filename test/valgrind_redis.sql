@@ -1,0 +1,337 @@
+-- test/valgrind_redis.sql — the "redis" phase of test/valgrind.sh: every Redis
+-- path of the lease helper, against a throwaway redis-server, with the server
+-- under valgrind memcheck (leak check on).  Run by test/valgrind.sh only:
+--
+--   psql -X -At -v pw_right=... -v pw_wrong=... -v pw_badmode=... -f this
+--
+-- as a superuser, with $PATH holding the generated `redisctl` helper (redis-cli
+-- on the test's socket; stop / start the Redis; CLIENT PAUSE; wait for a
+-- backend's valgrind log to be complete).  Three sessions, one after the
+-- other (\c closes the previous one, so its backend exits and runs its exit
+-- hooks and valgrind's leak check); the last one ends with Redis stopped.
+-- test/valgrind_redis_terminate.sql (a backend terminated while it waits for
+-- Redis) runs after it.
+--
+-- Every check prints one line
+--   STEP|name|got|want|ok-or-FAIL|detail
+-- and test/valgrind.sh requires every step name in this file to print
+-- exactly such lines, all "ok".  Each session also prints PID|<pid> so the
+-- script can wait for that backend's leak report before the server stops.
+-- Resources are named vg:*, keys are lease_fence:{vg:*}.
+
+\set ON_ERROR_STOP off
+\set VERBOSITY default
+\pset footer off
+
+-- ------------------------------------------------------------ set-up
+CREATE EXTENSION IF NOT EXISTS lease_fence;
+CREATE OR REPLACE FUNCTION public.vg_step(step text, got text, want text, detail text DEFAULT '')
+RETURNS text LANGUAGE sql AS $$
+	SELECT format('STEP|%s|%s|%s|%s|%s', step, coalesce(got, '<null>'), want,
+		CASE WHEN got IS NOT DISTINCT FROM want THEN 'ok' ELSE 'FAIL' END, detail)
+$$;
+
+-- ================================================ session A
+SELECT 'PID|' || pg_backend_pid();
+SELECT pg_backend_pid() AS pid_a \gset
+SELECT vg_step('preloaded', current_setting('shared_preload_libraries'), 'lease_fence');
+
+-- ------------------------------------------------ acquired, busy, renewed, released, not_held, lost
+SELECT vg_step('acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:basic', 30000) a;
+SELECT identity AS id_basic FROM lease_fence.leases WHERE resource = 'vg:basic' AND state = 'held' \gset
+SELECT vg_step('busy', a.status, 'busy', a::text) FROM lease_fence.acquire('vg:basic', 30000) a;
+SELECT vg_step('renewed', r.status, 'renewed', r::text) FROM lease_fence.renew('vg:basic', :'id_basic', 30000) r;
+SELECT vg_step('renew_insufficient_validity', r.status, 'insufficient_validity', r::text)
+	FROM lease_fence.renew('vg:basic', :'id_basic', 30000, 30000) r;
+SELECT vg_step('released', r.status, 'released', r::text) FROM lease_fence.release('vg:basic', :'id_basic') r;
+SELECT vg_step('not_held', r.status, 'not_held', r::text) FROM lease_fence.release('vg:basic', :'id_basic') r;
+SELECT vg_step('lost', r.status, 'lost', r::text) FROM lease_fence.renew('vg:basic', :'id_basic', 30000) r;
+
+-- ------------------------------------------------ stale (a :gen key above ours), and healed
+\! redisctl cli SET 'lease_fence:{vg:stale}:gen' 999999999999 >/dev/null
+SELECT vg_step('stale', a.status, 'stale', a::text) FROM lease_fence.acquire('vg:stale', 30000) a;
+SELECT vg_step('stale_then_acquired', a.status || '/' || (a.generation > 999999999999)::text, 'acquired/true', a::text)
+	FROM lease_fence.acquire('vg:stale', 30000) a;
+SELECT identity AS id_stale FROM lease_fence.leases WHERE resource = 'vg:stale' AND state = 'held' \gset
+SELECT vg_step('stale_release', r.status, 'released', r::text) FROM lease_fence.release('vg:stale', :'id_stale') r;
+
+-- a :gen key that holds no generation: XX001, thrown after the reply was freed
+\! redisctl cli SET 'lease_fence:{vg:corrupt}:gen' zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz >/dev/null
+SELECT vg_step('corrupt_gen', a.status, '-', a::text) FROM lease_fence.acquire('vg:corrupt', 30000) a;
+SELECT vg_step('corrupt_gen', :'SQLSTATE', 'XX001');
+
+-- ------------------------------------------------ insufficient_validity (acquire), then released
+SELECT vg_step('insufficient_validity', a.status, 'insufficient_validity', a::text)
+	FROM lease_fence.acquire('vg:short', 100, 100) a;
+SELECT vg_step('insufficient_validity_state', string_agg(state, ','), 'released')
+	FROM lease_fence.leases WHERE resource = 'vg:short';
+\! redisctl expect insufficient_validity_key_gone 0 EXISTS 'lease_fence:{vg:short}'
+
+-- ------------------------------------------------ NOSCRIPT: EVALSHA refused, EVAL used
+\! redisctl cli SCRIPT FLUSH >/dev/null
+\! redisctl cli CONFIG RESETSTAT >/dev/null
+SELECT vg_step('noscript_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:noscript', 30000) a;
+\! redisctl calls noscript_eval_used 1 eval
+SELECT identity AS id_noscript FROM lease_fence.leases WHERE resource = 'vg:noscript' AND state = 'held' \gset
+SELECT vg_step('noscript_release', r.status, 'released', r::text) FROM lease_fence.release('vg:noscript', :'id_noscript') r;
+
+-- ------------------------------------------------ unavailable: Redis stopped; reconnect after start
+SELECT vg_step('down_setup', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:down-held', 30000) a;
+SELECT identity AS id_down FROM lease_fence.leases WHERE resource = 'vg:down-held' AND state = 'held' \gset
+\! redisctl stop
+SELECT vg_step('unavailable_acquire', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:down', 30000) a;
+SELECT vg_step('unavailable_renew', r.status, 'unavailable', r::text) FROM lease_fence.renew('vg:down-held', :'id_down', 30000) r;
+SELECT vg_step('unavailable_release', r.status, 'unavailable', r::text) FROM lease_fence.release('vg:down-held', :'id_down') r;
+\! redisctl start
+SELECT vg_step('reconnect_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:down', 30000) a;
+SELECT identity AS id_down2 FROM lease_fence.leases WHERE resource = 'vg:down' AND state = 'held' \gset
+SELECT vg_step('reconnect_release', r.status, 'released', r::text) FROM lease_fence.release('vg:down', :'id_down2') r;
+
+-- ------------------------------------------------ unknown: CLIENT PAUSE 3000 ALL
+-- acquire during a pause: unknown (acquired IS NULL), its cleanup on a fresh
+-- connection times out too: unconfirmed
+SELECT vg_step('pause_setup', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:pause-held', 60000) a;
+SELECT identity AS id_pause FROM lease_fence.leases WHERE resource = 'vg:pause-held' AND state = 'held' \gset
+\! redisctl pause 3000
+SELECT vg_step('unknown_acquire', a.status || '/' || coalesce(a.acquired::text, 'null'), 'unknown/null', a::text)
+	FROM lease_fence.acquire('vg:pause-acq', 30000) a;
+SELECT vg_step('unknown_acquire_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:pause-acq';
+\! redisctl wait
+SELECT vg_step('after_pause_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:after-pause', 30000) a;
+SELECT identity AS id_after FROM lease_fence.leases WHERE resource = 'vg:after-pause' AND state = 'held' \gset
+SELECT vg_step('after_pause_release', r.status, 'released', r::text) FROM lease_fence.release('vg:after-pause', :'id_after') r;
+-- renew during a pause
+\! redisctl pause 3000
+SELECT vg_step('unknown_renew', r.status || '/' || coalesce(r.renewed::text, 'null'), 'unknown/null', r::text)
+	FROM lease_fence.renew('vg:pause-held', :'id_pause', 60000) r;
+\! redisctl wait
+-- release during a pause: unknown, settled at the end of its transaction
+-- (fresh connection, still paused: unconfirmed), retried at backend exit
+\! redisctl pause 3000
+SELECT vg_step('unknown_release', r.status || '/' || coalesce(r.released::text, 'null'), 'unknown/null', r::text)
+	FROM lease_fence.release('vg:pause-held', :'id_pause') r;
+SELECT vg_step('unknown_release_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:pause-held';
+\! redisctl wait
+
+-- ------------------------------------------------ statement_timeout while Redis is paused: 57014
+SET lease_fence.command_timeout_ms = 5000;
+\! redisctl pause 3000
+SET statement_timeout = 1000;
+SELECT vg_step('timeout_acquire', a.status, '-', a::text) FROM lease_fence.acquire('vg:timeout', 30000) a;
+\set err :SQLSTATE
+RESET statement_timeout;
+SELECT vg_step('timeout_acquire', :'err', '57014');
+SELECT vg_step('timeout_acquire_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:timeout';
+\! redisctl wait
+SELECT vg_step('timeout_renew_setup', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:timeout-renew', 60000) a;
+SELECT identity AS id_trenew FROM lease_fence.leases WHERE resource = 'vg:timeout-renew' AND state = 'held' \gset
+\! redisctl pause 3000
+SET statement_timeout = 1000;
+SELECT vg_step('timeout_renew', r.status, '-', r::text) FROM lease_fence.renew('vg:timeout-renew', :'id_trenew', 60000) r;
+\set err :SQLSTATE
+RESET statement_timeout;
+SELECT vg_step('timeout_renew', :'err', '57014');
+SELECT vg_step('timeout_renew_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:timeout-renew';
+\! redisctl wait
+SELECT vg_step('timeout_release_setup', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:timeout-release', 60000) a;
+SELECT identity AS id_trel FROM lease_fence.leases WHERE resource = 'vg:timeout-release' AND state = 'held' \gset
+\! redisctl pause 3000
+SET statement_timeout = 1000;
+SELECT vg_step('timeout_release', r.status, '-', r::text) FROM lease_fence.release('vg:timeout-release', :'id_trel') r;
+\set err :SQLSTATE
+RESET statement_timeout;
+SELECT vg_step('timeout_release', :'err', '57014');
+SELECT vg_step('timeout_release_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:timeout-release';
+\! redisctl wait
+-- the check at COMMIT interrupted: statement_timeout is not armed there
+-- (PostgreSQL disarms it before it commits), so pg_cancel_backend() from a
+-- second session: 57014, the transaction rolls back
+BEGIN;
+SELECT vg_step('cancel_commit_setup', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-cancel', 60000, 0, 'transaction') a;
+SET LOCAL lease_fence.command_timeout_ms = 30000;
+\! redisctl pause 8000
+\setenv VG_PID :pid_a
+\! redisctl cancel-later "$VG_PID"
+COMMIT;
+\set err :SQLSTATE
+SELECT vg_step('cancel_commit', :'err', '57014');
+SELECT vg_step('cancel_commit_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:tx-cancel';
+\! redisctl wait
+RESET lease_fence.command_timeout_ms;
+
+-- ------------------------------------------------ transaction scope
+SELECT vg_step('tx_outside_block', a.status, '-', a::text) FROM lease_fence.acquire('vg:tx-none', 30000, 0, 'transaction') a;
+SELECT vg_step('tx_outside_block', :'SQLSTATE', '25P01');
+-- COMMIT: verified, released
+BEGIN;
+SELECT vg_step('tx_commit_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-commit', 30000, 0, 'transaction') a;
+SELECT vg_step('tx_commit_generation', (lease_fence.current_generation() = generation)::text, 'true')
+	FROM lease_fence.leases WHERE resource = 'vg:tx-commit' AND state = 'held';
+COMMIT;
+SELECT vg_step('tx_commit', :'SQLSTATE', '00000');
+SELECT vg_step('tx_commit_state', string_agg(state, ','), 'released') FROM lease_fence.leases WHERE resource = 'vg:tx-commit';
+\! redisctl expect tx_commit_key_gone 0 EXISTS 'lease_fence:{vg:tx-commit}'
+-- ROLLBACK: released
+BEGIN;
+SELECT vg_step('tx_rollback_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-rollback', 30000, 0, 'transaction') a;
+ROLLBACK;
+SELECT vg_step('tx_rollback_state', string_agg(state, ','), 'released') FROM lease_fence.leases WHERE resource = 'vg:tx-rollback';
+\! redisctl expect tx_rollback_key_gone 0 EXISTS 'lease_fence:{vg:tx-rollback}'
+-- LF010: the key was deleted behind our back
+BEGIN;
+SELECT vg_step('tx_lost_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-lost', 30000, 0, 'transaction') a;
+\! redisctl cli DEL 'lease_fence:{vg:tx-lost}' >/dev/null
+COMMIT;
+SELECT vg_step('tx_lf010_lost', :'SQLSTATE', 'LF010');
+-- LF010: too little validity left at commit
+BEGIN;
+SELECT vg_step('tx_short_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-short', 30000, 29000, 'transaction') a;
+SELECT pg_sleep(1.5) \g /dev/null
+COMMIT;
+SELECT vg_step('tx_lf010_validity', :'SQLSTATE', 'LF010');
+\! redisctl expect tx_lf010_keys_gone 0 EXISTS 'lease_fence:{vg:tx-lost}' 'lease_fence:{vg:tx-short}'
+-- LF010: Redis paused at commit, the check times out; its cleanup too
+BEGIN;
+SELECT vg_step('tx_pause_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-pause', 30000, 0, 'transaction') a;
+\! redisctl pause 3000
+COMMIT;
+SELECT vg_step('tx_lf010_unverified', :'SQLSTATE', 'LF010');
+SELECT vg_step('tx_lf010_unverified_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:tx-pause';
+\! redisctl wait
+
+-- ------------------------------------------------ session scope: released when this backend exits
+SELECT vg_step('session_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:session', 60000, 0, 'session') a;
+\! redisctl expect session_key_held 1 EXISTS 'lease_fence:{vg:session}'
+
+-- ------------------------------------------------ the views
+SELECT 'LEASE|' || concat_ws('|', resource, scope, state, generation, expires_at IS NOT NULL)
+	FROM lease_fence.leases ORDER BY acquired_at, resource;
+SELECT vg_step('leases_view_unconfirmed', count(*)::text, '7')
+	FROM lease_fence.leases WHERE state = 'unconfirmed';
+SELECT vg_step('stats_cluster_a', string_agg(DISTINCT scope, ','), 'cluster') FROM lease_fence.stats;
+
+-- end session A: its backend releases vg:session and settles the seven
+-- unconfirmed leases at exit
+\setenv VG_PID :pid_a
+\c
+
+-- ================================================ session B
+SELECT 'PID|' || pg_backend_pid();
+SELECT pg_backend_pid() AS pid_b \gset
+\! redisctl wait-exit session_a_exited "$VG_PID"
+\! redisctl expect session_released_at_exit 0 EXISTS 'lease_fence:{vg:session}'
+\! redisctl expect unconfirmed_settled_at_exit 0 EXISTS 'lease_fence:{vg:pause-held}' 'lease_fence:{vg:timeout-renew}' 'lease_fence:{vg:timeout-release}' 'lease_fence:{vg:tx-pause}' 'lease_fence:{vg:tx-cancel}' 'lease_fence:{vg:pause-acq}' 'lease_fence:{vg:timeout}'
+
+-- ------------------------------------------------ the password file
+SELECT vg_step('auth_baseline', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:auth-base', 30000) a;
+\! redisctl cli CONFIG SET requirepass "$VG_REDIS_PW" >/dev/null
+SET lease_fence.redis_password_file = :'pw_wrong';
+SELECT vg_step('auth_wrong_password', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
+SET lease_fence.redis_password_file = :'pw_badmode';
+SELECT vg_step('auth_file_mode_0644', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
+RESET lease_fence.redis_password_file;
+SELECT vg_step('auth_noauth_reply', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
+SET lease_fence.redis_password_file = :'pw_right';
+SELECT vg_step('auth_right_password', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
+SELECT identity AS id_auth FROM lease_fence.leases WHERE resource = 'vg:auth' AND state = 'held' \gset
+SELECT vg_step('auth_release', r.status, 'released', r::text) FROM lease_fence.release('vg:auth', :'id_auth') r;
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl cli CONFIG SET requirepass '' >/dev/null
+RESET lease_fence.redis_password_file;
+SELECT identity AS id_base FROM lease_fence.leases WHERE resource = 'vg:auth-base' AND state = 'held' \gset
+SELECT vg_step('auth_reset_release', r.status, 'released', r::text) FROM lease_fence.release('vg:auth-base', :'id_base') r;
+
+
+-- AUTH during a pause: the handshake times out (unavailable), or is
+-- interrupted by statement_timeout (57014, nothing recorded)
+\! redisctl cli CONFIG SET requirepass "$VG_REDIS_PW" >/dev/null
+SET lease_fence.redis_password_file = :'pw_right';
+SET lease_fence.connect_timeout_ms = 500;
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl pause 3000
+SELECT vg_step('auth_paused_unavailable', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth-pause', 30000) a;
+SET lease_fence.connect_timeout_ms = 5000;
+SET statement_timeout = 1000;
+SELECT vg_step('auth_paused_interrupted', a.status, '-', a::text) FROM lease_fence.acquire('vg:auth-pause', 30000) a;
+\set err :SQLSTATE
+RESET statement_timeout;
+SELECT vg_step('auth_paused_interrupted', :'err', '57014');
+SELECT vg_step('auth_paused_nothing_recorded', count(*)::text, '0') FROM lease_fence.leases WHERE resource = 'vg:auth-pause';
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl wait
+RESET lease_fence.connect_timeout_ms;
+-- an ACL user: AUTH user password
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl cli ACL SETUSER vguser on ">$VG_REDIS_PW" '~*' '&*' '+@all' >/dev/null
+SET lease_fence.redis_user = 'vguser';
+SELECT vg_step('acl_user_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:acl', 30000) a;
+SELECT identity AS id_acl FROM lease_fence.leases WHERE resource = 'vg:acl' AND state = 'held' \gset
+SELECT vg_step('acl_user_release', r.status, 'released', r::text) FROM lease_fence.release('vg:acl', :'id_acl') r;
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl cli CONFIG SET requirepass '' >/dev/null
+-- redis_user without a password file: refused before anything is sent
+RESET lease_fence.redis_password_file;
+SELECT vg_step('user_without_password_file', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:acl', 30000) a;
+RESET lease_fence.redis_user;
+-- redis_db: the SELECT handshake
+SET lease_fence.redis_db = 1;
+SELECT vg_step('db1_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:db1', 30000) a;
+\! redisctl expect db1_key_in_db1 1 -n 1 EXISTS 'lease_fence:{vg:db1}'
+SELECT identity AS id_db1 FROM lease_fence.leases WHERE resource = 'vg:db1' AND state = 'held' \gset
+SELECT vg_step('db1_release', r.status, 'released', r::text) FROM lease_fence.release('vg:db1', :'id_db1') r;
+RESET lease_fence.redis_db;
+
+-- ------------------------------------------------ error replies that are not "unavailable": unknown
+-- (WRONGTYPE inside the scripts; the reply text is copied before it is freed)
+\! redisctl cli RPUSH 'lease_fence:{vg:wrongtype}:gen' x >/dev/null
+SELECT vg_step('error_reply_acquire', a.status || '/' || coalesce(a.acquired::text, 'null'), 'unknown/null', a::text)
+	FROM lease_fence.acquire('vg:wrongtype', 30000) a;
+SELECT vg_step('error_reply_acquire_state', string_agg(state, ','), 'released')
+	FROM lease_fence.leases WHERE resource = 'vg:wrongtype';
+\! redisctl cli RPUSH 'lease_fence:{vg:wrongtype-key}' x >/dev/null
+SELECT vg_step('error_reply_renew', r.status || '/' || coalesce(r.renewed::text, 'null'), 'unknown/null', r::text)
+	FROM lease_fence.renew('vg:wrongtype-key', '0123456789abcdef0123456789abcdef', 30000) r;
+SELECT vg_step('error_reply_release', r.status || '/' || coalesce(r.released::text, 'null'), 'unknown/null', r::text)
+	FROM lease_fence.release('vg:wrongtype-key', '0123456789abcdef0123456789abcdef') r;
+-- at COMMIT: LF010 "could not be verified"; its cleanup gets an error reply
+-- too (unconfirmed, retried at exit, unconfirmed again)
+BEGIN;
+SELECT vg_step('error_reply_commit_setup', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-wrongtype', 30000, 0, 'transaction') a;
+\! redisctl cli DEL 'lease_fence:{vg:tx-wrongtype}' >/dev/null
+\! redisctl cli RPUSH 'lease_fence:{vg:tx-wrongtype}' x >/dev/null
+COMMIT;
+SELECT vg_step('error_reply_commit', :'SQLSTATE', 'LF010');
+SELECT vg_step('error_reply_commit_state', string_agg(state, ','), 'unconfirmed')
+	FROM lease_fence.leases WHERE resource = 'vg:tx-wrongtype';
+
+SELECT 'LEASE|' || concat_ws('|', resource, scope, state, generation, expires_at IS NOT NULL)
+	FROM lease_fence.leases ORDER BY acquired_at, resource;
+
+\setenv VG_PID :pid_b
+\c
+
+-- ================================================ session C: the counters, once A and B are gone
+SELECT 'PID|' || pg_backend_pid();
+\! redisctl wait-exit session_b_exited "$VG_PID"
+SELECT vg_step('stats_cluster', string_agg(DISTINCT scope, ','), 'cluster') FROM lease_fence.stats;
+SELECT vg_step('stats_every_lease_outcome',
+		coalesce(string_agg(operation || '/' || outcome, ',' ORDER BY operation, outcome) FILTER (WHERE count = 0), 'none'),
+		'none')
+	FROM lease_fence.stats WHERE operation IN ('acquire', 'renew', 'release', 'cleanup', 'commit_check');
+SELECT 'STAT|' || concat_ws('|', operation, outcome, count) FROM lease_fence.stats WHERE count > 0 ORDER BY operation, outcome;
+
+-- a session lease whose release at exit finds Redis stopped (test/valgrind.sh
+-- checks the server log for the WARNING, then starts Redis again)
+SELECT vg_step('exit_down_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:exit-down', 60000, 0, 'session') a;
+\! redisctl stop
