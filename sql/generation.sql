@@ -35,6 +35,16 @@ SELECT lease_fence.next_generation() AS aborted_gen \gset
 ROLLBACK;
 SELECT lease_fence.next_generation() > :aborted_gen AS after_abort_is_greater;
 
+-- a draw holds the sequence's lock only while it runs, not to the end of the
+-- transaction as nextval() does: healing a stale generation (which excludes
+-- draws) must not wait for, or deadlock with, open transactions that drew one
+BEGIN;
+SELECT lease_fence.next_generation() > 0 AS drew, lease_fence.next_generation() > 0 AS drew_again;
+SELECT count(*) AS sequence_locks_held FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'lease_fence.generation_seq'::regclass
+  AND pid = pg_backend_pid();
+COMMIT;
+
 -- also with synchronous_commit = off
 SET synchronous_commit = off;
 SELECT lease_fence.next_generation() AS async_gen \gset
