@@ -804,6 +804,51 @@ status_row(FunctionCallInfo fcinfo, const char *operation, bool known, bool valu
 }
 
 /*
+ * Run a compare-identity script that answers with an integer (renew,
+ * release) on the lease key of resource.  What both share is handled here:
+ * an interrupt (recorded as unknown, then raised), Redis error replies,
+ * replies of the wrong type, and the WARNING that says why a request was
+ * unavailable or unknown.  On LF_REDIS_OK, *value is the script's answer.
+ */
+static LfRedisResult
+run_identity_script(LuaScript *script, const char *operation, const char *resource,
+					const char *identity, const char *extra_arg, LeaseEntry *e,
+					int64 ttl, int64 minv, long long *value)
+{
+	const char *keys[1];
+	const char *args[2];
+	int			nargs = 0;
+	redisReply *reply = NULL;
+	char		err[LF_ERRLEN];
+	LfRedisResult r;
+
+	keys[0] = lease_key(resource);
+	args[nargs++] = identity;
+	if (extra_arg)
+		args[nargs++] = extra_arg;
+	r = run_script(script, 1, keys, nargs, args, lf_command_timeout_ms, false, true, &reply, err);
+	if (r == LF_REDIS_INTERRUPTED)
+		interrupted(resource, identity, e ? e->generation : 0,
+					e ? e->scope : SCOPE_EXPLICIT, ttl, minv);
+	if (r == LF_REDIS_OK)
+	{
+		if (reply->type == REDIS_REPLY_INTEGER)
+			*value = reply->integer;
+		else if (reply->type == REDIS_REPLY_ERROR)
+			r = classify_error_reply(reply, err);
+		else
+		{
+			snprintf(err, sizeof(err), "unexpected reply to the %s script", operation);
+			r = LF_REDIS_UNKNOWN;
+		}
+		freeReplyObject(reply);
+	}
+	if (r != LF_REDIS_OK)
+		report_redis_problem(operation, resource, err);
+	return r;
+}
+
+/*
  * lease_fence.renew(resource text, identity text, ttl_ms bigint,
  *					 min_validity_ms bigint DEFAULT 0)
  */
@@ -815,62 +860,31 @@ lf_renew(PG_FUNCTION_ARGS)
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
 	char		ttlbuf[32];
-	const char *keys[1];
-	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
 	LfRedisResult r;
+	long long	answer = 0;
 	int64		start;
 	int64		validity;
 	LeaseEntry *e = find_entry(resource, identity);
 
 	prepare_scripts();
 	snprintf(ttlbuf, sizeof(ttlbuf), INT64_FORMAT, ttl);
-	keys[0] = lease_key(resource);
-	args[0] = identity;
-	args[1] = ttlbuf;
 
 	start = lf_now_ms();
-	r = run_script(SCRIPT_RENEW, 1, keys, 2, args, lf_command_timeout_ms, false, true, &reply, err);
+	r = run_identity_script(SCRIPT_RENEW, "renew", resource, identity, ttlbuf, e, ttl, minv, &answer);
 	validity = validity_after(ttl, lf_now_ms() - start);
 
-	if (r == LF_REDIS_INTERRUPTED)
-		interrupted(resource, identity, e ? e->generation : 0,
-					e ? e->scope : SCOPE_EXPLICIT, ttl, minv);
-	if (r == LF_REDIS_OK && reply->type == REDIS_REPLY_ERROR)
-	{
-		r = classify_error_reply(reply, err);
-		freeReplyObject(reply);
-		reply = NULL;
-	}
-	if (r == LF_REDIS_OK && reply->type != REDIS_REPLY_INTEGER)
-	{
-		freeReplyObject(reply);
-		reply = NULL;
-		snprintf(err, sizeof(err), "unexpected reply to the renew script");
-		r = LF_REDIS_UNKNOWN;
-	}
 	if (r == LF_REDIS_UNAVAILABLE)
-	{
-		report_redis_problem("renew", resource, err);
 		PG_RETURN_DATUM(status_row(fcinfo, "renew", true, false, "unavailable", true, false, 0));
-	}
+	/* unknown: the lease may or may not have been extended; nothing to undo */
 	if (r == LF_REDIS_UNKNOWN)
-	{
-		/* the lease may or may not have been extended: nothing to undo */
-		report_redis_problem("renew", resource, err);
 		PG_RETURN_DATUM(status_row(fcinfo, "renew", false, false, "unknown", true, false, 0));
-	}
 
-	if (reply->integer != 1)
+	if (answer != 1)
 	{
-		freeReplyObject(reply);
 		if (e && e->state == STATE_HELD)
 			e->state = STATE_RELEASED;
 		PG_RETURN_DATUM(status_row(fcinfo, "renew", true, false, "lost", true, false, 0));
 	}
-	freeReplyObject(reply);
-
 	if (e)
 		e->expires_at = GetCurrentTimestamp() + (validity > 0 ? validity : 0) * 1000;
 	if (validity < minv)
@@ -884,42 +898,17 @@ lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
 	char	   *identity = check_identity(fcinfo, 1);
-	const char *keys[1];
-	const char *args[1];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
 	LfRedisResult r;
+	long long	answer = 0;
 	LeaseEntry *e = find_entry(resource, identity);
 
 	prepare_scripts();
-	keys[0] = lease_key(resource);
-	args[0] = identity;
-	r = run_script(SCRIPT_RELEASE, 1, keys, 1, args, lf_command_timeout_ms, false, true, &reply, err);
+	r = run_identity_script(SCRIPT_RELEASE, "release", resource, identity, NULL, e, 0, 0, &answer);
 
-	if (r == LF_REDIS_INTERRUPTED)
-		interrupted(resource, identity, e ? e->generation : 0,
-					e ? e->scope : SCOPE_EXPLICIT, 0, 0);
-	if (r == LF_REDIS_OK && reply->type == REDIS_REPLY_ERROR)
-	{
-		r = classify_error_reply(reply, err);
-		freeReplyObject(reply);
-		reply = NULL;
-	}
-	if (r == LF_REDIS_OK && reply->type != REDIS_REPLY_INTEGER)
-	{
-		freeReplyObject(reply);
-		reply = NULL;
-		snprintf(err, sizeof(err), "unexpected reply to the release script");
-		r = LF_REDIS_UNKNOWN;
-	}
 	if (r == LF_REDIS_UNAVAILABLE)
-	{
-		report_redis_problem("release", resource, err);
 		PG_RETURN_DATUM(status_row(fcinfo, "release", true, false, "unavailable", false, false, 0));
-	}
 	if (r == LF_REDIS_UNKNOWN)
 	{
-		report_redis_problem("release", resource, err);
 		/* retried, bounded, at the end of the transaction */
 		if (e)
 			e->state = STATE_UNKNOWN;
@@ -930,12 +919,8 @@ lf_release(PG_FUNCTION_ARGS)
 
 	if (e)
 		e->state = STATE_RELEASED;
-	if (reply->integer == 1)
-	{
-		freeReplyObject(reply);
+	if (answer == 1)
 		PG_RETURN_DATUM(status_row(fcinfo, "release", true, true, "released", false, false, 0));
-	}
-	freeReplyObject(reply);
 	PG_RETURN_DATUM(status_row(fcinfo, "release", true, false, "not_held", false, false, 0));
 }
 
