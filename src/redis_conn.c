@@ -47,6 +47,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/wait_event.h"
 
 /* GUCs (defined in lease_fence.c) */
@@ -64,6 +65,16 @@ int			lf_cleanup_timeout_ms = 500;
 static redisContext *cached_conn = NULL;
 static char cached_target[1024];
 static bool exit_hook_registered = false;
+
+/*
+ * The wait event set for the socket we wait on, kept while that socket
+ * lives: building one per wait costs an epoll instance and four system
+ * calls, a measurable part of a lease round trip.
+ */
+static WaitEventSet *wait_set = NULL;
+static pgsocket wait_set_fd = PGINVALID_SOCKET;
+static int	wait_set_pos = -1;
+static uint32 wait_set_events = 0;
 
 /* longest password we read from redis_password_file */
 #define LF_MAX_PASSWORD 512
@@ -90,13 +101,30 @@ describe_target(char *buf, size_t len)
 			 lf_redis_password_file ? lf_redis_password_file : "");
 }
 
+/*
+ * Free a hiredis context, and the wait event set of its socket first: once
+ * the socket is closed its number may be reused by the next connection,
+ * which the old epoll registration would not watch.
+ */
+static void
+free_context(redisContext *c)
+{
+	if (wait_set != NULL && c->fd == wait_set_fd)
+	{
+		FreeWaitEventSet(wait_set);
+		wait_set = NULL;
+		wait_set_fd = PGINVALID_SOCKET;
+	}
+	redisFree(c);
+}
+
 /* Free the cached connection, if any. */
 void
 lf_redis_disconnect(void)
 {
 	if (cached_conn != NULL)
 	{
-		redisFree(cached_conn);
+		free_context(cached_conn);
 		cached_conn = NULL;
 	}
 }
@@ -104,29 +132,51 @@ lf_redis_disconnect(void)
 /*
  * Wait until the socket is readable (or writable) or the deadline passes.
  * Returns 1 when ready, 0 on timeout, -1 when an interrupt is pending and
- * may be processed now (only if interruptible).
+ * may be processed now (only if interruptible).  Postmaster death ends the
+ * process.
  */
 static int
-wait_socket(int fd, bool for_write, int64 deadline, bool interruptible)
+wait_socket(pgsocket fd, bool for_write, int64 deadline, bool interruptible)
 {
+	uint32		want = for_write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
+
+	if (wait_set == NULL || wait_set_fd != fd)
+	{
+		if (wait_set != NULL)
+			FreeWaitEventSet(wait_set);
+		wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		if (IsUnderPostmaster)
+			AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		wait_set_pos = AddWaitEventToSet(wait_set, want, fd, NULL, NULL);
+		wait_set_fd = fd;
+		wait_set_events = want;
+	}
+	else if (wait_set_events != want)
+	{
+		ModifyWaitEvent(wait_set, wait_set_pos, want, NULL);
+		wait_set_events = want;
+	}
+
 	for (;;)
 	{
 		int64		now = lf_now_ms();
-		int			rc;
+		WaitEvent	event;
+		int			n;
 
 		if (now >= deadline)
 			return 0;
-		rc = WaitLatchOrSocket(MyLatch,
-							   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH |
-							   (for_write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE),
-							   fd, (long) (deadline - now), PG_WAIT_EXTENSION);
-		if (rc & WL_LATCH_SET)
+		n = WaitEventSetWait(wait_set, (long) (deadline - now), &event, 1, PG_WAIT_EXTENSION);
+		if (n == 0)
+			continue;			/* timed out: the loop checks the deadline */
+		if (event.events & WL_LATCH_SET)
 		{
 			ResetLatch(MyLatch);
 			if (interruptible && INTERRUPTS_PENDING_CONDITION() && INTERRUPTS_CAN_BE_PROCESSED())
 				return -1;
+			continue;
 		}
-		if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+		if (event.events & want)
 			return 1;
 	}
 }
@@ -332,7 +382,7 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 	if (c->err)
 	{
 		snprintf(err, errlen, "could not connect to Redis: %s", c->errstr);
-		redisFree(c);
+		free_context(c);
 		return NULL;
 	}
 
@@ -342,13 +392,13 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 	{
 		*interrupted = (w < 0);
 		snprintf(err, errlen, "timed out connecting to Redis");
-		redisFree(c);
+		free_context(c);
 		return NULL;
 	}
 	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &solen) != 0 || soerr != 0)
 	{
 		snprintf(err, errlen, "could not connect to Redis: %s", strerror(soerr ? soerr : errno));
-		redisFree(c);
+		free_context(c);
 		return NULL;
 	}
 
@@ -361,7 +411,7 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 
 		if (!read_password(password, sizeof(password), err, errlen))
 		{
-			redisFree(c);
+			free_context(c);
 			return NULL;
 		}
 		argv[argc++] = "AUTH";
@@ -372,14 +422,14 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 		explicit_bzero(password, sizeof(password));
 		if (!ok)
 		{
-			redisFree(c);
+			free_context(c);
 			return NULL;
 		}
 	}
 	else if (lf_redis_user && lf_redis_user[0] != '\0')
 	{
 		snprintf(err, errlen, "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
-		redisFree(c);
+		free_context(c);
 		return NULL;
 	}
 
@@ -393,7 +443,7 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 		argv[1] = db;
 		if (!handshake(c, 2, argv, deadline, interruptible, interrupted, err, errlen))
 		{
-			redisFree(c);
+			free_context(c);
 			return NULL;
 		}
 	}
