@@ -1,0 +1,1 @@
+SELECT lease_fence.next_generation();

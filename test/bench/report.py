@@ -1,0 +1,257 @@
+#!/usr/bin/python3
+"""test/bench/report.py — the table of test/bench/run.sh.
+
+Usage: report.py META OUTDIR
+
+Reads OUTDIR/samples.csv (one line per measurement: section, variant, round,
+value, unit) and the RSS series OUTDIR/rss_*.dat, writes OUTDIR/results.txt
+(the table) and OUTDIR/ratios.dat (for plot.gp).  Every figure is a median
+over the interleaved rounds; each ratio is the median of the per-round ratios
+of two measurements taken side by side in the same round, with their range.
+"""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(outdir):
+    data = defaultdict(dict)        # (section, variant) -> {round: value}
+    with open(f"{outdir}/samples.csv") as f:
+        for row in csv.DictReader(f):
+            data[(row["section"], row["variant"])][int(row["round"])] = float(row["value"])
+    return data
+
+
+def rss(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if not parts or parts[0].startswith("#") or len(parts) < 3:
+                continue
+            rows.append(tuple(float(p) for p in parts[:3]))
+    return rows
+
+
+class Report:
+    def __init__(self, meta, data):
+        self.meta = meta
+        self.data = data
+        self.lines = []
+        self.ratios = []            # (label, value, lo, hi, target, sense, met)
+
+    def out(self, s=""):
+        self.lines.append(s)
+
+    def series(self, section, variant):
+        return self.data[(section, variant)]
+
+    def med(self, section, variant):
+        return statistics.median(self.series(section, variant).values())
+
+    def rng(self, section, variant):
+        v = self.series(section, variant).values()
+        return min(v), max(v)
+
+    def ratio(self, label, num, den, target=None, sense=None):
+        """num and den: dicts round -> value, measured side by side.  The
+        ratio is the median of the per-round ratios: pairing each round's
+        two measurements cancels what changed between rounds (other load on
+        the machine), which a ratio of two medians would not."""
+        rounds = sorted(set(num) & set(den))
+        per = [num[r] / den[r] for r in rounds]
+        value = statistics.median(per)
+        met = None
+        if target is not None:
+            met = value <= target if sense == "max" else value >= target
+        self.ratios.append((label, value, min(per), max(per), target, sense, met))
+        return value
+
+
+def fmt(v, unit):
+    if unit == "ms":
+        return f"{v:9.1f} ms"
+    if unit == "us":
+        return f"{v:9.1f} µs"
+    if unit in ("tps", "calls/s"):
+        return f"{v:9.0f} /s"
+    return f"{v:9.2f}"
+
+
+def main():
+    meta_path, outdir = sys.argv[1], sys.argv[2]
+    meta = dict(line.rstrip("\n").split("=", 1) for line in open(meta_path) if "=" in line)
+    rep = Report(meta, load(outdir))
+    out = rep.out
+    rows = int(meta["rows"])
+
+    out(f"lease_fence benchmark — {meta['date']}, commit {meta['commit']}")
+    out(f"machine: {meta['cpu']}, {meta['memory']} RAM, {meta['kernel']}")
+    out(f"software: PostgreSQL {meta['postgres']}, Redis {meta['redis']}, redis-py {meta['python_redis']}")
+    out(f"server: fsync=on, shared_buffers=1GB, unix sockets; lease_fence preloaded")
+    out(f"load average (other work on the machine): {meta.get('load', '?')}")
+    out(f"method: {meta['rounds']} interleaved rounds (order rotated each round), "
+        f"median [min..max]; pgbench runs {meta['seconds']} s; whole run {int(meta['elapsed']) // 60} min {int(meta['elapsed']) % 60} s")
+    out()
+
+    # -- 1 --
+    if ("update", "none") not in rep.data:
+        out("1. (not run)")
+        out()
+    else:
+        cg_rows = int(meta.get("cg_rows", "0"))
+        out(f"1. UPDATE of all {rows} rows (UPDATE t SET v = v + 1, one statement, table vacuumed before);")
+        out(f"   wall time, the backend's CPU time, and instructions per row (callgrind, {cg_rows} rows, executor only)")
+        labels = [("none", "no trigger"),
+                  ("builtin", "suppress_redundant_updates_trigger (built-in C)"),
+                  ("plpgsql", "PL/pgSQL fence trigger"),
+                  ("lf_new", "lease_fence, new generation (fence rewritten)"),
+                  ("lf_same", "lease_fence, same generation (fence compared)")]
+        have_ir = ("update_ir", "none") in rep.data
+        out(f"   {'':<48} {'wall':>10}  {'':<12} {'CPU':>10}  {'':<12} {'Ir/row':>7} {'trigger':>8}")
+        for v, label in labels:
+            lo, hi = rep.rng("update", v)
+            clo, chi = rep.rng("update_cpu", v)
+            ir = trig = ""
+            if have_ir:
+                ir = f"{rep.med('update_ir', v):7.0f}"
+                if v != "none":
+                    trig = f"{rep.med('update_ir', v) - rep.med('update_ir', 'none'):+8.0f}"
+            out(f"   {label:<48} {fmt(rep.med('update', v), 'ms')}  [{lo:4.0f}..{hi:4.0f}] "
+                f"{fmt(rep.med('update_cpu', v), 'ms')}  [{clo:4.0f}..{chi:4.0f}] {ir} {trig}")
+        out("   (trigger = instructions per row above no trigger: what the trigger and its machinery add)")
+        for metric, name in (("update", "wall"), ("update_cpu", "CPU"), ("update_ir", "instructions")):
+            if (metric, "none") not in rep.data:
+                continue
+            m = lambda v: rep.series(metric, v)
+            rep.ratio(f"1  lease_fence new gen / built-in C trigger, {name}", m("lf_new"), m("builtin"), 1.05, "max")
+            rep.ratio(f"1  lease_fence same gen / built-in C trigger, {name}", m("lf_same"), m("builtin"), 1.05, "max")
+        u = lambda v: rep.series("update", v)
+        rep.ratio("1  lease_fence new gen / PL/pgSQL fence, wall", u("lf_new"), u("plpgsql"))
+        rep.ratio("1  lease_fence new gen / no trigger, wall", u("lf_new"), u("none"))
+        rep.ratio("1  built-in C trigger / no trigger, wall", u("builtin"), u("none"))
+        out()
+
+    # -- 2 --
+    if ("rowupdate_c1", "update_none") not in rep.data:
+        out("2. (not run)")
+        out()
+    else:
+        out("2. single-row UPDATE transactions, pgbench -M prepared, random row, synchronous_commit=off (throughput)")
+        for c in (1, 2):
+            sec = f"rowupdate_c{c}"
+            for v, label in (("update_none", "UPDATE, no trigger"),
+                             ("update_lf", "UPDATE, fenced (generation set for the session)"),
+                             ("txn_none", "BEGIN; UPDATE; END"),
+                             ("txn_lf", "BEGIN; set_generation(g); UPDATE fenced; END")):
+                lo, hi = rep.rng(sec, v)
+                out(f"   {c} client{'s' if c > 1 else ' '} {label:<50} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
+            rep.ratio(f"2  fenced / unfenced UPDATE, {c} client{'s' if c > 1 else ''} (tps)",
+                      rep.series(sec, "update_lf"), rep.series(sec, "update_none"))
+            rep.ratio(f"2  fenced / unfenced transaction, {c} client{'s' if c > 1 else ''} (tps)",
+                      rep.series(sec, "txn_lf"), rep.series(sec, "txn_none"))
+        out()
+
+    # -- 3 --
+    if ("cycle", "lease_fence") not in rep.data:
+        out("3. (not run)")
+        out()
+    else:
+        cy = lambda v: rep.series("cycle", v)
+        floor = {r: cy("sql_floor")[r] + cy("redis_set")[r] + cy("redis_eval")[r]
+                 for r in cy("sql_floor") if r in cy("redis_set") and r in cy("redis_eval")}
+        rep.data[("cycle", "floor")] = floor
+        out("3. one acquire + release cycle (latency per cycle, one client, no pipelining)")
+        for v, label in (("lease_fence", "lease_fence: acquire() + release() through SQL ¹"),
+                         ("sql_floor", "floor, SQL part: SELECT 1; SELECT 1 (pgbench) ²"),
+                         ("redis_set", "floor, Redis part: SET k v NX PX 30000 (redis-benchmark)"),
+                         ("redis_eval", "floor, Redis part: EVAL compare-and-delete (redis-benchmark)"),
+                         ("floor", "floor = the three above, summed per round"),
+                         ("redispy", "redis-py 4.3 Lock: acquire(blocking=False) + release() ³")):
+            lo, hi = rep.rng("cycle", v)
+            out(f"   {label:<62} {fmt(rep.med('cycle', v), 'us')}  [{lo:.0f}..{hi:.0f}]")
+        rep.ratio("3  lease_fence cycle / its floor", cy("lease_fence"), floor, 1.25, "max")
+        rep.ratio("3  lease_fence cycle / redis-py Lock cycle", cy("lease_fence"), cy("redispy"))
+        out("   ¹ pgbench, 2 round trips: SELECT identity FROM lease_fence.acquire('bench-cycle', 30000) \\gset;")
+        out("     SELECT status FROM lease_fence.release('bench-cycle', :identity).  Inside: a durable generation")
+        out("     (nextval + a WAL flush once per 33 values), a 128-bit random identity, one EVALSHA of the acquire script")
+        out("     (EXISTS, GET, SET NX PX, SET of the generation key), the session's lease list; then one EVALSHA")
+        out("     of the compare-and-delete script.")
+        out("   ² The floor is what any SQL-driven lease needs at the least: two SQL round trips from the")
+        out("     client and the two Redis round trips (take with an identity and a TTL; compare-and-delete),")
+        out("     each measured alone, one client, no pipelining; Redis keys random (-r 1e8), so SET NX sets.")
+        if ("gen_server", "nextval") in rep.data:
+            per_flush = 33 * (1e6 / rep.med("gen_server", "next_generation") - 1e6 / rep.med("gen_server", "nextval"))
+            out(f"     Of the cycle, the durable generation costs two WAL flushes (fdatasync) per 33 acquires: the")
+            out(f"     one next_generation() makes, and the commit of the xid nextval() assigned; one flush took")
+            out(f"     {per_flush:.0f} µs here (section 4, in one statement), so about {2 * per_flush / 33:.0f} µs per cycle.")
+        out("   ³ Same two Redis commands (SET NX PX with a uuid1 token, EVALSHA compare-and-delete) from")
+        out("     Python over the unix socket: no SQL hop, no generation, no durability.")
+        out()
+
+    # -- 4 --
+    if ("gen_sync", "nextval") not in rep.data:
+        out("4. (not run)")
+        out()
+    else:
+        out("4. next_generation() versus nextval() (throughput)")
+        for sec, label in (("gen_sync", "pgbench, 1 client, one call per transaction"),
+                           ("gen_async", "pgbench, 1 client, same, synchronous_commit=off"),
+                           ("gen_server", f"{meta['calls']} calls in one statement (server only)")):
+            for v in ("nextval", "next_generation"):
+                lo, hi = rep.rng(sec, v)
+                out(f"   {label:<50} {v + '()':<18} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
+            rep.ratio(f"4  next_generation / nextval: {label.split(',')[0] if sec != 'gen_async' else 'pgbench, sync_commit=off'}"
+                      if sec != "gen_server" else "4  next_generation / nextval: in one statement",
+                      rep.series(sec, "next_generation"), rep.series(sec, "nextval"), 0.9, "min")
+        out()
+
+    # -- 5 --
+    if True:
+        out("5. backend memory (kB; RssAnon = the backend's private memory, VmRSS also counts shared buffers it touched)")
+        flat = []
+        for name, label, count in (("cycles", "acquire/release cycles (pgbench, 1 backend)", meta["mem_cycles"]),
+                                   ("updates", "fenced single-row UPDATEs (pgbench, 1 backend)", meta["mem_updates"]),
+                                   ("bulk", f"fenced row updates, 5 UPDATEs of {rows} rows", str(5 * rows))):
+            try:
+                s = rss(f"{outdir}/rss_{name}.dat")
+            except FileNotFoundError:
+                out(f"   {label}: not run")
+                continue
+            if len(s) < 2:
+                out(f"   {label}: too few samples")
+                continue
+            if name == "bulk":
+                start = s[1]            # after the first statement
+            else:
+                t_end = s[-1][0]
+                start = next(x for x in s if x[0] >= 0.1 * t_end)
+            end = s[-1]
+            grow = end[2] - start[2]
+            ok = grow < 1024
+            flat.append(ok)
+            what = "after the first statement" if name == "bulk" else f"at {start[0]:.0f} s (10%)"
+            out(f"   {int(count):>8} {label:<48} RssAnon {start[2]:.0f} {what} -> {end[2]:.0f} at the end "
+                f"({grow:+.0f}); VmRSS {start[1]:.0f} -> {end[1]:.0f}; max RssAnon {max(x[2] for x in s):.0f}")
+            rep.ratios.append((f"5  RssAnon growth, {name} (MB)", grow / 1024, grow / 1024, grow / 1024, 1.0, "max", ok))
+        out("   flat = RssAnon grows by less than 1 MB from 10% of the run to its end.")
+        out()
+
+    out("RATIOS (median of per-round ratios [their range])              value                target   met")
+    for label, value, lo, hi, target, sense, met in rep.ratios:
+        t = "" if target is None else (f"<= {target}" if sense == "max" else f">= {target}")
+        m = "" if met is None else ("yes" if met else "NO")
+        out(f"   {label:<58} {value:6.3f} [{lo:.3f}..{hi:.3f}]  {t:>8}   {m}")
+
+    with open(f"{outdir}/results.txt", "w") as f:
+        f.write("\n".join(rep.lines) + "\n")
+    with open(f"{outdir}/ratios.dat", "w") as f:
+        f.write("# i label value lo hi target\n")
+        for i, (label, value, lo, hi, target, sense, met) in enumerate(
+                r for r in rep.ratios if not r[0].startswith("5 ")):
+            f.write(f'{i} "{label[3:]}" {value:.4f} {lo:.4f} {hi:.4f} {target if target is not None else "NaN"}\n')
+
+
+if __name__ == "__main__":
+    main()

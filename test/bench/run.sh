@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# test/bench/run.sh — what lease_fence costs, measured side by side.
+#
+# Builds and installs the extension from a private copy of the tree, starts a
+# throwaway PostgreSQL 15 and redis-server (unix sockets in a temp dir), and
+# measures, each comparison interleaved (A B C D, A B C D, ... for
+# LF_BENCH_ROUNDS rounds, the order rotated every round) and summarised by
+# its median:
+#
+#   1. a 200k-row UPDATE on a fenced table versus the same UPDATE under
+#      suppress_redundant_updates_trigger (the row-trigger machinery alone),
+#      under a PL/pgSQL fence trigger, and with no trigger: wall time, the
+#      backend's CPU time, and (once, under callgrind, on a smaller table)
+#      instructions per row, which other load on the machine cannot move;
+#   2. single-row UPDATE transactions (pgbench, 1 and 2 clients), fenced
+#      versus unfenced;
+#   3. one acquire + release cycle through SQL versus its floor (two trivial
+#      SQL round trips + SET NX PX + a compare-and-delete script) and versus
+#      redis-py's Lock;
+#   4. next_generation() versus nextval();
+#   5. backend memory (RSS) over many acquire/release cycles and fenced
+#      updates.
+#
+# Prints a table and writes test/bench/results/: results.txt (the table),
+# samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
+# plot).  As root it installs what it needs (Debian packages) and runs the
+# servers as the postgres user, like test/run.sh.  About 11 minutes on 2 CPUs.
+#
+# Settings (environment):
+#   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
+#   LF_BENCH_SECONDS=3         seconds per pgbench / redis-py run
+#   LF_BENCH_ROWS=200000       rows of the bulk UPDATE
+#   LF_BENCH_REDIS_N=50000     requests per redis-benchmark run
+#   LF_BENCH_MEM_CYCLES=400000 acquire/release cycles of the memory test
+#   LF_BENCH_MEM_UPDATES=1000000 fenced single-row UPDATEs of the memory test
+#   LF_BENCH_CG_ROWS=20000     rows of the UPDATE counted under callgrind
+#   LF_BENCH_OUT=test/bench/results
+#   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
+#   PG_CONFIG                  build against (and run) another PostgreSQL 15
+#                              installation than Debian's, e.g. a private copy
+#   LF_KEEP=1                  keep the temp dir (logs, raw outputs)
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+. "$top/test/lib.sh"
+
+ROUNDS=${LF_BENCH_ROUNDS:-7}
+SECS=${LF_BENCH_SECONDS:-3}
+ROWS=${LF_BENCH_ROWS:-200000}
+REDIS_N=${LF_BENCH_REDIS_N:-50000}
+MEM_CYCLES=${LF_BENCH_MEM_CYCLES:-400000}
+MEM_UPDATES=${LF_BENCH_MEM_UPDATES:-1000000}
+CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
+OUT=${LF_BENCH_OUT:-$here/results}
+PY=/usr/bin/python3			# Debian's, which has python3-redis
+
+lf_need_packages gnuplot-nox python3-redis valgrind || exit 1
+if [ -n "${PG_CONFIG:-}" ]; then
+	PG_BIN=$("$PG_CONFIG" --bindir)
+	export PG_CONFIG
+fi
+PGBENCH=$PG_BIN/pgbench
+
+started=$(date +%s)
+# the commit measured: the tree is copied now
+commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$top" status --porcelain -- src sql expected Makefile lease_fence.control 'lease_fence--*.sql' 2>/dev/null)" ] && echo ' (with uncommitted changes)')"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+trap lf_cleanup EXIT
+lf_make_workdir "$top"
+lf_build_install || exit 1
+lf_start_redis || exit 1
+# fsync on: next_generation() exists to make values durable, and its cost is
+# a WAL flush.  No checkpoint or autovacuum in the middle of a measurement:
+# run.sh vacuums the bulk-UPDATE tables itself.
+lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" \
+	"shared_preload_libraries = 'lease_fence'" \
+	"fsync = on" \
+	"shared_buffers = 1GB" \
+	"max_wal_size = 20GB" \
+	"checkpoint_timeout = 1d" \
+	"autovacuum = off" || exit 1
+
+raw=$LF_WORK/raw
+lf_as_user mkdir -p "$raw"
+samples=$LF_WORK/samples.csv
+echo "section,variant,round,value,unit" >"$samples"
+
+want() { [ -z "${LF_BENCH_ONLY:-}" ] || [[ " $LF_BENCH_ONLY " == *" $1 "* ]]; }
+sample() { echo "$1,$2,$3,$4,$5" >>"$samples"; }
+psql_u() { lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+die() { echo "bench: $*" >&2; exit 1; }
+
+# pgbench SCRIPT CLIENTS [PGOPTIONS] [more pgbench args]: prints tps
+pgbench_tps() {
+	local script=$1 clients=$2 opts=${3:-}
+	shift 3
+	local out
+	out=$(cd "$LF_WORK" && lf_as_user env PGOPTIONS="$opts" "$PGBENCH" -n -M prepared \
+		-c "$clients" -j "$clients" -T "$SECS" -D rows="$ROWS" "$@" \
+		-f "$LF_SRC/test/bench/pgbench/$script.sql" 2>&1) || { echo "$out" >&2; die "pgbench $script failed"; }
+	echo "$out" | grep -q 'aborted' && { echo "$out" >&2; die "pgbench $script aborted"; }
+	echo "$out" | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+}
+
+# the order of round r: the variants rotated by r
+rotate() {
+	local r=$1; shift
+	local n=$# i
+	local a=("$@")
+	for ((i = 0; i < n; i++)); do echo "${a[$(((i + r) % n))]}"; done
+}
+
+lf_log "setting up ($ROWS rows per table)"
+psql_u -v rows="$ROWS" -f "$LF_SRC/test/bench/setup.sql" >"$raw/setup.out" 2>&1 || { cat "$raw/setup.out"; die "setup failed"; }
+if want 1; then	# the same schema, smaller, for the instruction counts (section 1, callgrind)
+	psql_u -c "CREATE DATABASE cg" && psql_u -d cg -v rows="$CG_ROWS" -f "$LF_SRC/test/bench/setup.sql" \
+		>"$raw/setup_cg.out" 2>&1 || { cat "$raw/setup_cg.out"; die "setup of database cg failed"; }
+	same_gen_cg=$(psql_u -d cg -c "SELECT fence FROM u_lf_same WHERE id = 1")
+fi
+same_gen=$(psql_u -c "SELECT fence FROM u_lf_same WHERE id = 1")
+
+# ---------------------------------------------------------------------
+# 1. the bulk UPDATE, four ways (and lease_fence twice)
+# ---------------------------------------------------------------------
+if want 1; then
+lf_log "1. $ROWS-row UPDATE: no trigger, built-in C trigger, PL/pgSQL fence, lease_fence"
+declare -A utable=([none]=u_none [builtin]=u_builtin [plpgsql]=u_plpgsql [lf_new]=u_lf [lf_same]=u_lf_same)
+# the backend's own CPU time (ns, from the scheduler): unlike the wall time
+# it does not count waiting for a CPU, so other load on the machine disturbs
+# it less
+cpu_now="split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint"
+for ((r = 0; r <= ROUNDS; r++)); do
+	gen=$(psql_u -c "SELECT lease_fence.next_generation()")
+	for v in $(rotate "$r" none builtin plpgsql lf_new lf_same); do
+		g=$gen
+		[ "$v" = lf_same ] && g=$same_gen
+		out=$(psql_u <<SQL 2>&1
+VACUUM ${utable[$v]};
+BEGIN;
+SET LOCAL lease_fence.generation = $g;
+SELECT $cpu_now AS c0 \gset
+\timing on
+UPDATE ${utable[$v]} SET v = v + 1;
+\timing off
+SELECT 'cpu', ($cpu_now - :c0) / 1e6;
+COMMIT;
+SQL
+		) || { echo "$out" >&2; die "UPDATE on ${utable[$v]} failed"; }
+		ms=$(echo "$out" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | head -1)
+		cpu=$(echo "$out" | sed -n 's/^cpu|\([0-9.]*\)$/\1/p' | head -1)
+		[ -n "$ms" ] && [ -n "$cpu" ] || { echo "$out" >&2; die "no timing for ${utable[$v]}"; }
+		if [ "$r" -gt 0 ]; then		# round 0 warms up
+			sample update "$v" "$r" "$ms" ms
+			sample update_cpu "$v" "$r" "$cpu" ms
+		fi
+	done
+done
+
+fi
+
+# ---------------------------------------------------------------------
+# 2. single-row UPDATE transactions, fenced and unfenced
+# ---------------------------------------------------------------------
+if want 2; then
+lf_log "2. single-row UPDATE transactions (pgbench, 1 and 2 clients)"
+gen=$(psql_u -c "SELECT lease_fence.next_generation()")
+# synchronous_commit = off, so that a commit's WAL flush (the same for both)
+# does not hide what the trigger costs; the generation is set for the session
+opts="-c synchronous_commit=off -c lease_fence.generation=$gen"
+for ((r = 1; r <= ROUNDS; r++)); do
+	for c in 1 2; do
+		for v in $(rotate "$r" update_none update_lf txn_none txn_lf); do
+			o=$opts
+			# the application form sets the generation in each transaction
+			case $v in txn_*) o="-c synchronous_commit=off" ;; esac
+			tps=$(pgbench_tps "$v" "$c" "$o" -D gen="$gen") || exit 1
+			sample "rowupdate_c$c" "$v" "$r" "$tps" tps
+		done
+	done
+done
+
+fi
+
+# ---------------------------------------------------------------------
+# 3. an acquire + release cycle, its floor, and redis-py's Lock
+# ---------------------------------------------------------------------
+if want 3; then
+lf_log "3. acquire + release cycle: lease_fence, the floor, redis-py Lock"
+release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+redis_us() {	# redis-benchmark, one client, no pipelining: microseconds per request
+	local rps
+	rps=$(cd "$LF_WORK" && lf_as_user redis-benchmark -s "$LF_REDIS_SOCK" -c 1 -n "$REDIS_N" \
+		-r 100000000 --csv "$@" | tail -1 | awk -F'","' '{ print $2 }')
+	[ -n "$rps" ] || die "redis-benchmark $1 failed"
+	awk -v r="$rps" 'BEGIN { printf "%.3f", 1e6 / r }'
+}
+for ((r = 0; r <= ROUNDS; r++)); do
+	for v in $(rotate "$r" lease_fence sql_floor redis_set redis_eval redispy); do
+		case $v in
+		lease_fence)
+			us=$(pgbench_tps cycle 1 "" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
+		sql_floor)
+			us=$(pgbench_tps floor_sql 1 "" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
+		redis_set)
+			us=$(redis_us SET 'bench:floor:__rand_int__' v NX PX 30000) ;;
+		redis_eval)
+			us=$(redis_us EVAL "$release_lua" 1 'bench:floor:__rand_int__' v) ;;
+		redispy)
+			us=$(cd "$LF_WORK" && lf_as_user "$PY" "$LF_SRC/test/bench/redispy_lock.py" "$LF_REDIS_SOCK" "$SECS" | awk '{ print $2 }') ;;
+		esac
+		[ -n "$us" ] || die "cycle measurement $v failed"
+		[ "$r" -gt 0 ] && sample cycle "$v" "$r" "$us" us
+	done
+done
+
+fi
+
+# ---------------------------------------------------------------------
+# 4. next_generation() versus nextval()
+# ---------------------------------------------------------------------
+CALLS=200000
+if want 4; then
+lf_log "4. next_generation() versus nextval()"
+for ((r = 1; r <= ROUNDS; r++)); do
+	for v in $(rotate "$r" nextval next_generation); do
+		# one call per transaction, as a client draws them, with the
+		# default synchronous_commit and with synchronous_commit = off
+		tps=$(pgbench_tps "$v" 1 "") || exit 1
+		sample gen_sync "$v" "$r" "$tps" tps
+		tps=$(pgbench_tps "$v" 1 "-c synchronous_commit=off") || exit 1
+		sample gen_async "$v" "$r" "$tps" tps
+		# CALLS calls inside one statement: the function alone
+		if [ "$v" = nextval ]; then f="nextval('bench_seq')"; else f="lease_fence.next_generation()"; fi
+		out=$(psql_u <<SQL 2>&1
+\timing on
+SELECT count($f) FROM generate_series(1, $CALLS);
+SQL
+		) || { echo "$out" >&2; die "$v in one statement failed"; }
+		ms=$(echo "$out" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | head -1)
+		sample gen_server "$v" "$r" "$(awk -v ms="$ms" -v n="$CALLS" 'BEGIN { printf "%.1f", n / (ms / 1000) }')" calls/s
+	done
+done
+fi
+
+# ---------------------------------------------------------------------
+# 5. backend memory over many cycles and fenced updates
+# ---------------------------------------------------------------------
+# rss_series NAME PGBENCH-ARGS...: run pgbench with one client, sample the
+# VmRSS and RssAnon of its backend every half second into $raw/rss_NAME.dat
+rss_series() {
+	local name=$1; shift
+	local dat=$raw/rss_$name.dat pid="" i t0 now st
+	(cd "$LF_WORK" && lf_as_user "$PGBENCH" -n -M prepared -c 1 -D rows="$ROWS" "$@" \
+		>"$raw/pgbench_$name.out" 2>&1) &
+	local bg=$!
+	for i in $(seq 1 100); do
+		pid=$(psql_u -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'" 2>/dev/null)
+		[ -n "$pid" ] && break
+		sleep 0.05
+	done
+	[ -n "$pid" ] || die "no pgbench backend for $name"
+	t0=$(date +%s.%N)
+	echo "# seconds vmrss_kB rssanon_kB" >"$dat"
+	while kill -0 "$bg" 2>/dev/null; do
+		st=$(grep -E '^(VmRSS|RssAnon):' "/proc/$pid/status" 2>/dev/null | awk '{ printf "%s ", $2 }')
+		now=$(date +%s.%N)
+		[ -n "$st" ] && echo "$(awk -v a="$now" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') $st" >>"$dat"
+		sleep 0.5
+	done
+	wait "$bg" || { cat "$raw/pgbench_$name.out" >&2; die "pgbench $name failed"; }
+	grep -q 'aborted' "$raw/pgbench_$name.out" && { cat "$raw/pgbench_$name.out" >&2; die "pgbench $name aborted"; }
+	return 0
+}
+
+if want 5; then
+lf_log "5. backend memory: $MEM_CYCLES acquire/release cycles"
+rss_series cycles -t "$MEM_CYCLES" -f "$LF_SRC/test/bench/pgbench/cycle.sql"
+lf_log "5. backend memory: $MEM_UPDATES fenced single-row UPDATEs"
+gen=$(psql_u -c "SELECT lease_fence.next_generation()")
+PGOPTIONS_SAVE=${PGOPTIONS:-}
+export PGOPTIONS="-c synchronous_commit=off -c lease_fence.generation=$gen"
+rss_series updates -t "$MEM_UPDATES" -f "$LF_SRC/test/bench/pgbench/update_mem.sql"
+export PGOPTIONS=$PGOPTIONS_SAVE
+
+# five 200k-row fenced UPDATEs (1M row updates) in one session; the backend
+# reads its own /proc status between statements
+lf_log "5. backend memory: 5 x $ROWS-row fenced UPDATEs in one session"
+{
+	echo "\\set ON_ERROR_STOP 1"
+	echo "SELECT 0, substring(s from 'VmRSS:\\s*(\\d+)'), substring(s from 'RssAnon:\\s*(\\d+)') FROM pg_read_file('/proc/' || pg_backend_pid() || '/status') s;"
+	for i in 1 2 3 4 5; do
+		echo "BEGIN; SELECT lease_fence.set_generation(lease_fence.next_generation()) \\g /dev/null"
+		echo "UPDATE u_mem SET v = v + 1;"
+		echo "COMMIT;"
+		echo "SELECT $((i * ROWS)), substring(s from 'VmRSS:\\s*(\\d+)'), substring(s from 'RssAnon:\\s*(\\d+)') FROM pg_read_file('/proc/' || pg_backend_pid() || '/status') s;"
+	done
+} >"$raw/bulk_mem.sql"
+psql_u -F ' ' -f "$raw/bulk_mem.sql" >"$raw/rss_bulk.dat" 2>&1 || { cat "$raw/rss_bulk.dat"; die "bulk memory test failed"; }
+fi
+
+# ---------------------------------------------------------------------
+# 1, again: instructions per row, counted by callgrind
+# ---------------------------------------------------------------------
+# Wall and CPU times move with whatever else runs on the machine; the number
+# of instructions an UPDATE executes does not.  Each variant's UPDATE of
+# LF_BENCH_CG_ROWS rows runs once in a single-user backend under callgrind,
+# which counts only inside the executor (standard_ExecutorRun), on tables in
+# the same physical state.  Single-user mode needs the server stopped.
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+if want 1; then
+	lf_log "1. instructions per row of the UPDATE (callgrind, $CG_ROWS rows)"
+	lf_stop_pg
+	for v in none builtin plpgsql lf_new lf_same; do
+		g=1000000000
+		[ "$v" = lf_same ] && g=$same_gen_cg
+		printf 'BEGIN;\nSET LOCAL lease_fence.generation = %s;\nUPDATE %s SET v = v + 1;\nCOMMIT;\n' "$g" "${utable[$v]}" |
+			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.$v" \
+				--toggle-collect=standard_ExecutorRun "$PG_BIN/postgres" --single -D "$LF_PGDATA" cg) \
+			>"$raw/callgrind_$v.log" 2>&1 || { tail -20 "$raw/callgrind_$v.log"; die "callgrind of $v failed"; }
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_$v.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_$v.log"; die "no instruction count for $v"; }
+		sample update_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_ROWS" 'BEGIN { printf "%.1f", i / n }')" Ir
+	done
+fi
+
+# ---------------------------------------------------------------------
+# the report
+# ---------------------------------------------------------------------
+elapsed=$(( $(date +%s) - started ))
+{
+	echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "commit=$commit"
+	echo "cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
+	echo "memory=$(free -g | awk '/^Mem:/ { print $2 " GiB" }')"
+	echo "kernel=$(uname -sr)"
+	echo "postgres=$("$PG_BIN/postgres" --version | sed 's/^postgres (PostgreSQL) //')"
+	echo "redis=$(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')"
+	echo "python_redis=$("$PY" -c 'import redis; print(redis.__version__)')"
+	echo "rounds=$ROUNDS"
+	echo "seconds=$SECS"
+	echo "rows=$ROWS"
+	echo "redis_n=$REDIS_N"
+	echo "calls=$CALLS"
+	echo "mem_cycles=$MEM_CYCLES"
+	echo "mem_updates=$MEM_UPDATES"
+	echo "elapsed=$elapsed"
+	echo "load=${load_start} at the start, ${load_end:-?} at the end (1, 5, 15 min)"
+	echo "cg_rows=$CG_ROWS"
+} >"$raw/meta.txt"
+
+mkdir -p "$OUT"
+cp "$samples" "$OUT/samples.csv"
+for f in rss_cycles.dat rss_updates.dat rss_bulk.dat; do
+	if [ -f "$raw/$f" ]; then cp "$raw/$f" "$OUT/$f"; else rm -f "$OUT/$f"; fi
+done
+"$PY" "$here/report.py" "$raw/meta.txt" "$OUT" || die "report failed"
+if [ -z "${LF_BENCH_ONLY:-}" ]; then
+	(cd "$OUT" && gnuplot "$here/plot.gp") || die "gnuplot failed"
+fi
+rm -f "$OUT/ratios.dat"
+cat "$OUT/results.txt"
+echo
+lf_log "wrote $OUT/results.txt, $OUT/samples.csv, $OUT/bench.png (${elapsed}s)"
