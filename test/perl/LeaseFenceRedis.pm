@@ -201,6 +201,27 @@ sub _run_cli
 	return ($out, $err, $ok ? 1 : 0);
 }
 
+# $redis->node($name, @conf_lines): a started PostgreSQL::Test::Cluster
+# node whose lease helper talks to this server over its unix socket, with
+# short timeouts (command and cleanup 300 ms), and lease_fence created in
+# database postgres.  Extra postgresql.conf lines go after ours.
+sub node
+{
+	my ($self, $name, @conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		join("\n",
+			"lease_fence.redis_socket = '$self->{socket}'",
+			'lease_fence.command_timeout_ms = 300',
+			'lease_fence.cleanup_timeout_ms = 300',
+			@conf)
+		  . "\n");
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION lease_fence');
+	return $node;
+}
+
 # A reply-holding proxy in front of this server's TCP port.
 sub proxy
 {

@@ -32,17 +32,8 @@ use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 
-my $node = PostgreSQL::Test::Cluster->new('lease');
-$node->init;
+my $node = $redis->node('lease');
 my $sock = $redis->socket_path;
-$node->append_conf(
-	'postgresql.conf', qq{
-lease_fence.redis_socket = '$sock'
-lease_fence.command_timeout_ms = 300
-lease_fence.cleanup_timeout_ms = 300
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION lease_fence');
 
 my $json = JSON::PP->new;
 my @generations;    # every generation handed out, in order

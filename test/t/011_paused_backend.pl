@@ -30,19 +30,9 @@ use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 
-my $node = PostgreSQL::Test::Cluster->new('paused');
-$node->init;
-my $sock = $redis->socket_path;
-$node->append_conf(
-	'postgresql.conf', qq{
-lease_fence.redis_socket = '$sock'
-lease_fence.command_timeout_ms = 300
-lease_fence.cleanup_timeout_ms = 300
-});
-$node->start;
+my $node = $redis->node('paused');
 $node->safe_psql(
 	'postgres', q{
-CREATE EXTENSION lease_fence;
 CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL);
 SELECT lease_fence.protect('acct');
 INSERT INTO acct (id, owner) VALUES (1, 'nobody');

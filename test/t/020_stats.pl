@@ -22,18 +22,8 @@ use Time::HiRes qw(sleep);
 my $redis = LeaseFenceRedis->new;
 my $sock = $redis->socket_path;
 
-my $node = PostgreSQL::Test::Cluster->new('stats');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', qq{
-shared_preload_libraries = 'lease_fence'
-lease_fence.redis_socket = '$sock'
-lease_fence.command_timeout_ms = 300
-lease_fence.cleanup_timeout_ms = 300
-});
-$node->start;
+my $node = $redis->node('stats', "shared_preload_libraries = 'lease_fence'");
 $node->safe_psql('postgres', q{
-CREATE EXTENSION lease_fence;
 CREATE TABLE t (id int PRIMARY KEY, v int);
 SELECT lease_fence.protect('t');
 });
