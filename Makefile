@@ -16,7 +16,7 @@ OBJS = \
 	src/lease.o \
 	src/stats.o
 
-DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql
+DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
 REGRESS = generation fence protect partition dml lease_api stats upgrade reinstall

@@ -19,7 +19,7 @@ lf_build_install || exit 1
 lf_start_redis || exit 1
 lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1
 
-q() { lf_as_user psql -X -q -At -F '|' -v ON_ERROR_STOP=1 "$@"; }
+q() { lf_as_user "$PG_BIN/psql" -X -q -At -F '|' -v ON_ERROR_STOP=1 "$@"; }
 
 q <<'SQL' >/dev/null
 CREATE EXTENSION lease_fence;
@@ -43,20 +43,29 @@ sleep 1.5
 IFS='|' read -r b_status b_identity b_gen < <(q -c \
 	"SELECT status, identity, generation FROM lease_fence.acquire('account:1', 10000)")
 row 2 "B" "acquire('account:1', ttl 10000 ms)" "$b_status" "generation $b_gen"
-b_write=$(q -c "BEGIN" -c "SET LOCAL lease_fence.generation = $b_gen" \
-	-c "UPDATE account SET owner = 'worker B', balance = balance + 10 WHERE id = 1" -c "COMMIT" 2>&1 && echo committed)
+# (the verdicts below come from what the server answered: psql's exit status
+# and its LAST_ERROR_SQLSTATE variable, never from words in captured output)
+if q -c "BEGIN" -c "SET LOCAL lease_fence.generation = $b_gen" \
+	-c "UPDATE account SET owner = 'worker B', balance = balance + 10 WHERE id = 1" -c "COMMIT" \
+	>/dev/null 2>"$LF_WORK/b_write.err"; then
+	b_write=committed
+else
+	b_write="failed (exit $?)"
+fi
 row 3 "B" "UPDATE ... (generation $b_gen)" "$b_write" ""
 
-# worker A wakes up and writes under its old generation
-a_write=$(lf_as_user psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose <<SQL 2>&1
+# worker A wakes up and writes under its old generation; the script goes on
+# after the error so that psql can tell which SQLSTATE it was
+a_code=$(lf_as_user "$PG_BIN/psql" -X -q -At 2>"$LF_WORK/a_write.err" <<SQL
 \set VERBOSITY verbose
 BEGIN;
 SET LOCAL lease_fence.generation = $a_gen;
 UPDATE account SET owner = 'worker A', balance = balance - 1000 WHERE id = 1;
 COMMIT;
+\echo :LAST_ERROR_SQLSTATE
 SQL
 )
-a_code=$(printf '%s\n' "$a_write" | grep -oE 'ERROR: +[A-Z0-9]{5}' | grep -oE '[A-Z0-9]{5}$')
+a_code=$(printf '%s\n' "$a_code" | tail -n 1)
 row 4 "A" "UPDATE ... (generation $a_gen)" "rejected: ${a_code:-none}" ""
 
 # A releases: its identity no longer holds the key, so nothing is deleted
@@ -70,10 +79,10 @@ printf '%-3s %-8s %-34s %-22s %s\n' "#" "worker" "call" "outcome" "note"
 printf '%s\n' "${outcomes[@]}"
 echo
 echo "A's write, as PostgreSQL reported it:"
-printf '%s\n' "$a_write" | grep -E '^(ERROR|DETAIL|HINT)' | sed 's/^/  /'
+grep -E '^(ERROR|DETAIL|HINT)' "$LF_WORK/a_write.err" | sed 's/^/  /'
 echo
 echo "the row:"
-lf_as_user psql -X -c "SELECT * FROM account"
+lf_as_user "$PG_BIN/psql" -X -c "SELECT * FROM account"
 
 if [ "$a_status" = acquired ] && [ "$b_status" = acquired ] && [ "$b_gen" -gt "$a_gen" ] &&
 	[ "$b_write" = committed ] && [ "$a_code" = LF001 ] && [ "$a_rel" = not_held ]; then

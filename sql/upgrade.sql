@@ -1,5 +1,5 @@
 -- upgrade: version 1.0 (fence and generations) updates to 1.1 (the lease
--- helper), keeping protected tables and the generation space.
+-- helper) and then to 1.2, keeping protected tables and the generation space.
 DROP EXTENSION IF EXISTS lease_fence;
 CREATE EXTENSION lease_fence VERSION '1.0';
 CREATE TABLE up (id int);
@@ -19,6 +19,11 @@ BEGIN;
 SET LOCAL lease_fence.generation = 5;
 INSERT INTO up VALUES (1) RETURNING *;
 COMMIT;
+
+ALTER EXTENSION lease_fence UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+SELECT lease_fence.next_generation() > :before_update AS generations_continue;
+SELECT table_name, ok FROM lease_fence.protected_tables;
 
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)

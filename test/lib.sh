@@ -1,12 +1,18 @@
 # test/lib.sh — shared by test/run.sh, demo/run.sh and test/bench: install what
-# is missing, make a private copy of the tree that an unprivileged user owns,
-# build and install the extension, and start / stop throwaway servers.
+# is missing, make a private copy of the tree and of the PostgreSQL
+# installation that an unprivileged user owns, build and install the extension
+# into that copy, and start / stop throwaway servers.
 #
-# Nothing here touches a server it did not start: every server lives in a temp
-# dir, listens on a unix socket inside it (and nothing else), and is stopped
-# by lf_cleanup.
+# Nothing here touches a server it did not start, nor the machine's own
+# PostgreSQL installation: every server lives in a temp dir, listens on a unix
+# socket inside it (and nothing else), runs from the private installation
+# copy, and is stopped by lf_cleanup.  Two runs at once cannot swap
+# lease_fence.so under each other.
 
 LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev redis-server redis-tools libipc-run-perl rsync"
+# the PostgreSQL installation a run copies: Debian's 15 unless told otherwise
+# (lf_make_workdir sets PG_BIN and PG_CONFIG to the private copy)
+LF_PG_ROOT=${LF_PG_ROOT:-}
 PG_BIN=/usr/lib/postgresql/15/bin
 
 lf_log() { printf '%s\n' "== $*" >&2; }
@@ -19,7 +25,13 @@ lf_need_packages() {
 	done
 	[ ${#missing[@]} -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "missing Debian packages: ${missing[*]} (run as root, or apt-get install them)" >&2
+		{
+			echo "lease_fence's scripts need these Debian packages, which are not installed:"
+			echo "  ${missing[*]}"
+			echo "Install them as root (apt-get install ${missing[*]}), or run this script as root,"
+			echo "which installs them; then any user can run it: it builds and installs lease_fence"
+			echo "into a private copy of PostgreSQL, so no 'make install' as root is needed."
+		} >&2
 		return 1
 	fi
 	lf_log "installing ${missing[*]}"
@@ -29,33 +41,62 @@ lf_need_packages() {
 }
 
 # PostgreSQL refuses to run as root: as root, servers and tests run as the
-# postgres user that the Debian packages create.
+# postgres user that the Debian packages create.  Every command run as that
+# user starts in a directory it can enter: the caller's when that is inside
+# the temp dir, the temp dir otherwise (a clone in root's 0700 home is not).
 if [ "$(id -u)" -eq 0 ]; then LF_USER=postgres; else LF_USER=$(id -un); fi
 lf_as_user() {
-	if [ "$(id -u)" -eq 0 ]; then runuser -u "$LF_USER" -- "$@"; else "$@"; fi
-}
-lf_as_root() {
-	if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi
+	local dir=$PWD
+	case "$dir/" in
+		"${LF_WORK:-/nonexistent}"/*) ;;
+		*) dir=${LF_WORK:-/} ;;
+	esac
+	if [ "$(id -u)" -eq 0 ]; then
+		(cd "$dir" && runuser -u "$LF_USER" -- "$@")
+	else
+		(cd "$dir" && "$@")
+	fi
 }
 
-# A temp dir with a copy of the source tree, owned by $LF_USER.
-# Sets LF_WORK (the temp dir) and LF_SRC (the copy).
+# A temp dir with a copy of the source tree and of the PostgreSQL
+# installation, both owned by $LF_USER.  Sets LF_WORK (the temp dir), LF_SRC
+# (the tree), PG_BIN and PG_CONFIG (the installation).
+#
+# The installation copy keeps PostgreSQL's relative layout, so its programs
+# find their share and lib directories (PostgreSQL installations are
+# relocatable); the extension is installed into it without root.
 lf_make_workdir() {
-	local top=$1
+	local top=$1 root
 	LF_WORK=$(mktemp -d /tmp/lease_fence.XXXXXX)
 	chmod 755 "$LF_WORK"
 	LF_SRC=$LF_WORK/src
 	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
 		--exclude results --exclude output_iso --exclude tmp_check "$top"/ "$LF_SRC"/
+	root=$LF_WORK/pg
+	if [ -n "$LF_PG_ROOT" ]; then
+		# a PostgreSQL built from source into its own prefix (test/pg_build.sh)
+		cp -a "$LF_PG_ROOT" "$root"
+		PG_BIN=$root/bin
+	else
+		mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
+		cp -a /usr/lib/postgresql/15 "$root/usr/lib/postgresql/"
+		cp -a /usr/share/postgresql/15 "$root/usr/share/postgresql/"
+		# headers are only read: a link will do
+		ln -s /usr/include/postgresql "$root/usr/include/postgresql"
+		PG_BIN=$root/usr/lib/postgresql/15/bin
+	fi
+	PG_CONFIG=$PG_BIN/pg_config
+	export PG_CONFIG
 	[ "$(id -u)" -eq 0 ] && chown -R "$LF_USER" "$LF_WORK"
 	return 0
 }
 
-# Build as the unprivileged user (warnings are errors), install as root.
+# Build and install into the private installation as the unprivileged user
+# (warnings are errors): no root needed.
 lf_build_install() {
 	lf_log "building lease_fence"
-	lf_as_user make -s -C "$LF_SRC" WERROR=1 "$@" >"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
-	lf_as_root make -s -C "$LF_SRC" install >>"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
+	lf_as_user make -s -C "$LF_SRC" PG_CONFIG="$PG_CONFIG" WERROR=1 "$@" >"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
+	lf_as_user make -s -C "$LF_SRC" PG_CONFIG="$PG_CONFIG" install >>"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
 }
 
 # Start a throwaway PostgreSQL on a unix socket in $LF_WORK.  Extra

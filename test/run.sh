@@ -9,7 +9,11 @@
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
 #   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
 # then stops everything and prints "N passed, N failed".
-# LF_KEEP=1 keeps the temp dir for inspection.
+# LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
+#   LF_SUITES="regress tap"        run only these suites (of: regress
+#                                  isolation tap clients demo)
+#   LF_TAP="test/t/010_*.pl"       run only these TAP files
+#   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +27,8 @@ lf_start_pg || exit 1
 
 passed=0
 failed=0
+suites=${LF_SUITES:-regress isolation tap clients demo}
+want() { [[ " $suites " == *" $1 "* ]]; }
 
 # pg_regress and pg_isolation_regress (PostgreSQL 15) print one line per test:
 #   test name   ... ok   12 ms   |   test name   ... FAILED   12 ms
@@ -40,60 +46,95 @@ run_suite() {
 	local out=$LF_WORK/$name.out rc
 	lf_log "$name"
 	(cd "$LF_SRC" && lf_as_user env PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER="$PGUSER" \
-		make -s installcheck "$@") >"$out" 2>&1
+		make -s installcheck PG_CONFIG="$PG_CONFIG" "$@") >"$out" 2>&1
 	rc=$?
 	cat "$out"
 	return $rc
 }
 
 # pg_regress
-run_suite regress ISOLATION= TAP_TESTS=
-rc=$?
-count_regress "$LF_WORK/regress.out"
-if [ $rc -ne 0 ]; then
-	[ -f "$LF_SRC/regression.diffs" ] && { head -c 20000 "$LF_SRC/regression.diffs"; echo; }
-	grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/regress.out" || failed=$((failed + 1))
+if want regress; then
+	run_suite regress ISOLATION= TAP_TESTS= ${LF_REGRESS:+REGRESS="$LF_REGRESS"}
+	rc=$?
+	count_regress "$LF_WORK/regress.out"
+	if [ $rc -ne 0 ]; then
+		[ -f "$LF_SRC/regression.diffs" ] && { head -c 20000 "$LF_SRC/regression.diffs"; echo; }
+		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/regress.out" || failed=$((failed + 1))
+	fi
+	lf_log "regress: $summary"
 fi
-lf_log "regress: $summary"
 
 # isolation
-run_suite isolation REGRESS= TAP_TESTS=
-rc=$?
-count_regress "$LF_WORK/isolation.out"
-if [ $rc -ne 0 ]; then
-	[ -f "$LF_SRC/output_iso/regression.diffs" ] && { head -c 20000 "$LF_SRC/output_iso/regression.diffs"; echo; }
-	grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/isolation.out" || failed=$((failed + 1))
+if want isolation; then
+	run_suite isolation REGRESS= TAP_TESTS=
+	rc=$?
+	count_regress "$LF_WORK/isolation.out"
+	if [ $rc -ne 0 ]; then
+		[ -f "$LF_SRC/output_iso/regression.diffs" ] && { head -c 20000 "$LF_SRC/output_iso/regression.diffs"; echo; }
+		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/isolation.out" || failed=$((failed + 1))
+	fi
+	lf_log "isolation: $summary"
 fi
-lf_log "isolation: $summary"
 
 # TAP: every "ok" / "not ok" line of prove -v is one assertion; a script that
 # dies without a "not ok" still counts as one failure
 lf_stop_pg   # TAP tests start clusters of their own
-run_suite tap REGRESS= ISOLATION= PROVE_FLAGS=-v
-rc=$?
-ok=$(grep -cE '^ok [0-9]+' "$LF_WORK/tap.out")
-bad=$(grep -cE '^not ok [0-9]+' "$LF_WORK/tap.out")
-if [ $rc -ne 0 ]; then
-	[ "$bad" -eq 0 ] && bad=1
-	for f in "$LF_SRC"/tmp_check/log/*.log; do
-		[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
-	done
+if want tap; then
+	run_suite tap REGRESS= ISOLATION= PROVE_FLAGS=-v ${LF_TAP:+PROVE_TESTS="$LF_TAP"}
+	rc=$?
+	ok=$(grep -cE '^ok [0-9]+' "$LF_WORK/tap.out")
+	bad=$(grep -cE '^not ok [0-9]+' "$LF_WORK/tap.out")
+	if [ $rc -ne 0 ]; then
+		[ "$bad" -eq 0 ] && bad=1
+		for f in "$LF_SRC"/tmp_check/log/*.log; do
+			[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
+		done
+	fi
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "tap: $ok passed, $bad failed"
 fi
-passed=$((passed + ok)); failed=$((failed + bad))
-lf_log "tap: $ok passed, $bad failed"
 
 # real clients: Python, Node.js, PgBouncer (a runner with servers of its own;
 # its own closing line is renamed so that only the total below is read as one)
-lf_log "clients"
-bash "$top/test/clients/run.sh" >"$LF_WORK/clients.out" 2>&1
-rc=$?
-sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/clients: \1/' "$LF_WORK/clients.out"
-ok=$(sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
-bad=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
-ok=${ok:-0}; bad=${bad:-0}
-[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
-passed=$((passed + ok)); failed=$((failed + bad))
-lf_log "clients: $ok passed, $bad failed"
+if want clients; then
+	lf_log "clients"
+	bash "$top/test/clients/run.sh" >"$LF_WORK/clients.out" 2>&1
+	rc=$?
+	sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/clients: \1/' "$LF_WORK/clients.out"
+	ok=$(sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
+	bad=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
+	ok=${ok:-0}; bad=${bad:-0}
+	[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "clients: $ok passed, $bad failed"
+fi
+
+# The README's first command, as a newcomer runs it: from a clone in a
+# directory the postgres user cannot enter (mode 0700, owned by root when we
+# are root, like root's home) whose path has spaces.  Three test points: it
+# exits 0, its table shows A's write rejected with LF001, and no command it
+# ran complained about its working directory.
+if want demo; then
+	lf_log "demo from a private directory"
+	priv="$LF_WORK/private home"
+	mkdir -m 0700 "$priv"
+	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
+		--exclude results --exclude output_iso --exclude tmp_check "$top"/ "$priv/lease fence"/
+	(cd "$priv/lease fence" && bash demo/run.sh) >"$LF_WORK/demo.out" 2>&1
+	rc=$?
+	cat "$LF_WORK/demo.out"
+	demo_check() {	# name, condition...
+		local name=$1; shift
+		if "$@"; then passed=$((passed + 1)); echo "ok - demo: $name"
+		else failed=$((failed + 1)); echo "not ok - demo: $name"; fi
+	}
+	demo_check "exits 0 from a 0700 directory" [ "$rc" -eq 0 ]
+	demo_check "A's stale write is rejected with LF001" \
+		grep -qE '^4 +A +UPDATE .* rejected: LF001' "$LF_WORK/demo.out"
+	demo_check "no command complains about its directory" \
+		bash -c "! grep -qiE 'could not change directory|permission denied' \"\$1\"" _ "$LF_WORK/demo.out"
+	lf_log "demo: done"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

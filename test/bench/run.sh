@@ -36,8 +36,9 @@
 #   LF_BENCH_CG_ROWS=20000     rows of the UPDATE counted under callgrind
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
-#   PG_CONFIG                  build against (and run) another PostgreSQL 15
-#                              installation than Debian's, e.g. a private copy
+#   LF_PG_ROOT                 run on a PostgreSQL built from source into this
+#                              prefix instead of Debian's 15 (a private copy
+#                              of it is made, as for the tests)
 #   LF_KEEP=1                  keep the temp dir (logs, raw outputs)
 set -uo pipefail
 
@@ -56,11 +57,6 @@ OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
 lf_need_packages gnuplot-nox python3-redis valgrind || exit 1
-if [ -n "${PG_CONFIG:-}" ]; then
-	PG_BIN=$("$PG_CONFIG" --bindir)
-	export PG_CONFIG
-fi
-PGBENCH=$PG_BIN/pgbench
 
 started=$(date +%s)
 # the commit measured: the tree is copied now
@@ -69,6 +65,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 trap lf_cleanup EXIT
 lf_make_workdir "$top"
 lf_build_install || exit 1
+PGBENCH=$PG_BIN/pgbench
 lf_start_redis || exit 1
 # fsync on: next_generation() exists to make values durable, and its cost is
 # a WAL flush.  No checkpoint or autovacuum in the middle of a measurement:

@@ -93,7 +93,7 @@ lf_start_redis || exit 1
 lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1
 
 lf_log "setting up database appdb, roles app and app_noredis"
-lf_as_user psql -X -q -v ON_ERROR_STOP=1 -d postgres >"$LF_WORK/setup.log" 2>&1 <<SQL || { cat "$LF_WORK/setup.log"; exit 1; }
+lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres >"$LF_WORK/setup.log" 2>&1 <<SQL || { cat "$LF_WORK/setup.log"; exit 1; }
 CREATE ROLE app LOGIN;
 -- same rights, but its Redis is a socket that does not exist (a superuser's
 -- per-role setting): how the tests see "unavailable"
