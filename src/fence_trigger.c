@@ -23,9 +23,12 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "catalog/pg_authid.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/pg_inherits.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lease_fence.h"
@@ -33,6 +36,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(lf_fence_trigger);
 PG_FUNCTION_INFO_V1(lf_truncate_guard);
@@ -360,6 +364,42 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 }
 
 /*
+ * The highest fence of one relation with storage: a sequential scan in C
+ * under snap.  No query is planned and nothing of the table owner's runs
+ * (no index expression, no row level security policy, no default), and no
+ * identity is switched: the scan reads every row the snapshot sees, whoever
+ * the caller is.  The fence column is looked up by name, since a partition's
+ * column numbers can differ from its parent's.
+ */
+static bool
+highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
+				 const char *colname, Snapshot snap, int64 *highest)
+{
+	AttrNumber	attnum = lookup_fence_column(fname, rel, trigger, colname);
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, snap, 0, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		d = slot_getattr(slot, attnum, &isnull);
+
+		if (!isnull && (!found || DatumGetInt64(d) > *highest))
+		{
+			*highest = DatumGetInt64(d);
+			found = true;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	return found;
+}
+
+/*
  * lease_fence.truncate_guard()
  *
  * BEFORE TRUNCATE FOR EACH STATEMENT.  TRUNCATE fires no row trigger, so
@@ -367,6 +407,13 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
  * generation, and that generation must not be lower than the highest fence
  * in the table (one scan: TRUNCATE is rare, and it is the only way to know).
  * Argument: the fence column (default "fence").
+ *
+ * The scan uses the latest snapshot, not the transaction's: TRUNCATE removes
+ * every row, also those committed after a REPEATABLE READ snapshot was taken
+ * (it holds ACCESS EXCLUSIVE, so no write is in progress).  It sees every
+ * row whatever row level security would show the caller, as TRUNCATE
+ * ignores row level security too.  On a partitioned table it reads every
+ * leaf partition; foreign partitions are not read (README).
  */
 Datum
 lf_truncate_guard(PG_FUNCTION_ARGS)
@@ -376,12 +423,11 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	Relation	rel;
 	const char *colname;
 	char	   *relname;
-	StringInfoData query;
-	int			ret;
-	Oid			save_userid;
-	int			save_sec_context;
-	bool		stale = false;
-	int64		stored = 0;
+	Snapshot	snap;
+	List	   *members;
+	ListCell   *lc;
+	bool		found = false;
+	int64		highest = 0;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -421,38 +467,31 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 
 	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 
-	initStringInfo(&query);
-	appendStringInfo(&query, "SELECT pg_catalog.max(%s) FROM %s",
-					 quote_identifier(colname), relname);
-
-	/*
-	 * TRUNCATE ignores row level security and needs no SELECT privilege, so
-	 * the scan must see every row whatever the caller may see: it runs as
-	 * the bootstrap superuser, restricted (the query is fixed; no user code
-	 * runs in it).
-	 */
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "%s: SPI_connect failed", fname);
-	ret = SPI_execute(query.data, true, 1);
-	if (ret != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "%s: could not read the highest fence of table %s", fname, relname);
+	/* TRUNCATE holds ACCESS EXCLUSIVE on the table and all its partitions */
+	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
+		members = find_all_inheritors(RelationGetRelid(rel), NoLock, NULL);
 	else
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		members = list_make1_oid(RelationGetRelid(rel));
 
-		stale = (!isnull && DatumGetInt64(d) > lf_generation);
-		if (stale)
-			stored = DatumGetInt64(d);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	foreach(lc, members)
+	{
+		Relation	member = table_open(lfirst_oid(lc), NoLock);
+		int64		h = 0;
+
+		if (member->rd_rel->relkind == RELKIND_RELATION &&
+			highest_fence_of(fname, member, trigdata->tg_trigger, colname, snap, &h) &&
+			(!found || h > highest))
+		{
+			highest = h;
+			found = true;
+		}
+		table_close(member, NoLock);
 	}
-	SPI_finish();
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	if (stale)
-		report_stale(rel, colname, stored, lf_generation);
+	UnregisterSnapshot(snap);
+
+	if (found && highest > lf_generation)
+		report_stale(rel, colname, highest, lf_generation);
 
 	return PointerGetDatum(NULL);
 }

@@ -95,6 +95,10 @@ typedef struct LeaseEntry
 static List *leases = NIL;
 static bool exit_hook_registered = false;
 
+/* the highest generation of a transaction-scoped lease of this transaction */
+static bool xact_generation_set = false;
+static int64 xact_generation = 0;
+
 static void release_at_exit(int code, Datum arg);
 
 /* ---------------------------------------------------------------------
@@ -294,17 +298,44 @@ classify_error_reply(redisReply *reply, char *err)
  * ---------------------------------------------------------------------
  */
 
-/* <key_prefix>{<resource>} and <key_prefix>{<resource>}:gen */
+/*
+ * The two keys of a resource: <key_prefix>{<resource>} and
+ * <key_prefix>{<resource>}:gen.  Redis Cluster hashes the text between the
+ * first '{' and the first '}' after it, so both keys share one slot, unless
+ * that text is empty: a resource that starts with '}'.  Such a resource is
+ * named by its hexadecimal spelling instead, <key_prefix>{<hex>}#lease and
+ * <key_prefix>{<hex>}#gen: the tag is never empty, and no other resource's
+ * key can be spelt the same (those end in '}' or ':gen').  The key_prefix
+ * holds no brace (its check hook refuses them), and every other resource
+ * keeps the key names of 1.1, so leases held across an upgrade stay valid.
+ */
+static char *
+resource_key(const char *resource, bool gen)
+{
+	const char *prefix = lf_key_prefix ? lf_key_prefix : "";
+	StringInfoData key;
+
+	if (resource[0] != '}')
+		return psprintf("%s{%s}%s", prefix, resource, gen ? ":gen" : "");
+
+	initStringInfo(&key);
+	appendStringInfo(&key, "%s{", prefix);
+	for (; *resource; resource++)
+		appendStringInfo(&key, "%02x", (unsigned char) *resource);
+	appendStringInfoString(&key, gen ? "}#gen" : "}#lease");
+	return key.data;
+}
+
 static char *
 lease_key(const char *resource)
 {
-	return psprintf("%s{%s}", lf_key_prefix ? lf_key_prefix : "", resource);
+	return resource_key(resource, false);
 }
 
 static char *
 generation_key(const char *resource)
 {
-	return psprintf("%s{%s}:gen", lf_key_prefix ? lf_key_prefix : "", resource);
+	return resource_key(resource, true);
 }
 
 /* Bad input is an error before anything is sent. */
@@ -772,7 +803,18 @@ lf_acquire(PG_FUNCTION_ARGS)
 
 	add_entry(resource, identity, generation, scope, STATE_HELD, ttl, minv, validity);
 	if (scope == SCOPE_TRANSACTION)
+	{
+		/*
+		 * The lease's generation is the transaction's current generation to
+		 * its end, whatever savepoints roll back (lease_fence.c); the SET
+		 * LOCAL only makes SHOW agree.
+		 */
+		if (!xact_generation_set || generation > xact_generation)
+			xact_generation = generation;
+		xact_generation_set = true;
+		lf_set_lease_generation(true, xact_generation);
 		set_local_generation(generation);
+	}
 
 	PG_RETURN_DATUM(lease_row(fcinfo, "acquired", resource, true, true,
 							  identity, true, generation, true, validity));
@@ -1060,6 +1102,14 @@ release_at_xact_end(void)
 static void
 lease_xact_callback(XactEvent event, void *arg)
 {
+	if (xact_generation_set &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		 event == XACT_EVENT_PREPARE))
+	{
+		xact_generation_set = false;
+		xact_generation = 0;
+		lf_set_lease_generation(false, 0);
+	}
 	if (leases == NIL)
 		return;
 	switch (event)

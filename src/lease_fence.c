@@ -12,6 +12,12 @@
  * integer type, so it is a string GUC whose check hook parses it once; the
  * trigger reads the parsed value from two static variables.
  *
+ * One thing outranks the GUC: the generation of a transaction-scoped lease.
+ * The lease lives to the end of the top-level transaction, and so must its
+ * generation, also after ROLLBACK TO SAVEPOINT or a PL/pgSQL EXCEPTION block
+ * undid the SET LOCAL that acquire() made.  The lease registry reports it
+ * here, and while it is held a SET to any other value is refused.
+ *
  * IDENTIFICATION
  *	  src/lease_fence.c
  *
@@ -31,9 +37,16 @@
 
 PG_MODULE_MAGIC;
 
+/* what the fence reads: the effective current generation */
 bool		lf_generation_is_set = false;
 int64		lf_generation = 0;
 bool		lf_generation_invalid = false;
+
+/* its two sources: the GUC, and a transaction-scoped lease */
+static bool guc_generation_is_set = false;
+static int64 guc_generation = 0;
+static bool lease_generation_is_set = false;
+static int64 lease_generation = 0;
 
 /* true while _PG_init defines our GUCs (placeholder values are re-applied) */
 static bool defining_gucs = false;
@@ -117,6 +130,13 @@ check_generation(char **newval, void **extra, GucSource source)
 		is_set = false;
 		value = 0;
 	}
+	else if (lease_generation_is_set && (!is_set || value != lease_generation))
+	{
+		GUC_check_errcode(ERRCODE_LF_CONFLICTING_GENERATION);
+		GUC_check_errdetail("This transaction holds a transaction-scoped lease with generation " INT64_FORMAT "; it is the current generation until the transaction ends.",
+							lease_generation);
+		return false;
+	}
 	parsed = (GenerationExtra *) malloc(sizeof(GenerationExtra));
 	if (parsed == NULL)
 	{
@@ -131,15 +151,44 @@ check_generation(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* Publish the effective current generation: a held lease's, else the GUC's. */
+static void
+publish_generation(void)
+{
+	if (lease_generation_is_set)
+	{
+		lf_generation_is_set = true;
+		lf_generation = lease_generation;
+	}
+	else
+	{
+		lf_generation_is_set = guc_generation_is_set;
+		lf_generation = guc_generation;
+	}
+}
+
 /* GUC assign hook: publish the parsed value to the fence trigger */
 static void
 assign_generation(const char *newval, void *extra)
 {
 	GenerationExtra *parsed = (GenerationExtra *) extra;
 
-	lf_generation_is_set = parsed->is_set;
-	lf_generation = parsed->value;
+	guc_generation_is_set = parsed->is_set;
+	guc_generation = parsed->value;
 	lf_generation_invalid = parsed->invalid;
+	publish_generation();
+}
+
+/*
+ * The lease registry: a transaction-scoped lease with generation g is held
+ * (is_set), or the transaction that held one ended (!is_set).
+ */
+void
+lf_set_lease_generation(bool is_set, int64 g)
+{
+	lease_generation_is_set = is_set;
+	lease_generation = is_set ? g : 0;
+	publish_generation();
 }
 
 /*
@@ -160,6 +209,25 @@ lf_define_generation_guc(void)
 							   check_generation,
 							   assign_generation,
 							   NULL);
+}
+
+/*
+ * GUC check hook of lease_fence.key_prefix: no braces.  The keys of a
+ * resource are <key_prefix>{<resource>}...; a brace in the prefix would move
+ * the Redis Cluster hash tag away from the resource, and the lease key and
+ * the generation key could land in different slots.
+ */
+static bool
+check_key_prefix(char **newval, void **extra, GucSource source)
+{
+	if (*newval && strpbrk(*newval, "{}") != NULL)
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errdetail("A key prefix must not contain '{' or '}'.");
+		GUC_check_errhint("The resource name in braces is the key's Redis Cluster hash tag.");
+		return false;
+	}
+	return true;
 }
 
 /* Module load: define the GUCs and reserve our prefix. */
@@ -201,8 +269,9 @@ _PG_init(void)
 							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
 	DefineCustomStringVariable("lease_fence.key_prefix",
 							   "Prefix of the Redis keys of leases; two databases must not share one.",
-							   NULL, &lf_key_prefix, "lease_fence:",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   "It must not contain '{' or '}': the resource in braces is the Redis Cluster hash tag.",
+							   &lf_key_prefix, "lease_fence:",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_key_prefix, NULL, NULL);
 	DefineCustomIntVariable("lease_fence.gen_key_ttl_s",
 							"Seconds the highest-generation key of a resource outlives its last grant (0: forever).",
 							NULL, &lf_gen_key_ttl_s, 604800, 0, INT_MAX,

@@ -27,6 +27,7 @@ extern bool lf_generation_is_set;
 extern int64 lf_generation;
 extern bool lf_generation_invalid;
 extern void lf_check_generation_valid(void);
+extern void lf_set_lease_generation(bool is_set, int64 g);
 
 extern void lf_define_generation_guc(void);
 extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);

@@ -1,0 +1,130 @@
+# 050_transaction_lease_savepoint.pl — a transaction-scoped lease keeps its
+# generation as the transaction's current generation to the end of the
+# top-level transaction: also after ROLLBACK TO SAVEPOINT and after a
+# PL/pgSQL EXCEPTION block undid the acquire's own SET LOCAL.  While it is
+# held, the current generation cannot be set to anything else (LF003), and
+# when the transaction ends the lease is released and the generation gone.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $redis = LeaseFenceRedis->new;
+my $node = $redis->node('savepoint');
+$node->safe_psql('postgres', q{
+CREATE TABLE st (id int PRIMARY KEY, v int NOT NULL);
+INSERT INTO st VALUES (1, 0);
+SELECT lease_fence.protect('st');
+});
+
+# one psql session, one transaction: returns the last statement's output
+sub run_in_txn
+{
+	my ($sql) = @_;
+	my ($out, $err);
+	$node->psql('postgres', $sql, stdout => \$out, stderr => \$err,
+		on_error_stop => 1);
+	return ($out, $err);
+}
+
+# ROLLBACK TO SAVEPOINT: the lease is still held, so is its generation
+my ($out, $err) = run_in_txn(q{
+BEGIN;
+SAVEPOINT s;
+SELECT generation FROM lease_fence.acquire('sub', 5000, 0, 'transaction') \gset
+ROLLBACK TO SAVEPOINT s;
+SELECT lease_fence.current_generation() = :generation AS still_current,
+       (SELECT state FROM lease_fence.leases WHERE resource = 'sub') AS state;
+UPDATE st SET v = v + 1 WHERE id = 1;
+SELECT fence = :generation AS fenced_with_lease FROM st WHERE id = 1;
+COMMIT;
+});
+is($out, "t|held\nt", 'after ROLLBACK TO SAVEPOINT the lease generation is current and fences the write');
+is($redis->cli('EXISTS', 'lease_fence:{sub}'), '0', 'the transaction-scoped lease was released at commit');
+is($node->safe_psql('postgres', 'SELECT lease_fence.current_generation() IS NULL'), 't',
+	'no generation is left after the transaction');
+
+# a PL/pgSQL EXCEPTION block that acquires and then fails
+($out, $err) = run_in_txn(q{
+BEGIN;
+DO $$
+BEGIN
+	PERFORM lease_fence.acquire('blk', 5000, 0, 'transaction');
+	RAISE EXCEPTION 'boom';
+EXCEPTION WHEN others THEN
+	NULL;
+END $$;
+SELECT l.generation = lease_fence.current_generation() AS current_is_lease
+FROM lease_fence.leases l WHERE l.resource = 'blk' AND l.state = 'held';
+COMMIT;
+});
+is($out, 't', 'after an EXCEPTION block the lease generation is still current');
+
+# the current generation cannot be moved off the lease's while it is held
+($out, $err) = run_in_txn(q{
+BEGIN;
+SELECT generation FROM lease_fence.acquire('pin', 5000, 0, 'transaction') \gset
+\set ON_ERROR_STOP 0
+SAVEPOINT a;
+SET LOCAL lease_fence.generation = 1;
+ROLLBACK TO SAVEPOINT a;
+SELECT lease_fence.set_generation(:generation - 1);
+ROLLBACK TO SAVEPOINT a;
+SET lease_fence.generation = '';
+ROLLBACK TO SAVEPOINT a;
+SELECT lease_fence.set_generation(:generation) = :generation AS same_value_allowed;
+SELECT lease_fence.current_generation() = :generation AS unchanged;
+-- RESET restores the setting's default without a check; the lease's
+-- generation stays current all the same
+RESET lease_fence.generation;
+SELECT lease_fence.current_generation() = :generation AS unchanged_by_reset;
+COMMIT;
+});
+is($out, "t\nt\nt", 'the lease generation may be set again, and it stays current, RESET or not');
+is(scalar(() = $err =~ /invalid value for parameter "lease_fence.generation"/g), 3,
+	'SET LOCAL, set_generation() and SET to none are refused while the lease is held');
+like($err, qr/transaction-scoped lease with generation \d+/, 'the refusal names the lease generation');
+
+# the SQLSTATE is LF003 (conflicting generation)
+($out, $err) = run_in_txn(q{
+BEGIN;
+SELECT 1 FROM lease_fence.acquire('code', 5000, 0, 'transaction');
+\set ON_ERROR_STOP 0
+SET LOCAL lease_fence.generation = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+});
+is($out, "1\nLF003", 'refusal SQLSTATE is LF003');
+
+# after the transaction ends, the generation may be set freely again
+is($node->safe_psql('postgres', q{
+BEGIN;
+SELECT status FROM lease_fence.acquire('after', 5000, 0, 'transaction');
+ROLLBACK;
+BEGIN;
+SET LOCAL lease_fence.generation = 1;
+SELECT lease_fence.current_generation();
+COMMIT;
+}), "acquired\n1", 'after ROLLBACK the generation is free again');
+
+# two leases in one transaction: the newer (higher) generation is current
+($out, $err) = run_in_txn(q{
+BEGIN;
+SELECT generation AS g1 FROM lease_fence.acquire('two_a', 5000, 0, 'transaction') \gset
+SAVEPOINT s;
+SELECT generation AS g2 FROM lease_fence.acquire('two_b', 5000, 0, 'transaction') \gset
+ROLLBACK TO SAVEPOINT s;
+SELECT :g2 > :g1 AND lease_fence.current_generation() = :g2 AS newest_current;
+COMMIT;
+});
+is($out, 't', 'with two transaction-scoped leases the newest generation is current');
+
+$node->stop;
+done_testing();
