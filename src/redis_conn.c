@@ -204,9 +204,20 @@ connection_looks_alive(redisContext *c)
 }
 
 /*
- * Read the password from redis_password_file into buf.  The file must be
- * owned by the server's OS user and not readable by group or others, like a
- * .pgpass file.  Returns false with a message (never the password) in err.
+ * Read the password from redis_password_file into buf.  The file must be a
+ * regular file owned by the server's OS user and not readable by group or
+ * others, like a .pgpass file.  Returns false with a message (never the
+ * password) in err.
+ *
+ * The file is opened with O_NONBLOCK and its type checked on the open
+ * descriptor before anything is read: a plain open() of a FIFO waits for a
+ * writer, without bound and deaf to cancel and terminate (PostgreSQL's
+ * signal handlers restart it).  Opening a FIFO for reading without blocking
+ * returns at once, and O_NOCTTY keeps a terminal device from becoming our
+ * controlling terminal before it is refused.  O_NONBLOCK does not change
+ * how a regular file is read (POSIX: it has no effect there), so the read
+ * below is the same as before.  Checking the descriptor, not the path, also
+ * follows symlinks to what is actually opened.
  */
 static bool
 read_password(char *buf, size_t buflen, char *err, size_t errlen)
@@ -215,16 +226,27 @@ read_password(char *buf, size_t buflen, char *err, size_t errlen)
 	struct stat st;
 	ssize_t		n;
 
-	fd = open(lf_redis_password_file, O_RDONLY | O_CLOEXEC);
+	fd = open(lf_redis_password_file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 	{
 		snprintf(err, errlen, "could not open lease_fence.redis_password_file: %s", strerror(errno));
 		return false;
 	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+	if (fstat(fd, &st) != 0)
+	{
+		snprintf(err, errlen, "could not stat lease_fence.redis_password_file: %s", strerror(errno));
+		close(fd);
+		return false;
+	}
+	if (!S_ISREG(st.st_mode))
 	{
 		close(fd);
-		snprintf(err, errlen, "lease_fence.redis_password_file is not a regular file");
+		snprintf(err, errlen, "lease_fence.redis_password_file is not a regular file (it is %s)",
+				 S_ISFIFO(st.st_mode) ? "a FIFO" :
+				 S_ISDIR(st.st_mode) ? "a directory" :
+				 S_ISCHR(st.st_mode) ? "a character device" :
+				 S_ISBLK(st.st_mode) ? "a block device" :
+				 S_ISSOCK(st.st_mode) ? "a socket" : "of another type");
 		return false;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
