@@ -10,6 +10,11 @@
  * the comparison and the write are one atomic step: a writer that lost its
  * lease cannot slip a write in between check and write.
  *
+ * Rows written by a logical replication worker (table sync, apply, parallel
+ * apply) pass as they are: the publisher's fence decided them where they
+ * were written, and the subscriber's workers carry no generation of their
+ * own, so checking them again could only stall the subscription.
+ *
  * Arguments: the fence column (default "fence"), then "lenient" (default)
  * or "strict".  The column number and mode are looked up on the first row of
  * a statement and kept in fn_extra, which lives as long as the executor's
@@ -33,6 +38,7 @@
 #include "fmgr.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
+#include "replication/logicalworker.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -51,6 +57,23 @@ typedef struct FenceConfig
 	AttrNumber	attnum;			/* fence column */
 	bool		strict;			/* strict mode */
 } FenceConfig;
+
+/*
+ * Is this process a logical replication worker?  Known once per process: a
+ * backend never becomes one, and a worker is one from before its first
+ * transaction (IsLogicalWorker() is MyLogicalRepWorker != NULL, set when the
+ * worker attaches to its slot).  Cached because the row trigger asks for
+ * every row.  -1: not asked yet.
+ */
+static int	in_logical_worker = -1;
+
+static inline bool
+is_logical_replication_worker(void)
+{
+	if (unlikely(in_logical_worker < 0))
+		in_logical_worker = IsLogicalWorker() ? 1 : 0;
+	return in_logical_worker == 1;
+}
 
 /* "schema"."table" of rel, for messages; only called on error paths */
 static char *
@@ -224,6 +247,9 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
  *	DELETE: G set and G < S -> LF001; no G: strict -> LF002, lenient passes.
  *	INSERT: G set -> the fence becomes G; no G: strict -> LF002, lenient
  *			keeps N, but a NULL N -> LF002.
+ *
+ * In a logical replication worker every row passes unchanged and uncounted
+ * (see the file header).
  */
 Datum
 lf_fence_trigger(PG_FUNCTION_ARGS)
@@ -242,6 +268,11 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("%s: not called by trigger manager", fname));
+
+	/* a replicated row was fenced on the publisher: write it as given */
+	if (unlikely(is_logical_replication_worker()))
+		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+							   trigdata->tg_newtuple : trigdata->tg_trigtuple);
 
 	config = (FenceConfig *) fcinfo->flinfo->fn_extra;
 	if (config == NULL ||
@@ -406,7 +437,8 @@ highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
  * without this a stale holder could empty a fenced table.  It needs a current
  * generation, and that generation must not be lower than the highest fence
  * in the table (one scan: TRUNCATE is rare, and it is the only way to know).
- * Argument: the fence column (default "fence").
+ * Argument: the fence column (default "fence").  A TRUNCATE replayed by a
+ * logical replication worker passes: the publisher's guard checked it.
  *
  * The scan uses the latest snapshot, not the transaction's: TRUNCATE removes
  * every row, also those committed after a REPEATABLE READ snapshot was taken
@@ -433,6 +465,11 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("%s: not called by trigger manager", fname));
+
+	/* a replicated TRUNCATE was fenced on the publisher */
+	if (is_logical_replication_worker())
+		return PointerGetDatum(NULL);
+
 	rel = trigdata->tg_relation;
 	if (!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event) ||
 		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
