@@ -39,6 +39,7 @@
 #include "lease_fence.h"
 #include "miscadmin.h"
 #include "replication/logicalworker.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -73,6 +74,21 @@ is_logical_replication_worker(void)
 	if (unlikely(in_logical_worker < 0))
 		in_logical_worker = IsLogicalWorker() ? 1 : 0;
 	return in_logical_worker == 1;
+}
+
+/*
+ * May this logical replication worker write rel as the publisher decided?
+ * Only when it acts with the rights of the table's owner, who could switch
+ * the fence off anyway: PostgreSQL's apply and table-sync workers run as the
+ * table owner (16+, the default) or as a superuser subscription owner (15).
+ * A subscription created with run_as_owner = true by a role that merely
+ * may write the table (16+) is fenced like any other writer: it must not be
+ * a way around the fence.
+ */
+static bool
+replication_may_bypass(Relation rel)
+{
+	return superuser() || has_privs_of_role(GetUserId(), rel->rd_rel->relowner);
 }
 
 /* "schema"."table" of rel, for messages; only called on error paths */
@@ -270,7 +286,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 				errmsg("%s: not called by trigger manager", fname));
 
 	/* a replicated row was fenced on the publisher: write it as given */
-	if (unlikely(is_logical_replication_worker()))
+	if (unlikely(is_logical_replication_worker()) &&
+		replication_may_bypass(trigdata->tg_relation))
 		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
 							   trigdata->tg_newtuple : trigdata->tg_trigtuple);
 
@@ -467,7 +484,8 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 				errmsg("%s: not called by trigger manager", fname));
 
 	/* a replicated TRUNCATE was fenced on the publisher */
-	if (is_logical_replication_worker())
+	if (is_logical_replication_worker() &&
+		replication_may_bypass(trigdata->tg_relation))
 		return PointerGetDatum(NULL);
 
 	rel = trigdata->tg_relation;
