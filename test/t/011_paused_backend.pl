@@ -1,8 +1,9 @@
 # 011_paused_backend.pl — the stale writer, end to end.
 #
-# The problem lease_fence exists for (DESIGN.md): a client that stalls past
-# its lease's TTL still runs, and still writes.  Here the client is a real
-# PostgreSQL backend, stopped with SIGSTOP:
+# The problem lease_fence exists for (README: its opening, and "What the
+# lease does not guarantee"): a client that stalls past its lease's TTL still
+# runs, and still writes.  Here the client is a real PostgreSQL backend,
+# stopped with SIGSTOP:
 #
 #   1. session A acquires the lease on a resource (ttl 1500 ms): generation gA;
 #   2. A's backend is stopped past the TTL; the lease expires in Redis;
@@ -92,7 +93,7 @@ my ($id_a, $gen_a) = @$la{qw(identity generation)};
 is($redis->cli('GET', $key), $id_a, "the lease key holds A's identity");
 
 # 2. A's backend stalls past its TTL
-ok(kill('STOP', $pid_a), "A's backend is stopped (SIGSTOP)");
+kill('STOP', $pid_a) or die "harness: could not stop A's backend (pid $pid_a): $!";
 $stopped_pid = $pid_a;
 sleep(2);
 is($redis->cli('EXISTS', $key), '0', "A's lease expired in Redis while A was stopped");
@@ -107,7 +108,7 @@ my (undef, $err) = run_sql($sess_b,
 is(sqlstate($err), '', 'B writes the row under its generation');
 
 # 4. A wakes up and writes under its old generation
-ok(kill('CONT', $pid_a), "A's backend continues (SIGCONT)");
+kill('CONT', $pid_a) or die "harness: could not continue A's backend (pid $pid_a): $!";
 $stopped_pid = undef;
 
 (undef, $err) = run_sql($sess_a,
