@@ -25,6 +25,11 @@ REGRESS_OPTS = --inputdir=.
 ISOLATION = fence_concurrency truncate_guard
 ISOLATION_OPTS = --inputdir=test
 
+# pg_regress creates the extension in its database before the first file, so
+# that each file runs alone (LF_REGRESS=stats); a file that drops the
+# extension leaves it installed again
+REGRESS_OPTS += --load-extension=lease_fence
+
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 

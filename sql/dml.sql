@@ -1,6 +1,19 @@
 -- dml: INSERT ... ON CONFLICT DO UPDATE, MERGE and COPY FROM go through the
 -- fence like plain INSERT / UPDATE / DELETE.
 
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
 CREATE TABLE kv (k text PRIMARY KEY, v int NOT NULL);
 SELECT lease_fence.protect('kv');
 BEGIN;
@@ -90,3 +103,4 @@ h	8	\N
 SELECT count(*) AS copied FROM kv WHERE k = 'h';
 
 DROP TABLE kv, kv_strict;
+DROP FUNCTION public.try(text);

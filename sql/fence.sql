@@ -1,5 +1,18 @@
--- fence: the rules of lease_fence.fence_trigger() (DESIGN §1), in lenient
--- and strict mode, and its misuse errors.
+-- fence: the rules of lease_fence.fence_trigger() (README, "The rules"), in
+-- lenient and strict mode, and its misuse errors.
+
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
 
 -- Before the library is loaded in a session, lease_fence.generation is only a
 -- placeholder, so a bad value cannot be refused when it is set.  It must not
@@ -215,3 +228,4 @@ SELECT try($$UPDATE renamed SET token = 7$$);
 UPDATE renamed SET token = 9, extra = 1 RETURNING *;
 
 DROP TABLE acct, strict_t, nullable, renamed;
+DROP FUNCTION public.try(text);

@@ -1,10 +1,8 @@
--- generation: the extension installs, next_generation() only grows, and the
--- current generation (set_generation / current_generation / the GUC
--- lease_fence.generation) follows set_config rules.
-CREATE EXTENSION lease_fence;
+-- generation: next_generation() only grows, the current generation
+-- (set_generation / current_generation / the GUC lease_fence.generation)
+-- follows set_config rules, and the install script follows its own rules.
 
 -- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
--- Used by the later test files too.
 CREATE FUNCTION public.try(stmt text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -127,3 +125,6 @@ FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
 WHERE p.pronamespace = 'lease_fence'::regnamespace AND l.lanname IN ('sql', 'plpgsql')
   AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false);
 SELECT extrelocatable, extnamespace::regnamespace FROM pg_extension WHERE extname = 'lease_fence';
+
+DROP ROLE regress_lf_user;
+DROP FUNCTION public.try(text);

@@ -2,6 +2,19 @@
 -- input is an error before anything is sent, a Redis that is not there is
 -- "unavailable", and who may call what and point the server where.
 
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
 -- settings of a library are only checked once it is loaded
 LOAD 'lease_fence';
 
@@ -94,3 +107,4 @@ REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
 DROP ROLE regress_lf_client;
 RESET lease_fence.redis_socket;
 RESET lease_fence.connect_timeout_ms;
+DROP FUNCTION public.try(text);

@@ -2,6 +2,19 @@
 -- existing, created later, attached later — and a row moved between
 -- partitions (a DELETE plus an INSERT) is fenced too.
 
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
 CREATE TABLE jobs (id int, shard int, state text) PARTITION BY LIST (shard);
 CREATE TABLE jobs_1 PARTITION OF jobs FOR VALUES IN (1);
 INSERT INTO jobs VALUES (1, 1, 'new');
@@ -116,3 +129,4 @@ ALTER TABLE jobs_2 ENABLE ALWAYS TRIGGER zz_lease_fence;
 
 DROP TABLE jobs;
 SELECT count(*) AS listed FROM lease_fence.protected_tables;
+DROP FUNCTION public.try(text);

@@ -1,6 +1,19 @@
 -- protect: protect() / unprotect() / protected_tables, ENABLE ALWAYS,
 -- trigger order, the TRUNCATE guard, idempotence, and who may do what.
 
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
 CREATE TABLE orders (id int PRIMARY KEY, item text NOT NULL);
 INSERT INTO orders VALUES (1, 'apple'), (2, 'pear');
 
@@ -201,3 +214,4 @@ SELECT table_name FROM lease_fence.protected_tables ORDER BY table_name::text;
 DROP TABLE audit, orders;
 DROP FUNCTION audit_row(), bump_fence();
 DROP ROLE regress_lf_app, regress_lf_owner;
+DROP FUNCTION public.try(text);

@@ -3,6 +3,19 @@
 -- although their transaction rolls back.  The cluster-wide counters, and the
 -- statuses that need a Redis server, are in test/t/020_stats.pl.
 
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+CREATE FUNCTION public.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+
 SELECT lease_fence.stats_reset();
 SELECT operation, outcome, count, scope FROM lease_fence.stats ORDER BY operation, outcome;
 
@@ -62,3 +75,4 @@ SELECT lease_fence.stats_reset();
 SELECT sum(count) AS total_after_reset FROM lease_fence.stats;
 SELECT lease_fence.unprotect('counted');
 DROP TABLE counted;
+DROP FUNCTION public.try(text);
