@@ -253,8 +253,8 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
 /*
  * lease_fence.fence_trigger()
  *
- * The rules (DESIGN §1).  G is the current generation (if set), S the
- * stored fence of the locked row, N the fence the statement writes.
+ * The rules (README, "The rules").  G is the current generation (if set),
+ * S the stored fence of the locked row, N the fence the statement writes.
  *
  *	UPDATE: N is NULL and differs from S -> LF002; G set and N differs from
  *			both S and G -> LF003; supplied = G if set, else N (strict: G

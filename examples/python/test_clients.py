@@ -247,8 +247,9 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(states.get(raw.identity), "unconfirmed")
 
         # A paused request whose connection was closed is dropped by Redis
-        # (DESIGN.md, testing notes): nothing was granted, and a new acquire
-        # (new generation) gets the lease. Releasing the unknown one is safe.
+        # (so a CLIENT PAUSE never produces "applied, reply lost"): nothing was
+        # granted, and a new acquire (new generation) gets the lease.
+        # Releasing the unknown one is safe.
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
         self.assertEqual(release(conn, err.lease), "not_held")
         fresh = acquire(conn, res, ttl_ms=10000)

@@ -1,7 +1,7 @@
 # LeaseFenceRedis.pm — a throwaway redis-server for lease_fence's TAP tests,
 # and a reply-holding TCP proxy in front of it.
 #
-# The server is the real /usr/bin/redis-server (STYLE.md: never a mock),
+# The server is the real /usr/bin/redis-server (the tests never use a mock),
 # private to one test: it lives in a temp dir under the test's tmp_check,
 # listens on a unix socket in that dir and on a free 127.0.0.1 TCP port, keeps
 # nothing on disk (--save '' --appendonly no, so a restart loses every key, as
@@ -13,8 +13,8 @@
 #   my $proxy = $redis->proxy(hold_ms => 1500);   # 127.0.0.1:$proxy->port
 #   $proxy->hold('first');                        # see LeaseFenceRedis::Proxy
 #
-# The proxy exists for the case the whole design is about (DESIGN.md, Testing
-# notes): Redis APPLIED a command but the client never saw the reply.  CLIENT
+# The proxy exists for the case the whole helper is about (README, "Statuses":
+# unknown): Redis APPLIED a command but the client never saw the reply.  CLIENT
 # PAUSE cannot produce it (a paused command whose client hangs up is dropped),
 # so the proxy forwards every request at once and holds Redis's replies back
 # for hold_ms, longer than the backend's command_timeout_ms.
