@@ -59,8 +59,14 @@ int			lf_gen_key_ttl_s = 604800;
 
 /* a resource name longer than this is refused */
 #define LF_MAX_RESOURCE 1024
-/* released leases kept in the session's list for lease_fence.leases */
+/*
+ * How much of the session's list is kept (see trim_entries): released
+ * leases, and explicit-scope held and unconfirmed ones.  Session- and
+ * transaction-scoped held leases are never forgotten.
+ */
 #define LF_KEEP_RELEASED 64
+#define LF_KEEP_HELD_EXPLICIT 1000
+#define LF_KEEP_UNCONFIRMED 1000
 #define LF_ERRLEN 256
 
 typedef enum LeaseScope
@@ -81,7 +87,7 @@ typedef enum LeaseState
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
 static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released"};
 
-/* one lease of this session, in TopMemoryContext */
+/* one lease of this session, in lease_cxt */
 typedef struct LeaseEntry
 {
 	char	   *resource;
@@ -95,7 +101,13 @@ typedef struct LeaseEntry
 	int64		min_validity_ms;
 } LeaseEntry;
 
+/*
+ * The session's leases, oldest first, and everything they use, in a memory
+ * context of their own ("lease_fence leases", a child of TopMemoryContext):
+ * its size shows in pg_backend_memory_contexts.
+ */
 static List *leases = NIL;
+static MemoryContext lease_cxt = NULL;
 static bool exit_hook_registered = false;
 
 static void release_at_exit(int code, Datum arg);
@@ -441,7 +453,10 @@ validity_after(int64 ttl, int64 elapsed)
 	return ttl - elapsed - (ttl / 100 + 2);
 }
 
-/* The session's entry for resource and identity, or NULL. */
+/*
+ * The session's entry for resource and identity, or NULL.  A linear search,
+ * over a list that trim_entries keeps to a few thousand entries at most.
+ */
 static LeaseEntry *
 find_entry(const char *resource, const char *identity)
 {
@@ -457,28 +472,77 @@ find_entry(const char *resource, const char *identity)
 	return NULL;
 }
 
-/* Forget the oldest released leases beyond LF_KEEP_RELEASED. */
+/*
+ * Keep the session's list bounded, for a backend that lives for days behind
+ * a pooler, where explicit leases are typically released on another backend
+ * and stay "held" here.  Forget
+ *	- explicit-scope held leases past their expires_at (their key has expired
+ *	  in Redis by itself, or they were renewed elsewhere: either way this
+ *	  backend has nothing to do for them), and the oldest beyond
+ *	  LF_KEEP_HELD_EXPLICIT;
+ *	- the oldest unconfirmed leases beyond LF_KEEP_UNCONFIRMED (their exit
+ *	  retry is lost; they expire by their TTL);
+ *	- the oldest released leases beyond LF_KEEP_RELEASED.
+ * Session- and transaction-scoped held leases are obligations (released at
+ * exit or at transaction end) and never dropped; unknown ones are settled at
+ * transaction end.  keep, if not NULL, is never dropped (an entry a caller
+ * is about to use).
+ */
 static void
-trim_released(void)
+trim_entries(LeaseEntry *keep)
 {
+	int			held = 0;
+	int			unconfirmed = 0;
 	int			released = 0;
+	TimestampTz now;
 	ListCell   *lc;
 
-	foreach(lc, leases)
-		if (((LeaseEntry *) lfirst(lc))->state == STATE_RELEASED)
-			released++;
+	if (leases == NIL)
+		return;
+	now = GetCurrentTimestamp();
 	foreach(lc, leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if (released <= LF_KEEP_RELEASED)
-			break;
-		if (e->state == STATE_RELEASED)
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT && e->expires_at >= now)
+			held++;
+		else if (e->state == STATE_UNCONFIRMED)
+			unconfirmed++;
+		else if (e->state == STATE_RELEASED)
+			released++;
+	}
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		bool		drop = false;
+
+		if (e == keep)
+			continue;
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT)
+		{
+			if (e->expires_at < now)
+				drop = true;
+			else if (held > LF_KEEP_HELD_EXPLICIT)
+			{
+				drop = true;
+				held--;
+			}
+		}
+		else if (e->state == STATE_UNCONFIRMED && unconfirmed > LF_KEEP_UNCONFIRMED)
+		{
+			drop = true;
+			unconfirmed--;
+		}
+		else if (e->state == STATE_RELEASED && released > LF_KEEP_RELEASED)
+		{
+			drop = true;
+			released--;
+		}
+		if (drop)
 		{
 			leases = foreach_delete_current(leases, lc);
 			pfree(e->resource);
 			pfree(e);
-			released--;
 		}
 	}
 }
@@ -497,7 +561,10 @@ add_entry(const char *resource, const char *identity, int64 generation,
 		before_shmem_exit(release_at_exit, (Datum) 0);
 		exit_hook_registered = true;
 	}
-	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (lease_cxt == NULL)
+		lease_cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
+										  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(lease_cxt);
 	e = palloc0(sizeof(LeaseEntry));
 
 	e->resource = pstrdup(resource);
@@ -511,7 +578,7 @@ add_entry(const char *resource, const char *identity, int64 generation,
 	e->min_validity_ms = minv;
 	leases = lappend(leases, e);
 	MemoryContextSwitchTo(old);
-	trim_released();
+	trim_entries(e);
 	return e;
 }
 
@@ -1203,6 +1270,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
+	trim_entries(NULL);			/* no expired explicit lease is shown */
 	foreach(lc, leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
@@ -1325,7 +1393,7 @@ release_at_xact_end(void)
 			e->state == STATE_UNKNOWN)
 			settle_entry(e, e->state == STATE_UNKNOWN);
 	}
-	trim_released();
+	trim_entries(NULL);
 }
 
 static void
