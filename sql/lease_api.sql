@@ -91,20 +91,28 @@ SELECT try($$SET lease_fence.connect_timeout_ms = '2s'$$);
 SELECT try($$SELECT lease_fence.acquire('r', 1000)$$);
 SELECT try($$SELECT lease_fence.renew('r', repeat('a', 32), 1000)$$);
 SELECT try($$SELECT lease_fence.release('r', repeat('a', 32))$$);
+-- taking a key_prefix over is a superuser's decision: EXECUTE is not PUBLIC's
+SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
 SELECT count(*) AS leases_view_is_public FROM lease_fence.leases;
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
                           lease_fence.renew(text, text, bigint, bigint),
-                          lease_fence.release(text, text) TO regress_lf_client;
+                          lease_fence.release(text, text),
+                          lease_fence.claim_key_prefix() TO regress_lf_client;
 SET ROLE regress_lf_client;
 \set VERBOSITY terse
 SELECT acquired, status FROM lease_fence.acquire('r', 1000);
 \set VERBOSITY default
+-- and a GRANT does not make a non-superuser able to take one over
+SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
                            lease_fence.renew(text, text, bigint, bigint),
-                           lease_fence.release(text, text) FROM regress_lf_client;
+                           lease_fence.release(text, text),
+                           lease_fence.claim_key_prefix() FROM regress_lf_client;
 DROP ROLE regress_lf_client;
+-- a superuser without a Redis: an ERROR, never a silent success
+SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
 RESET lease_fence.redis_socket;
 RESET lease_fence.connect_timeout_ms;
 DROP FUNCTION public.try(text);

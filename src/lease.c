@@ -34,6 +34,8 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
 #include "common/cryptohash.h"
 #include "funcapi.h"
 #include "lease_fence.h"
@@ -49,6 +51,7 @@ PG_FUNCTION_INFO_V1(lf_acquire);
 PG_FUNCTION_INFO_V1(lf_renew);
 PG_FUNCTION_INFO_V1(lf_release);
 PG_FUNCTION_INFO_V1(lf_session_leases);
+PG_FUNCTION_INFO_V1(lf_claim_key_prefix);
 
 /* GUCs (defined in lease_fence.c) */
 char	   *lf_key_prefix = NULL;
@@ -56,8 +59,14 @@ int			lf_gen_key_ttl_s = 604800;
 
 /* a resource name longer than this is refused */
 #define LF_MAX_RESOURCE 1024
-/* released leases kept in the session's list for lease_fence.leases */
+/*
+ * How much of the session's list is kept (see trim_entries): released
+ * leases, and explicit-scope held and unconfirmed ones.  Session- and
+ * transaction-scoped held leases are never forgotten.
+ */
 #define LF_KEEP_RELEASED 64
+#define LF_KEEP_HELD_EXPLICIT 1000
+#define LF_KEEP_UNCONFIRMED 1000
 #define LF_ERRLEN 256
 
 typedef enum LeaseScope
@@ -78,7 +87,7 @@ typedef enum LeaseState
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
 static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released"};
 
-/* one lease of this session, in TopMemoryContext */
+/* one lease of this session, in lease_cxt */
 typedef struct LeaseEntry
 {
 	char	   *resource;
@@ -92,7 +101,13 @@ typedef struct LeaseEntry
 	int64		min_validity_ms;
 } LeaseEntry;
 
+/*
+ * The session's leases, oldest first, and everything they use, in a memory
+ * context of their own ("lease_fence leases", a child of TopMemoryContext):
+ * its size shows in pg_backend_memory_contexts.
+ */
 static List *leases = NIL;
+static MemoryContext lease_cxt = NULL;
 static bool exit_hook_registered = false;
 
 /* the highest generation of a transaction-scoped lease of this transaction */
@@ -158,6 +173,30 @@ static const char check_script[] =
 "end\n"
 "return -3\n";
 
+/*
+ * The owner of key_prefix: KEYS: claim key.  ARGV: our owner id
+ * ("<system identifier>:<database OID>"), our claim value (the id, ':' and
+ * the database name, which is only for people reading it).  Claims the
+ * prefix if nobody has.  {2, value} claimed now, {1, value} ours already,
+ * {0, value} another database's.
+ */
+static const char claim_script[] =
+"local cur = redis.call('GET', KEYS[1])\n"
+"if not cur then\n"
+"  redis.call('SET', KEYS[1], ARGV[2])\n"
+"  return {2, ARGV[2]}\n"
+"end\n"
+"if cur == ARGV[1] or string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then\n"
+"  return {1, cur}\n"
+"end\n"
+"return {0, cur}\n";
+
+/* KEYS: claim key.  ARGV: our claim value.  The previous value, or nil. */
+static const char takeover_script[] =
+"local old = redis.call('GET', KEYS[1])\n"
+"redis.call('SET', KEYS[1], ARGV[1])\n"
+"return old\n";
+
 typedef struct LuaScript
 {
 	const char *text;
@@ -169,12 +208,16 @@ static LuaScript scripts[] = {
 	{renew_script, ""},
 	{release_script, ""},
 	{check_script, ""},
+	{claim_script, ""},
+	{takeover_script, ""},
 };
 
 #define SCRIPT_ACQUIRE	(&scripts[0])
 #define SCRIPT_RENEW	(&scripts[1])
 #define SCRIPT_RELEASE	(&scripts[2])
 #define SCRIPT_CHECK	(&scripts[3])
+#define SCRIPT_CLAIM	(&scripts[4])
+#define SCRIPT_TAKEOVER (&scripts[5])
 
 /*
  * Compute the SHA1 that EVALSHA names each script by.  Called at the top of
@@ -441,7 +484,10 @@ validity_after(int64 ttl, int64 elapsed)
 	return ttl - elapsed - (ttl / 100 + 2);
 }
 
-/* The session's entry for resource and identity, or NULL. */
+/*
+ * The session's entry for resource and identity, or NULL.  A linear search,
+ * over a list that trim_entries keeps to a few thousand entries at most.
+ */
 static LeaseEntry *
 find_entry(const char *resource, const char *identity)
 {
@@ -457,28 +503,77 @@ find_entry(const char *resource, const char *identity)
 	return NULL;
 }
 
-/* Forget the oldest released leases beyond LF_KEEP_RELEASED. */
+/*
+ * Keep the session's list bounded, for a backend that lives for days behind
+ * a pooler, where explicit leases are typically released on another backend
+ * and stay "held" here.  Forget
+ *	- explicit-scope held leases past their expires_at (their key has expired
+ *	  in Redis by itself, or they were renewed elsewhere: either way this
+ *	  backend has nothing to do for them), and the oldest beyond
+ *	  LF_KEEP_HELD_EXPLICIT;
+ *	- the oldest unconfirmed leases beyond LF_KEEP_UNCONFIRMED (their exit
+ *	  retry is lost; they expire by their TTL);
+ *	- the oldest released leases beyond LF_KEEP_RELEASED.
+ * Session- and transaction-scoped held leases are obligations (released at
+ * exit or at transaction end) and never dropped; unknown ones are settled at
+ * transaction end.  keep, if not NULL, is never dropped (an entry a caller
+ * is about to use).
+ */
 static void
-trim_released(void)
+trim_entries(LeaseEntry *keep)
 {
+	int			held = 0;
+	int			unconfirmed = 0;
 	int			released = 0;
+	TimestampTz now;
 	ListCell   *lc;
 
-	foreach(lc, leases)
-		if (((LeaseEntry *) lfirst(lc))->state == STATE_RELEASED)
-			released++;
+	if (leases == NIL)
+		return;
+	now = GetCurrentTimestamp();
 	foreach(lc, leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if (released <= LF_KEEP_RELEASED)
-			break;
-		if (e->state == STATE_RELEASED)
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT && e->expires_at >= now)
+			held++;
+		else if (e->state == STATE_UNCONFIRMED)
+			unconfirmed++;
+		else if (e->state == STATE_RELEASED)
+			released++;
+	}
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		bool		drop = false;
+
+		if (e == keep)
+			continue;
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT)
+		{
+			if (e->expires_at < now)
+				drop = true;
+			else if (held > LF_KEEP_HELD_EXPLICIT)
+			{
+				drop = true;
+				held--;
+			}
+		}
+		else if (e->state == STATE_UNCONFIRMED && unconfirmed > LF_KEEP_UNCONFIRMED)
+		{
+			drop = true;
+			unconfirmed--;
+		}
+		else if (e->state == STATE_RELEASED && released > LF_KEEP_RELEASED)
+		{
+			drop = true;
+			released--;
+		}
+		if (drop)
 		{
 			leases = foreach_delete_current(leases, lc);
 			pfree(e->resource);
 			pfree(e);
-			released--;
 		}
 	}
 }
@@ -497,7 +592,10 @@ add_entry(const char *resource, const char *identity, int64 generation,
 		before_shmem_exit(release_at_exit, (Datum) 0);
 		exit_hook_registered = true;
 	}
-	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (lease_cxt == NULL)
+		lease_cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
+										  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(lease_cxt);
 	e = palloc0(sizeof(LeaseEntry));
 
 	e->resource = pstrdup(resource);
@@ -511,7 +609,7 @@ add_entry(const char *resource, const char *identity, int64 generation,
 	e->min_validity_ms = minv;
 	leases = lappend(leases, e);
 	MemoryContextSwitchTo(old);
-	trim_released();
+	trim_entries(e);
 	return e;
 }
 
@@ -587,6 +685,241 @@ report_redis_problem(const char *what, const char *resource, const char *err)
 {
 	ereport(WARNING,
 			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, err));
+}
+
+/* ---------------------------------------------------------------------
+ * Key prefix ownership
+ *
+ * Two databases that share one key_prefix on one Redis would drag each
+ * other's generations up through "stale" without either being told.  So
+ * the prefix has an owner, the key <key_prefix>owner (no brace follows the
+ * prefix, so it is never a lease key <key_prefix>{...} or a generation key
+ * <key_prefix>{...}:gen), holding "<system identifier>:<database OID>:<name>".
+ * Both numbers survive a physical copy (base backup, promoted standby); a
+ * dump restored into another cluster is a new owner and must take the
+ * prefix over with lease_fence.claim_key_prefix().
+ *
+ * The check costs one round trip per connection, not per acquire: its
+ * answer is kept until the connection is replaced or key_prefix changes.
+ * A vanished claim key (Redis restarted without persistence) is claimed
+ * again by the first backend that opens a new connection.
+ * ---------------------------------------------------------------------
+ */
+
+/* the connection (lf_redis_connection_serial) and prefix last found ours */
+static uint64 claim_checked_serial = 0;
+static char *claim_checked_prefix = NULL;
+
+/* <key_prefix>owner */
+static char *
+owner_key(void)
+{
+	return psprintf("%sowner", lf_key_prefix ? lf_key_prefix : "");
+}
+
+/*
+ * This database as the owner of a prefix: id is what is compared (system
+ * identifier and database OID), value what is stored (id and name).
+ */
+static void
+owner_identity(char *id, size_t idlen, char **value)
+{
+	char	   *dbname = get_database_name(MyDatabaseId);
+
+	snprintf(id, idlen, UINT64_FORMAT ":%u", GetSystemIdentifier(), MyDatabaseId);
+	*value = psprintf("%s:%s", id, dbname ? dbname : "");
+}
+
+/* A stored claim value, for a message: "database "x" (OID n) of system s". */
+static char *
+describe_owner(const char *value)
+{
+	uint64		sysid;
+	unsigned int oid;
+	int			n = 0;
+
+	if (sscanf(value, UINT64_FORMAT ":%u:%n", &sysid, &oid, &n) == 2 && n > 0)
+		return psprintf("database \"%s\" (OID %u) of the cluster with system identifier " UINT64_FORMAT,
+						value + n, oid, sysid);
+	return psprintf("\"%s\"", value);
+}
+
+/* Remember that on the current connection key_prefix is ours. */
+static void
+remember_claim(void)
+{
+	claim_checked_serial = lf_redis_connection_serial;
+	if (claim_checked_prefix)
+		pfree(claim_checked_prefix);
+	claim_checked_prefix = MemoryContextStrdup(TopMemoryContext,
+											   lf_key_prefix ? lf_key_prefix : "");
+}
+
+/*
+ * Before an acquire: is key_prefix on this Redis ours?  Claims it when
+ * nobody has.  False after a WARNING (the acquire is then "unavailable"):
+ * the prefix is another database's, or Redis could not be asked.  Runs
+ * before the generation is drawn, so a refused acquire moves nothing.  An
+ * interrupt is raised at once: nothing of the lease was sent.
+ */
+static bool
+key_prefix_is_ours(const char *resource)
+{
+	char		id[64];
+	char	   *value;
+	char	   *key;
+	const char *keys[1];
+	const char *args[2];
+	redisReply *reply = NULL;
+	char		err[LF_ERRLEN];
+	LfRedisResult r;
+	char	   *owner;
+	long long	code;
+	bool		answered;
+
+	/*
+	 * The answer holds for the connection it was given on.  A connection
+	 * Redis has closed is replaced here, before the acquire, so that its
+	 * successor is checked too.
+	 */
+	if (claim_checked_prefix != NULL &&
+		strcmp(claim_checked_prefix, lf_key_prefix ? lf_key_prefix : "") == 0 &&
+		lf_redis_connection_alive() &&
+		claim_checked_serial == lf_redis_connection_serial)
+		return true;
+
+	owner_identity(id, sizeof(id), &value);
+	key = owner_key();
+	keys[0] = key;
+	args[0] = id;
+	args[1] = value;
+	r = run_script(SCRIPT_CLAIM, 1, keys, 2, args, lf_command_timeout_ms, false, true, &reply, err);
+	if (r == LF_REDIS_INTERRUPTED)
+	{
+		CHECK_FOR_INTERRUPTS();
+		ereport(ERROR,
+				errcode(ERRCODE_QUERY_CANCELED),
+				errmsg("lease_fence: Redis request interrupted"));
+	}
+	answered = (r == LF_REDIS_OK);
+	if (r == LF_REDIS_OK)
+	{
+		if (reply->type == REDIS_REPLY_ERROR)
+		{
+			(void) classify_error_reply(reply, err);
+			r = LF_REDIS_UNAVAILABLE;
+		}
+		else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+				 reply->element[0]->type != REDIS_REPLY_INTEGER ||
+				 reply->element[1]->type != REDIS_REPLY_STRING)
+		{
+			snprintf(err, sizeof(err), "unexpected reply to the key_prefix owner check");
+			r = LF_REDIS_UNAVAILABLE;
+		}
+		if (r != LF_REDIS_OK)
+			freeReplyObject(reply);
+	}
+	if (r != LF_REDIS_OK)
+	{
+		/*
+		 * Not one byte of the lease was sent: definitely not acquired.  When
+		 * the check itself reached Redis, say that it was the check that
+		 * failed (a timeout would otherwise read like an unknown lease).
+		 */
+		char		msg[LF_ERRLEN + 64];
+
+		if (r == LF_REDIS_UNAVAILABLE && !answered)
+			snprintf(msg, sizeof(msg), "%s", err);
+		else
+			snprintf(msg, sizeof(msg), "checking the owner of key_prefix: %s", err);
+		report_redis_problem("acquire", resource, msg);
+		return false;
+	}
+
+	code = reply->element[0]->integer;
+	owner = pstrdup(reply->element[1]->str);
+	freeReplyObject(reply);
+
+	if (code == 0)
+	{
+		ereport(WARNING,
+				errmsg("lease_fence: key_prefix \"%s\" on this Redis belongs to another database",
+					   lf_key_prefix ? lf_key_prefix : ""),
+				errdetail("The key \"%s\" names %s; this is %s. Two databases sharing a key_prefix would push each other's generations up.",
+						  key, describe_owner(owner), describe_owner(value)),
+				errhint("Give each database its own lease_fence.key_prefix. If this database replaces that one (a dump restored into a new cluster), a superuser takes the prefix over with SELECT lease_fence.claim_key_prefix()."));
+		return false;
+	}
+	if (code == 2)
+		ereport(LOG,
+				errmsg("lease_fence: key_prefix \"%s\" claimed for %s",
+					   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)));
+	remember_claim();
+	return true;
+}
+
+/*
+ * lease_fence.claim_key_prefix(): make key_prefix on this Redis this
+ * database's, whoever had it.  Superusers only (EXECUTE is also revoked from
+ * PUBLIC): taking a prefix away from a live database reopens the very
+ * problem the owner check exists for.  Returns the previous claim, or NULL.
+ */
+Datum
+lf_claim_key_prefix(PG_FUNCTION_ARGS)
+{
+	char		id[64];
+	char	   *value;
+	char	   *key;
+	const char *keys[1];
+	const char *args[1];
+	redisReply *reply = NULL;
+	char		err[LF_ERRLEN];
+	LfRedisResult r;
+	char	   *old = NULL;
+
+	if (!superuser())
+		ereport(ERROR,
+				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				errmsg("permission denied to take over a lease_fence key_prefix"),
+				errdetail("Only superusers may call lease_fence.claim_key_prefix()."));
+
+	prepare_scripts();
+	owner_identity(id, sizeof(id), &value);
+	key = owner_key();
+	keys[0] = key;
+	args[0] = value;
+	r = run_script(SCRIPT_TAKEOVER, 1, keys, 1, args, lf_command_timeout_ms, false, true, &reply, err);
+	if (r == LF_REDIS_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
+	if (r == LF_REDIS_OK)
+	{
+		if (reply->type == REDIS_REPLY_STRING)
+			old = pstrdup(reply->str);
+		else if (reply->type != REDIS_REPLY_NIL)
+		{
+			snprintf(err, sizeof(err), "%s",
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+			r = LF_REDIS_UNKNOWN;
+		}
+		freeReplyObject(reply);
+	}
+	if (r != LF_REDIS_OK)
+		ereport(ERROR,
+				errcode(ERRCODE_CONNECTION_FAILURE),
+				errmsg("could not take over lease_fence.key_prefix \"%s\"",
+					   lf_key_prefix ? lf_key_prefix : ""),
+				errdetail("%s", err),
+				errhint("The key \"%s\" may or may not have changed; running the function again is safe.", key));
+
+	ereport(LOG,
+			errmsg("lease_fence: key_prefix \"%s\" taken over by %s",
+				   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)),
+			old ? errdetail("It belonged to %s.", describe_owner(old))
+			: errdetail("It had no owner."));
+	remember_claim();
+	if (old == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(old));
 }
 
 /* ---------------------------------------------------------------------
@@ -699,6 +1032,11 @@ lf_acquire(PG_FUNCTION_ARGS)
 				errmsg("could not generate a random lease identity"));
 	for (i = 0; i < 16; i++)
 		snprintf(identity + 2 * i, 3, "%02x", random[i]);
+
+	/* once per connection: is key_prefix ours?  (before drawing anything) */
+	if (!key_prefix_is_ours(resource))
+		PG_RETURN_DATUM(lease_row(fcinfo, "unavailable", resource, true, false,
+								  NULL, false, 0, false, 0));
 
 	/* the generation: durable before it leaves the backend */
 	generation = lf_draw_generation();
@@ -974,6 +1312,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 
 	InitMaterializedSRF(fcinfo, 0);
+	trim_entries(NULL);			/* no expired explicit lease is shown */
 	foreach(lc, leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
@@ -1096,7 +1435,7 @@ release_at_xact_end(void)
 			e->state == STATE_UNKNOWN)
 			settle_entry(e, e->state == STATE_UNKNOWN);
 	}
-	trim_released();
+	trim_entries(NULL);
 }
 
 static void

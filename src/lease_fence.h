@@ -62,6 +62,8 @@ extern LfRedisResult lf_redis_command(int argc, const char **argv, const size_t 
 									  int timeout_ms, bool fresh, bool interruptible,
 									  struct redisReply **reply, char *err, size_t errlen);
 extern void lf_redis_disconnect(void);
+extern uint64 lf_redis_connection_serial;
+extern bool lf_redis_connection_alive(void);
 
 /* stats.c: one counter per outcome (names in stats.c, same order) */
 typedef enum LfCounter

@@ -67,6 +67,12 @@ static char cached_target[1024];
 static bool exit_hook_registered = false;
 
 /*
+ * Bumped each time a new connection is cached, so that lease.c can do its
+ * once-per-connection check of the key_prefix owner (see lease.c).
+ */
+uint64		lf_redis_connection_serial = 0;
+
+/*
  * The wait event set for the socket we wait on, kept while that socket
  * lives: building one per wait costs an epoll instance and four system
  * calls, a measurable part of a lease round trip.
@@ -472,6 +478,28 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 	return c;
 }
 
+/*
+ * Is there a cached connection that lf_redis_command would use as it is?
+ * One made with other settings, or that looks dead, is dropped here, so the
+ * next command opens a new one (and lf_redis_connection_serial moves).
+ * lease.c asks before trusting the answer it keeps per connection.
+ */
+bool
+lf_redis_connection_alive(void)
+{
+	char		target[sizeof(cached_target)];
+
+	if (cached_conn == NULL)
+		return false;
+	describe_target(target, sizeof(target));
+	if (strcmp(target, cached_target) != 0 || !connection_looks_alive(cached_conn))
+	{
+		lf_redis_disconnect();
+		return false;
+	}
+	return true;
+}
+
 /* on_proc_exit: free the connection hiredis malloc'd */
 static void
 disconnect_at_exit(int code, Datum arg)
@@ -530,6 +558,7 @@ lf_redis_command(int argc, const char **argv, const size_t *argvlen,
 			return LF_REDIS_UNAVAILABLE;
 		}
 		strlcpy(cached_target, target, sizeof(cached_target));
+		lf_redis_connection_serial++;
 	}
 	c = cached_conn;
 

@@ -116,6 +116,11 @@ SELECT vg_step('unknown_release_state', string_agg(state, ','), 'unconfirmed')
 \! redisctl wait
 
 -- ------------------------------------------------ statement_timeout while Redis is paused: 57014
+-- (the cleanups above dropped the connection: a new one, and its key_prefix
+-- owner check, first, so that the acquire below is what waits)
+SELECT vg_step('timeout_warm', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:timeout-warm', 30000) a;
+SELECT identity AS id_twarm FROM lease_fence.leases WHERE resource = 'vg:timeout-warm' AND state = 'held' \gset
+SELECT vg_step('timeout_warm_release', r.status, 'released', r::text) FROM lease_fence.release('vg:timeout-warm', :'id_twarm') r;
 SET lease_fence.command_timeout_ms = 5000;
 \! redisctl pause 3000
 SET statement_timeout = 1000;
@@ -289,6 +294,16 @@ SELECT vg_step('db1_acquired', a.status, 'acquired', a::text) FROM lease_fence.a
 SELECT identity AS id_db1 FROM lease_fence.leases WHERE resource = 'vg:db1' AND state = 'held' \gset
 SELECT vg_step('db1_release', r.status, 'released', r::text) FROM lease_fence.release('vg:db1', :'id_db1') r;
 RESET lease_fence.redis_db;
+
+-- ------------------------------------------------ key_prefix owned by another database, then taken over
+\! redisctl cli SET 'vg-other:owner' '1:2:elsewhere' >/dev/null
+SET lease_fence.key_prefix = 'vg-other:';
+SELECT vg_step('prefix_other_owner', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:prefix', 30000) a;
+SELECT vg_step('prefix_takeover', lease_fence.claim_key_prefix(), '1:2:elsewhere');
+SELECT vg_step('prefix_taken_over', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:prefix', 30000) a;
+SELECT identity AS id_prefix FROM lease_fence.leases WHERE resource = 'vg:prefix' AND state = 'held' \gset
+SELECT vg_step('prefix_release', r.status, 'released', r::text) FROM lease_fence.release('vg:prefix', :'id_prefix') r;
+RESET lease_fence.key_prefix;
 
 -- ------------------------------------------------ error replies that are not "unavailable": unknown
 -- (WRONGTYPE inside the scripts; the reply text is copied before it is freed)

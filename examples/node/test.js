@@ -144,17 +144,25 @@ describe('lease_fence from node-postgres', () => {
   });
 
   it('unknown (Redis paused past command_timeout_ms) is LeaseUnknown with acquired null, not busy', async () => {
-    const c = await connect();
-    await c.query('SET lease_fence.command_timeout_ms = 150');
-    await c.query('SET lease_fence.cleanup_timeout_ms = 150');
+    // One connection per call: an unknown outcome drops the backend's Redis
+    // connection, and the first acquire on a new one first checks that
+    // key_prefix is this database's (README, "One key_prefix per database"),
+    // which would time out during the pause ("unavailable"). So each backend
+    // takes and releases a lease before the pause.
+    const [c, c2, c3] = [await connect(), await connect(), await connect()];
+    for (const x of [c, c2, c3]) {
+      await x.query('SET lease_fence.command_timeout_ms = 150');
+      await x.query('SET lease_fence.cleanup_timeout_ms = 150');
+      await lf.release(x, await lf.acquire(x, resourceName('unknown-warm'), { ttlMs: 10000 }));
+    }
     const id = await newRow(app);
     const res = resourceName('unknown');
     let raw, err, ran = false;
     redis('CLIENT', 'PAUSE', 3000, 'ALL');
     try {
       raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
-      err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnknown);
-      await rejection(lf.withTransactionLease(c, res, { ttlMs: 10000 }, async () => { ran = true; }),
+      err = await rejection(lf.acquire(c2, res, { ttlMs: 10000 }), lf.LeaseUnknown);
+      await rejection(lf.withTransactionLease(c3, res, { ttlMs: 10000 }, async () => { ran = true; }),
         lf.LeaseUnknown);
     } finally {
       redis('PING');                         // returns when the pause is over

@@ -207,21 +207,31 @@ class PsycopgTests(unittest.TestCase):
         (set through PGOPTIONS-style startup options): acquire is unknown —
         acquired IS NULL, LeaseUnknown, not LeaseDenied — with identity and
         generation kept; the transaction-scoped form never runs its block."""
-        conn = connect(options=f"-c lease_fence.command_timeout_ms={COMMAND_TIMEOUT_MS} "
-                               f"-c lease_fence.cleanup_timeout_ms={CLEANUP_TIMEOUT_MS}")
-        self.addCleanup(conn.close)
+        # One connection per call: an unknown outcome drops the backend's
+        # Redis connection, and the first acquire on a new one checks first
+        # that key_prefix is this database's (README, "One key_prefix per
+        # database") -- during the pause that check would time out and make
+        # the acquire "unavailable". So each backend takes and releases a
+        # lease before the pause, and its one call below is what Redis stalls.
+        conns = []
+        for _ in range(3):
+            c = connect(options=f"-c lease_fence.command_timeout_ms={COMMAND_TIMEOUT_MS} "
+                                f"-c lease_fence.cleanup_timeout_ms={CLEANUP_TIMEOUT_MS}")
+            self.addCleanup(c.close)
+            release(c, acquire(c, resource_name(self, ":warm"), ttl_ms=10000))
+            conns.append(c)
+        conn, conn2, conn3 = conns
         row_id = new_row(self.conn)
         res = resource_name(self)
-        conn.execute("SELECT lease_fence.current_generation()")   # backend is up
 
         redis("CLIENT", "PAUSE", PAUSE_MS, "ALL")
         try:
             raw = try_acquire(conn, res, ttl_ms=10000)
             with self.assertRaises(LeaseUnknown) as cm:
-                acquire(conn, res, ttl_ms=10000)
+                acquire(conn2, res, ttl_ms=10000)
             ran = []
             with self.assertRaises(LeaseUnknown):
-                with transaction_lease(conn, res, ttl_ms=10000):
+                with transaction_lease(conn3, res, ttl_ms=10000):
                     ran.append(True)
         finally:
             wait_for_redis()

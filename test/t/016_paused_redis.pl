@@ -119,6 +119,10 @@ my $json = JSON::PP->new;
 		'statement_timeout: afterwards the key is ours or absent');
 	$redis->cli('DEL', lkey('r-stmt-timeout'));
 
+	# the timed-out connection was dropped: open a new one (and pass its
+	# key_prefix owner check) first, so that the acquire below is what waits
+	$w = acquire($c, 'r-warm3', 30000);
+	release($c, 'r-warm3', $w->{identity});
 	pause_redis($redis, 4000);
 	$c->query_until(qr/started/,
 		"\\echo started\nSELECT * FROM lease_fence.acquire('r-cancel', 30000);\n");
