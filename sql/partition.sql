@@ -2,6 +2,12 @@
 -- existing, created later, attached later — and a row moved between
 -- partitions (a DELETE plus an INSERT) is fenced too.
 
+-- The generations below are small numbers: draw them first, so that they
+-- were issued (a generation this database never issued is LF004: see
+-- unissued.sql).
+SELECT max(g) >= 20 AS issued_through_20
+FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
+
 CREATE TABLE jobs (id int, shard int, state text) PARTITION BY LIST (shard);
 CREATE TABLE jobs_1 PARTITION OF jobs FOR VALUES IN (1);
 INSERT INTO jobs VALUES (1, 1, 'new');
