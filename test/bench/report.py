@@ -151,6 +151,15 @@ def main():
                       rep.series(sec, "update_lf"), rep.series(sec, "update_none"))
             rep.ratio(f"2  fenced / unfenced transaction, {c} client{'s' if c > 1 else ''} (tps)",
                       rep.series(sec, "txn_lf"), rep.series(sec, "txn_none"))
+        if ("reread_c1", "txn_lf_reread") in rep.data:
+            out("   the issued check at its worst: each transaction's generation was issued elsewhere (nextval),")
+            out("   so the trigger reads the sequence again; versus the same on a table with tokens => 'external'")
+            for v, label in (("txn_lf_reread", "nextval; BEGIN; set_generation; UPDATE fenced; END"),
+                             ("txn_lf_ext", "same, external tokens (no issued check)")):
+                lo, hi = rep.rng("reread_c1", v)
+                out(f"   1 client  {label:<50} {fmt(rep.med('reread_c1', v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
+            rep.ratio("2  issued check, re-read every txn / external tokens",
+                      rep.series("reread_c1", "txn_lf_reread"), rep.series("reread_c1", "txn_lf_ext"))
         out()
 
     # -- 3 --

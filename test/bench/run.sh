@@ -13,7 +13,9 @@
 #      backend's CPU time, and (once, under callgrind, on a smaller table)
 #      instructions per row, which other load on the machine cannot move;
 #   2. single-row UPDATE transactions (pgbench, 1 and 2 clients), fenced
-#      versus unfenced;
+#      versus unfenced; and the issued check at its worst (a generation
+#      issued elsewhere in every transaction, so the trigger reads the
+#      sequence again each time) versus a table with external tokens;
 #   3. one acquire + release cycle through SQL versus its floor (two trivial
 #      SQL round trips + SET NX PX + a compare-and-delete script) and versus
 #      redis-py's Lock;
@@ -175,6 +177,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			sample "rowupdate_c$c" "$v" "$r" "$tps" tps
 		done
 	done
+	# the issued check's worst case, one client
+	for v in $(rotate "$r" txn_lf_reread txn_lf_ext); do
+		tps=$(pgbench_tps "$v" 1 "-c synchronous_commit=off") || exit 1
+		sample reread_c1 "$v" "$r" "$tps" tps
+	done
 done
 
 fi
@@ -307,9 +314,11 @@ fi
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 if want 1; then
 	lf_log "1. instructions per row of the UPDATE (callgrind, $CG_ROWS rows)"
+	# a new generation, issued (the fence refuses one that was not: LF004)
+	new_gen_cg=$(psql_u -d cg -c "SELECT lease_fence.next_generation()")
 	lf_stop_pg
 	for v in none builtin plpgsql lf_new lf_same; do
-		g=1000000000
+		g=$new_gen_cg
 		[ "$v" = lf_same ] && g=$same_gen_cg
 		printf 'BEGIN;\nSET LOCAL lease_fence.generation = %s;\nUPDATE %s SET v = v + 1;\nCOMMIT;\n' "$g" "${utable[$v]}" |
 			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.$v" \
