@@ -199,7 +199,7 @@ lf_report_unissued(int64 supplied, LfCounter c, const char *target)
 			errmsg("unissued generation: write rejected by fence"),
 			errdetail("%s: supplied generation " INT64_FORMAT ", highest generation issued in this database " INT64_FORMAT ".",
 					  target, supplied, highest),
-			errhint("Supply a generation from lease_fence.next_generation() or lease_fence.acquire(). If this table's tokens come from elsewhere, protect it with tokens => 'external'."));
+			errhint("Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => 'external'."));
 }
 
 /* Refuse (LF004) a supplied generation that was never issued. */

@@ -119,8 +119,10 @@ extern void lf_stats_init(void);
 
 /*
  * generation.c: refuse (LF004, counted as c) a supplied generation this
- * database never issued.  target names what was written, capitalised, for
- * the DETAIL: "Table public.t, column \"fence\"", "Resource \"r\"".
+ * database never issued, before anything is written.  target names what was
+ * written, capitalised, for the DETAIL: "Table public.t, column \"fence\"",
+ * "Resource \"r\"".  On a hot path, test lf_generation_issued() first and
+ * build target only when it fails, as the fence trigger does.
  */
 extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) pg_attribute_noreturn();
 extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
