@@ -7,5 +7,5 @@
 SELECT nextval('lease_fence.generation_seq') AS g \gset
 BEGIN;
 SELECT lease_fence.set_generation(:g);
-UPDATE u_lf SET v = v + 1 WHERE id = :id;
+UPDATE u_lf_reread SET v = v + 1 WHERE id = :id;
 END;
