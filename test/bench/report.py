@@ -121,6 +121,13 @@ def main():
             out(f"   {label:<48} {fmt(rep.med('update', v), 'ms')}  [{lo:4.0f}..{hi:4.0f}] "
                 f"{fmt(rep.med('update_cpu', v), 'ms')}  [{clo:4.0f}..{chi:4.0f}] {ir} {trig}")
         out("   (trigger = instructions per row above no trigger: what the trigger and its machinery add)")
+        if ("reread_ir", "lf_reread") in rep.data:
+            a, b = rep.med("reread_ir", "lf_reread"), rep.med("reread_ir", "lf_ext")
+            out(f"   the issued check at its worst (a generation issued elsewhere in every transaction, so the")
+            out(f"   sequence is read again): instructions per single-row UPDATE transaction (callgrind,")
+            out(f"   {meta.get('cg_txns', '?')} transactions, executor only): {a:.0f} checked, {b:.0f} with external tokens, {a - b:+.0f}")
+            rep.ratio("1  issued check re-reading every txn / external, instructions",
+                      rep.series("reread_ir", "lf_reread"), rep.series("reread_ir", "lf_ext"))
         for metric, name in (("update", "wall"), ("update_cpu", "CPU"), ("update_ir", "instructions")):
             if (metric, "none") not in rep.data:
                 continue
