@@ -19,7 +19,7 @@ OBJS = \
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml lease_api stats upgrade reinstall
+REGRESS = generation fence protect truncate_guard partition dml lease_api stats upgrade reinstall unissued
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency truncate_guard

@@ -34,6 +34,12 @@ SELECT lease_fence.current_generation() IS NULL AS cleared;
 UPDATE early SET id = 2 RETURNING *;
 DROP TABLE early;
 
+-- The generations below are small numbers: draw them first, so that they
+-- were issued (a generation this database never issued is LF004: see
+-- unissued.sql).
+SELECT max(g) >= 20 AS issued_through_20
+FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
+
 ------------------------------------------------------------------------------
 -- misuse: each is a clear error naming trigger, table and column
 ------------------------------------------------------------------------------
@@ -89,13 +95,17 @@ CREATE TRIGGER t_gen BEFORE UPDATE ON misuse
 SELECT try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_gen ON misuse;
 
--- bad mode, too many arguments
+-- bad mode, bad tokens, too many arguments
 CREATE TRIGGER t_mode BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'sloppy');
 SELECT try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_mode ON misuse;
-CREATE TRIGGER t_args BEFORE UPDATE ON misuse
+CREATE TRIGGER t_tokens BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict', 'extra');
+SELECT try($$UPDATE misuse SET id = id$$);
+DROP TRIGGER t_tokens ON misuse;
+CREATE TRIGGER t_args BEFORE UPDATE ON misuse
+	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict', 'issued', 'extra');
 SELECT try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_args ON misuse;
 

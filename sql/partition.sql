@@ -2,6 +2,12 @@
 -- existing, created later, attached later — and a row moved between
 -- partitions (a DELETE plus an INSERT) is fenced too.
 
+-- The generations below are small numbers: draw them first, so that they
+-- were issued (a generation this database never issued is LF004: see
+-- unissued.sql).
+SELECT max(g) >= 20 AS issued_through_20
+FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
+
 -- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
 CREATE FUNCTION public.try(stmt text) RETURNS text
 LANGUAGE plpgsql AS $$

@@ -15,8 +15,10 @@ FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname IN
 ORDER BY 1::text;
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 SELECT table_name, ok FROM lease_fence.protected_tables;
+-- the extension was created afresh above, so 2 is the highest generation
+-- issued (1 before the update, 2 just now)
 BEGIN;
-SET LOCAL lease_fence.generation = 5;
+SET LOCAL lease_fence.generation = 2;
 INSERT INTO up VALUES (1) RETURNING *;
 COMMIT;
 
@@ -24,6 +26,28 @@ ALTER EXTENSION lease_fence UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 SELECT table_name, ok FROM lease_fence.protected_tables;
+-- a table protected before 1.2 keeps its triggers (fence column and mode,
+-- no tokens argument) and gets the default: tokens issued, checked
+SELECT table_name, strict, tokens, ok FROM lease_fence.protected_tables;
+SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'up'::regclass ORDER BY tgname;
+BEGIN;
+SET LOCAL lease_fence.generation = 4;
+UPDATE up SET id = 2 RETURNING *;
+ROLLBACK;
+BEGIN;
+SET LOCAL lease_fence.generation = 3;
+UPDATE up SET id = 2 RETURNING *;
+COMMIT;
+-- the calls of 1.1 still mean what they meant, and the new parameter opts out
+SELECT lease_fence.protect('up', 'fence', true);
+SELECT lease_fence.protect('up', strict => false);
+SELECT lease_fence.protect('up', tokens => 'external');
+SELECT table_name, strict, tokens, ok FROM lease_fence.protected_tables;
+SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'up'::regclass ORDER BY tgname;
+BEGIN;
+SET LOCAL lease_fence.generation = 4;
+UPDATE up SET id = 3 RETURNING *;
+COMMIT;
 
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)

@@ -16,9 +16,15 @@
  * own, so checking them again could only stall the subscription.
  *
  * Arguments: the fence column (default "fence"), then "lenient" (default)
- * or "strict".  The column number and mode are looked up on the first row of
- * a statement and kept in fn_extra, which lives as long as the executor's
- * trigger function cache, so later rows cost no catalog or name look-up.
+ * or "strict", then "issued" (default: a supplied generation must have been
+ * issued by this database, else LF004) or "external" (tokens come from
+ * elsewhere: any value).  The column number and modes are looked up on the
+ * first row of a statement and kept in fn_extra, which lives as long as the
+ * executor's trigger function cache, so later rows cost no catalog or name
+ * look-up; the issued check costs one comparison with a cached value.
+ *
+ * Also here: repair_unissued(), which resets fences that took an unissued
+ * value, and the one narrow door in the trigger it goes through.
  *
  * IDENTIFICATION
  *	  src/fence_trigger.c
@@ -47,8 +53,17 @@
 
 PG_FUNCTION_INFO_V1(lf_fence_trigger);
 PG_FUNCTION_INFO_V1(lf_truncate_guard);
+PG_FUNCTION_INFO_V1(lf_repair_unissued);
 
 #define DEFAULT_FENCE_COLUMN "fence"
+
+/*
+ * While repair_unissued() runs its UPDATE on one table, that table's OID and
+ * the generation it writes; InvalidOid otherwise.  Static: nothing but
+ * repair_unissued() can open this door.
+ */
+static Oid	repair_relid = InvalidOid;
+static int64 repair_generation = 0;
 
 /* What the first row of a statement learns, for the rows after it. */
 typedef struct FenceConfig
@@ -57,6 +72,7 @@ typedef struct FenceConfig
 	Oid			relid;			/* relation it was computed for */
 	AttrNumber	attnum;			/* fence column */
 	bool		strict;			/* strict mode */
+	bool		check_issued;	/* tokens "issued": refuse unissued values */
 } FenceConfig;
 
 /*
@@ -104,6 +120,26 @@ static const char *
 fence_column_name(Trigger *trigger)
 {
 	return trigger->tgnargs >= 1 ? trigger->tgargs[0] : DEFAULT_FENCE_COLUMN;
+}
+
+/*
+ * The tokens argument: "issued" (true: check that supplied generations were
+ * issued) or "external" (false).  Misuse names the trigger and table.
+ */
+static bool
+parse_tokens(const char *fname, Trigger *trigger, Relation rel, const char *tokens)
+{
+	if (pg_strcasecmp(tokens, "issued") == 0)
+		return true;
+	if (pg_strcasecmp(tokens, "external") == 0)
+		return false;
+	ereport(ERROR,
+			errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: unknown tokens \"%s\"", fname, tokens),
+			errdetail("Trigger \"%s\" on table %s names tokens \"%s\".",
+					  trigger->tgname, relation_display_name(rel), tokens),
+			errhint("The tokens are \"issued\" (generations of this database) or \"external\"."));
+	return true;				/* not reached */
 }
 
 /*
@@ -173,15 +209,15 @@ configure(const char *fname, TriggerData *trigdata, FenceConfig *config)
 						  trigger->tgname, relation_display_name(rel)));
 	/* a row-level trigger fires only for INSERT, UPDATE and DELETE */
 
-	if (trigger->tgnargs > 2)
+	if (trigger->tgnargs > 3)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("%s: too many arguments", fname),
-				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column and the mode.",
+				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column, the mode and the tokens.",
 						  trigger->tgname, relation_display_name(rel), trigger->tgnargs));
 
 	config->strict = false;
-	if (trigger->tgnargs == 2)
+	if (trigger->tgnargs >= 2)
 	{
 		const char *mode = trigger->tgargs[1];
 
@@ -195,6 +231,9 @@ configure(const char *fname, TriggerData *trigdata, FenceConfig *config)
 							  trigger->tgname, relation_display_name(rel), mode),
 					errhint("The mode is \"lenient\" or \"strict\"."));
 	}
+	/* two arguments (a trigger made by protect() before 1.2): issued */
+	config->check_issued = trigger->tgnargs < 3 ||
+		parse_tokens(fname, trigger, rel, trigger->tgargs[2]);
 
 	config->attnum = lookup_fence_column(fname, rel, trigger, fence_column_name(trigger));
 	config->tgoid = trigger->tgoid;
@@ -212,6 +251,14 @@ report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
 			errdetail("Table %s, column \"%s\": stored generation " INT64_FORMAT ", supplied generation " INT64_FORMAT ".",
 					  relation_display_name(rel), colname, stored, supplied),
 			errhint("A holder with a newer generation has written this row; this writer's lease is gone. Stop, and acquire a new generation before writing again."));
+}
+
+/* LF004: the supplied generation was never issued by this database. */
+static void
+report_unissued(Relation rel, const char *colname, int64 supplied)
+{
+	lf_report_unissued(supplied, LF_C_FENCE_LF004,
+					   psprintf("Table %s, column \"%s\"", relation_display_name(rel), colname));
 }
 
 /* LF002: no generation where one is required. */
@@ -251,18 +298,41 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
 }
 
 /*
+ * A row of repair_unissued()'s UPDATE.  It goes through only if its fence
+ * is still above the highest issued generation, read again now that the
+ * row is locked (a value issued since may be a real holder's: it stays),
+ * and if the statement writes the repair's generation; any other row is
+ * skipped.
+ */
+static Datum
+repair_row(HeapTuple newtuple, bool s_null, int64 s, bool n_null, int64 n)
+{
+	if (!s_null && s > lf_highest_issued() && !n_null && n == repair_generation)
+		return PointerGetDatum(newtuple);
+	return PointerGetDatum(NULL);
+}
+
+/*
  * lease_fence.fence_trigger()
  *
  * The rules (README, "The rules").  G is the current generation (if set),
  * S the stored fence of the locked row, N the fence the statement writes.
+ * "Issued?" applies with tokens "issued" (the default): a value greater
+ * than any next_generation() has handed out -> LF004.
  *
  *	UPDATE: N is NULL and differs from S -> LF002; G set and N differs from
  *			both S and G -> LF003; supplied = G if set, else N (strict: G
- *			required, LF002); supplied NULL -> LF002; supplied < S -> LF001;
- *			otherwise the row's fence becomes supplied.
- *	DELETE: G set and G < S -> LF001; no G: strict -> LF002, lenient passes.
- *	INSERT: G set -> the fence becomes G; no G: strict -> LF002, lenient
- *			keeps N, but a NULL N -> LF002.
+ *			required, LF002); supplied NULL -> LF002; G not issued, or no G
+ *			and N differs from S and is not issued -> LF004; supplied < S
+ *			-> LF001; otherwise the row's fence becomes supplied.
+ *	DELETE: G set: G not issued -> LF004, G < S -> LF001; no G: strict ->
+ *			LF002, lenient passes.
+ *	INSERT: G set: G not issued -> LF004, else the fence becomes G; no G:
+ *			strict -> LF002, lenient keeps N, but a NULL N -> LF002 and an
+ *			N not issued -> LF004.
+ *
+ * A lenient UPDATE that leaves the fence alone brings no value of its own,
+ * so it is not checked for issue: it cannot make the row's fence worse.
  *
  * In a logical replication worker every row passes unchanged and uncounted
  * (see the file header).
@@ -318,6 +388,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			bool		s_null;
 			int64		s;
 
+			if (config->check_issued && !lf_generation_issued(lf_generation))
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), lf_generation);
 			d = heap_getattr(oldtuple, config->attnum, tupdesc, &s_null);
 			s = s_null ? 0 : DatumGetInt64(d);
 			if (!s_null && lf_generation < s)
@@ -341,9 +413,13 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
 			if (n_null)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+			if (config->check_issued && !lf_generation_issued(n))
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), n);
 			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
 		}
+		if (config->check_issued && !lf_generation_issued(lf_generation))
+			report_unissued(rel, fence_column_name(trigdata->tg_trigger), lf_generation);
 		if (!n_null && n == lf_generation)
 		{
 			lf_fence_accepted_pending++;
@@ -365,6 +441,9 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		d = heap_getattr(newtuple, config->attnum, tupdesc, &n_null);
 		n = n_null ? 0 : DatumGetInt64(d);
 
+		if (unlikely(repair_relid == RelationGetRelid(rel)))
+			return repair_row(newtuple, s_null, s, n_null, n);
+
 		/* did the statement write a value other than the stored one? */
 		written = (n_null != s_null) || (!n_null && n != s);
 
@@ -376,6 +455,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			if (written && n != lf_generation)
 				report_conflict(rel, fence_column_name(trigdata->tg_trigger), n, lf_generation);
 			supplied = lf_generation;
+			if (config->check_issued && !lf_generation_issued(supplied))
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
 		}
 		else
 		{
@@ -384,6 +465,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			if (n_null)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
 			supplied = n;
+			if (written && config->check_issued && !lf_generation_issued(supplied))
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
 		}
 
 		if (!s_null && supplied < s)
@@ -454,8 +537,10 @@ highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
  * without this a stale holder could empty a fenced table.  It needs a current
  * generation, and that generation must not be lower than the highest fence
  * in the table (one scan: TRUNCATE is rare, and it is the only way to know).
- * Argument: the fence column (default "fence").  A TRUNCATE replayed by a
- * logical replication worker passes: the publisher's guard checked it.
+ * With tokens "issued" it must also have been issued (LF004).  Arguments:
+ * the fence column (default "fence"), then "issued" (default) or "external".
+ * A TRUNCATE replayed by a logical replication worker passes: the
+ * publisher's guard checked it.
  *
  * The scan uses the latest snapshot, not the transaction's: TRUNCATE removes
  * every row, also those committed after a REPEATABLE READ snapshot was taken
@@ -477,6 +562,7 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	ListCell   *lc;
 	bool		found = false;
 	int64		highest = 0;
+	bool		check_issued;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -497,13 +583,16 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 				errmsg("%s: must be fired BEFORE TRUNCATE FOR EACH STATEMENT", fname),
 				errdetail("Trigger \"%s\" on table %s is not.",
 						  trigdata->tg_trigger->tgname, relation_display_name(rel)));
-	if (trigdata->tg_trigger->tgnargs > 1)
+	if (trigdata->tg_trigger->tgnargs > 2)
 		ereport(ERROR,
 				errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				errmsg("%s: too many arguments", fname),
-				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column.",
+				errdetail("Trigger \"%s\" on table %s has %d arguments; it takes the fence column and the tokens.",
 						  trigdata->tg_trigger->tgname, relation_display_name(rel),
 						  trigdata->tg_trigger->tgnargs));
+	/* one argument (a guard made by protect() before 1.2): issued */
+	check_issued = trigdata->tg_trigger->tgnargs < 2 ||
+		parse_tokens(fname, trigdata->tg_trigger, rel, trigdata->tg_trigger->tgargs[1]);
 
 	colname = fence_column_name(trigdata->tg_trigger);
 	relname = relation_display_name(rel);
@@ -521,6 +610,8 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	}
 
 	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
+	if (check_issued && !lf_generation_issued(lf_generation))
+		report_unissued(rel, colname, lf_generation);
 
 	/* TRUNCATE holds ACCESS EXCLUSIVE on the table and all its partitions */
 	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
@@ -549,4 +640,161 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 		report_stale(rel, colname, highest, lf_generation);
 
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * Run repair_unissued()'s UPDATE on one table (query, with $1 = the
+ * generation and $2 = the highest issued), with the trigger's door open
+ * for that table only while it runs; the number of rows it changed.
+ */
+static uint64
+repair_update(Oid member, int64 generation, const char *query, Datum *args)
+{
+	Oid			save_relid = repair_relid;
+	int64		save_generation = repair_generation;
+	Oid			argtypes[2] = {INT8OID, INT8OID};
+	volatile uint64 n = 0;
+	int			ret;
+
+	PG_TRY();
+	{
+		repair_relid = member;
+		repair_generation = generation;
+		ret = SPI_execute_with_args(query, 2, argtypes, args, NULL, false, 0);
+		if (ret != SPI_OK_UPDATE)
+			elog(ERROR, "repair_unissued: UPDATE of %s failed: %s",
+				 get_rel_name(member), SPI_result_code_string(ret));
+		n = SPI_processed;
+	}
+	PG_FINALLY();
+	{
+		repair_relid = save_relid;
+		repair_generation = save_generation;
+	}
+	PG_END_TRY();
+	return n;
+}
+
+/*
+ * lease_fence.repair_unissued(tbl regclass, generation bigint) RETURNS bigint
+ *
+ * Superuser only.  Sets every fence of tbl (and of the partitions under it)
+ * that is above the highest issued generation back to generation, which
+ * must have been issued; returns the number of rows changed, logs it, and
+ * counts it in stats (repair / repaired).
+ *
+ * How: one ordinary UPDATE per table of the tree, through SPI, as the
+ * calling superuser.  There is no change of user: nothing the table's owner
+ * defined (other triggers, index expressions, functions the planner
+ * inlines) runs with rights its caller does not already have, since a
+ * superuser could run all of it anyway -- and it runs as it would for any
+ * UPDATE that superuser typed.  An UPDATE rather than a heap scan in C keeps
+ * indexes, row locks, concurrent writers (the READ COMMITTED re-check) and
+ * the table's other triggers (an audit trigger sees the repair) as for any
+ * write.  The fence trigger would refuse it (it lowers fences), so while
+ * the UPDATE runs the trigger lets exactly its rows through, on that one
+ * table only (repair_row).
+ */
+Datum
+lf_repair_unissued(PG_FUNCTION_ARGS)
+{
+	Oid			relid;
+	int64		generation;
+	int64		highest;
+	Relation	rel;
+	char		relkind;
+	char	   *relname;
+	char	   *colname;
+	char	   *tokens;
+	List	   *members = NIL;
+	ListCell   *lc;
+	uint64		repaired = 0;
+	int			ret;
+	Oid			relidtype = REGCLASSOID;
+	Datum		args[2];
+	MemoryContext outer = CurrentMemoryContext;
+
+	if (!superuser())
+		ereport(ERROR,
+				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				errmsg("must be superuser to repair fences"),
+				errdetail("repair_unissued() lowers fences, which the fence exists to prevent."));
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("repair_unissued: arguments must not be NULL"));
+	relid = PG_GETARG_OID(0);
+	generation = PG_GETARG_INT64(1);
+
+	highest = lf_highest_issued();
+	if (generation < 0 || generation > highest)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("repair_unissued: generation " INT64_FORMAT " was never issued", generation),
+				errdetail("The highest generation issued in this database is " INT64_FORMAT ".", highest),
+				errhint("Use lease_fence.next_generation(), or the generation of the current holder."));
+
+	rel = table_open(relid, RowExclusiveLock);
+	relkind = rel->rd_rel->relkind;
+	relname = relation_display_name(rel);
+	table_close(rel, NoLock);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "repair_unissued: SPI_connect failed");
+
+	/* what protect() recorded: the fence column, and whose tokens they are */
+	args[0] = ObjectIdGetDatum(relid);
+	ret = SPI_execute_with_args("SELECT p.fence_column::pg_catalog.text, p.tokens "
+								"FROM lease_fence.protected p WHERE p.relid = $1",
+								1, &relidtype, args, NULL, true, 1);
+	if (ret != SPI_OK_SELECT)
+		elog(ERROR, "repair_unissued: could not read lease_fence.protected");
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("repair_unissued: table %s is not protected", relname),
+				errhint("Only tables fenced with lease_fence.protect() can be repaired."));
+	colname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	tokens = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	if (colname == NULL || tokens == NULL)
+		elog(ERROR, "repair_unissued: incomplete row in lease_fence.protected for %s", relname);
+	if (strcmp(tokens, "issued") != 0)
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("repair_unissued: table %s takes %s tokens", relname, tokens),
+				errdetail("Its fences are not generations of this database, so none of them is unissued."));
+	colname = MemoryContextStrdup(outer, colname);	/* outlives SPI_finish */
+
+	/* the tables that hold rows: the table itself, or its leaf partitions */
+	if (relkind == RELKIND_PARTITIONED_TABLE)
+	{
+		foreach(lc, find_all_inheritors(relid, RowExclusiveLock, NULL))
+		{
+			if (get_rel_relkind(lfirst_oid(lc)) == RELKIND_RELATION)
+				members = lappend_oid(members, lfirst_oid(lc));
+		}
+	}
+	else
+		members = list_make1_oid(relid);
+
+	args[0] = Int64GetDatum(generation);
+	args[1] = Int64GetDatum(highest);
+	foreach(lc, members)
+	{
+		Oid			member = lfirst_oid(lc);
+		char	   *query;
+
+		query = psprintf("UPDATE ONLY %s SET %s = $1 WHERE %s > $2",
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(member)),
+													get_rel_name(member)),
+						 quote_identifier(colname), quote_identifier(colname));
+		repaired += repair_update(member, generation, query, args);
+	}
+	SPI_finish();
+
+	lf_count_n(LF_C_REPAIR_REPAIRED, repaired);
+	ereport(LOG,
+			errmsg("lease_fence: repair_unissued: table %s, column \"%s\": " UINT64_FORMAT " fences above the highest issued generation " INT64_FORMAT " set to " INT64_FORMAT,
+				   relname, colname, repaired, highest, generation));
+	PG_RETURN_INT64((int64) repaired);
 }

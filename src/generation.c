@@ -18,6 +18,21 @@
  * is already on disk (every call but about one per batch), XLogFlush returns
  * after comparing two LSNs: at most one WAL flush per batch of values.
  *
+ * Issued generations.  A value is issued once nextval() has handed it out
+ * (to next_generation() or to the lease helper's draw), committed or not.
+ * nextval leaves the highest value it handed out as last_value in the
+ * sequence's buffer page (the WAL record logs up to 32 values ahead; after
+ * a crash the page restarts from there, which only counts more values as
+ * issued, never fewer), and a setval() that heals a stale generation leaves
+ * its value there as called.  So the highest issued generation is read
+ * from that page, in C: no SQL, no privilege check on the sequence, no
+ * change of user.  Each backend caches the last value it read and reads the
+ * page again only when a larger generation is supplied; a value is issued
+ * once, for good, so a cache that lags can only cause a re-read, never a
+ * refusal.  The cache is dropped when the sequence's relcache entry is
+ * invalidated (DROP EXTENSION, ALTER SEQUENCE RESTART), since a new
+ * sequence starts again from 1.
+ *
  * IDENTIFICATION
  *	  src/generation.c
  *
@@ -25,6 +40,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -34,17 +50,32 @@
 #include "lease_fence.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/bufpage.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/resowner.h"
 
 #define LF_SCHEMA "lease_fence"
 #define LF_GENERATION_SEQ "generation_seq"
 
+/* the special space of a sequence page, as commands/sequence.c defines it */
+#define LF_SEQ_MAGIC	  0x1717
+typedef struct LfSequenceMagic
+{
+	uint32		magic;
+} LfSequenceMagic;
+
 PG_FUNCTION_INFO_V1(lf_next_generation);
+
+/* the highest generation this backend has seen issued (0 is always accepted) */
+int64		lf_issued_cached = 0;
+
+/* the sequence lf_issued_cached was read from */
+static Oid	issued_seqid = InvalidOid;
 
 /* The OID of lease_fence.generation_seq, looked up through the syscache. */
 static Oid
@@ -61,6 +92,122 @@ generation_seq_oid(void)
 				errmsg("sequence %s.%s does not exist", LF_SCHEMA, LF_GENERATION_SEQ),
 				errhint("Run CREATE EXTENSION lease_fence in this database."));
 	return seqid;
+}
+
+/*
+ * Forget the cached highest issued generation when its sequence changes or
+ * goes away (relid is InvalidOid when the whole relcache is reset): a new
+ * generation_seq starts again from 1, and its values are not issued until
+ * it hands them out.
+ */
+static void
+issued_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == issued_seqid)
+	{
+		issued_seqid = InvalidOid;
+		lf_issued_cached = 0;
+	}
+}
+
+/* Called from _PG_init. */
+void
+lf_generation_init(void)
+{
+	CacheRegisterRelcacheCallback(issued_relcache_callback, (Datum) 0);
+}
+
+/*
+ * The highest generation ever issued in this database: the largest value
+ * nextval() has handed out of generation_seq, read from the sequence's
+ * buffer page under a share lock (nextval changes it under an exclusive
+ * one), or 0 if none was.  Refreshes this backend's cache.
+ *
+ * Everything that asks "was this generation issued?" comes through here,
+ * so that a future notion of issued (generations of earlier timelines of
+ * this database's history) changes one function.
+ */
+int64
+lf_highest_issued(void)
+{
+	Oid			seqid = OidIsValid(issued_seqid) ? issued_seqid : generation_seq_oid();
+	Relation	seqrel;
+	Buffer		buf;
+	Page		page;
+	ItemId		lp;
+	HeapTupleHeader tuphdr;
+	Form_pg_sequence_data seq;
+	int64		highest;
+
+	seqrel = try_relation_open(seqid, AccessShareLock);
+	if (seqrel == NULL)
+	{
+		/* dropped since we cached its OID (our invalidation comes with the lock) */
+		seqid = generation_seq_oid();
+		seqrel = relation_open(seqid, AccessShareLock);
+	}
+	if (seqrel->rd_rel->relkind != RELKIND_SEQUENCE)
+		elog(ERROR, "%s.%s is not a sequence", LF_SCHEMA, LF_GENERATION_SEQ);
+	buf = ReadBuffer(seqrel, 0);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	if (((LfSequenceMagic *) PageGetSpecialPointer(page))->magic != LF_SEQ_MAGIC)
+		elog(ERROR, "bad magic number in sequence %s.%s", LF_SCHEMA, LF_GENERATION_SEQ);
+	lp = PageGetItemId(page, FirstOffsetNumber);
+	if (!ItemIdIsNormal(lp))
+		elog(ERROR, "sequence %s.%s has no tuple", LF_SCHEMA, LF_GENERATION_SEQ);
+	tuphdr = (HeapTupleHeader) PageGetItem(page, lp);
+	seq = (Form_pg_sequence_data) ((char *) tuphdr + tuphdr->t_hoff);
+
+	/*
+	 * is_called: last_value was handed out.  Not called (a new sequence):
+	 * last_value is the next value to hand out; the sequence goes up by 1
+	 * from MINVALUE 1 (see the install script), so nothing below it is ours.
+	 */
+	highest = seq->is_called ? seq->last_value : seq->last_value - 1;
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, AccessShareLock);
+
+	if (highest < 0)
+		highest = 0;
+	issued_seqid = seqid;
+	lf_issued_cached = highest;
+	return highest;
+}
+
+/* The slow half of lf_generation_issued(): read the sequence again. */
+bool
+lf_generation_issued_slow(int64 generation)
+{
+	return generation <= lf_highest_issued();
+}
+
+/*
+ * LF004: the supplied generation was never issued in this database.  A
+ * fence that took such a value (a typo, a timestamp, a generation of
+ * another database) would lock every real holder out of the row; refusing
+ * it before anything is written keeps the fence a fence.
+ */
+void
+lf_report_unissued(int64 supplied, LfCounter c, const char *target)
+{
+	int64		highest = lf_highest_issued();
+
+	lf_count(c);
+	ereport(ERROR,
+			errcode(ERRCODE_LF_UNISSUED_GENERATION),
+			errmsg("unissued generation: write rejected by fence"),
+			errdetail("%s: supplied generation " INT64_FORMAT ", highest generation issued in this database " INT64_FORMAT ".",
+					  target, supplied, highest),
+			errhint("Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => 'external'."));
+}
+
+/* Refuse (LF004) a supplied generation that was never issued. */
+void
+lf_check_issued(int64 supplied, LfCounter c, const char *target)
+{
+	if (!lf_generation_issued(supplied))
+		lf_report_unissued(supplied, c, target);
 }
 
 /* Flush the WAL that covers the current state of sequence seqid. */
@@ -142,6 +289,14 @@ lf_draw_generation(void)
 	value = nextval_internal(seqid, false);
 	flush_sequence_wal(seqid);
 	release_draw_locks(seqid);
+	/* issued now: a write under it need not read the sequence again */
+	if (issued_seqid != seqid)
+	{
+		issued_seqid = seqid;
+		lf_issued_cached = 0;
+	}
+	if (value > lf_issued_cached)
+		lf_issued_cached = value;
 	return value;
 }
 

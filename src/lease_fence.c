@@ -294,6 +294,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("lease_fence");
 
 	lf_stats_init();
+	lf_generation_init();
 	lf_lease_init();
 }
 

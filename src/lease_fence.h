@@ -17,6 +17,7 @@
 #define ERRCODE_LF_STALE_GENERATION			MAKE_SQLSTATE('L','F','0','0','1')
 #define ERRCODE_LF_MISSING_GENERATION		MAKE_SQLSTATE('L','F','0','0','2')
 #define ERRCODE_LF_CONFLICTING_GENERATION	MAKE_SQLSTATE('L','F','0','0','3')
+#define ERRCODE_LF_UNISSUED_GENERATION		MAKE_SQLSTATE('L','F','0','0','4')
 #define ERRCODE_LF_LEASE_LOST_AT_COMMIT		MAKE_SQLSTATE('L','F','0','1','0')
 
 /* name of the GUC that carries the current generation */
@@ -35,6 +36,23 @@ extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 /* generation.c */
 extern int64 lf_draw_generation(void);
 extern void lf_advance_generation_past(int64 floor);
+extern void lf_generation_init(void);
+
+/*
+ * Issued generations (generation.c).  lf_highest_issued() is the one place
+ * that knows what "issued" means; lf_issued_cached is this backend's last
+ * reading of it, which only a larger supplied generation makes it refresh.
+ */
+extern int64 lf_issued_cached;
+extern int64 lf_highest_issued(void);
+extern bool lf_generation_issued_slow(int64 generation);
+
+/* Was generation ever issued in this database?  Free unless it exceeds the cache. */
+static inline bool
+lf_generation_issued(int64 generation)
+{
+	return likely(generation <= lf_issued_cached) || lf_generation_issued_slow(generation);
+}
 
 /* redis_conn.c: where Redis is, and how long we wait for it (GUCs) */
 extern char *lf_redis_host;
@@ -91,13 +109,26 @@ typedef enum LfCounter
 	LF_C_FENCE_LF001,
 	LF_C_FENCE_LF002,
 	LF_C_FENCE_LF003,
+	LF_C_FENCE_LF004,
+	LF_C_REPAIR_REPAIRED,
 	LF_NUM_COUNTERS
 } LfCounter;
 
 extern uint64 lf_fence_accepted_pending;
 extern void lf_count(LfCounter c);
+extern void lf_count_n(LfCounter c, uint64 n);
 extern void lf_count_named(const char *operation, const char *outcome);
 extern void lf_stats_init(void);
+
+/*
+ * generation.c: refuse (LF004, counted as c) a supplied generation this
+ * database never issued, before anything is written.  target names what was
+ * written, capitalised, for the DETAIL: "Table public.t, column \"fence\"",
+ * "Resource \"r\"".  On a hot path, test lf_generation_issued() first and
+ * build target only when it fails, as the fence trigger does.
+ */
+extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) pg_attribute_noreturn();
+extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
 
 /* lease.c */
 extern char *lf_key_prefix;

@@ -2,7 +2,8 @@
  *
  * stats.c
  *	  Counters of every outcome: lease statuses, cleanups, commit checks,
- *	  and fence writes accepted or rejected by SQLSTATE.
+ *	  fence writes accepted or rejected by SQLSTATE, and rows whose unissued
+ *	  fence repair_unissued() reset.
  *
  * What to watch is not the lock success rate but the unknown outcomes,
  * unconfirmed cleanups, lost renewals, leases with too little validity, and
@@ -62,6 +63,8 @@ static const char *const counter_names[LF_NUM_COUNTERS][2] = {
 	{"fence", "LF001"},
 	{"fence", "LF002"},
 	{"fence", "LF003"},
+	{"fence", "LF004"},
+	{"repair", "repaired"},
 };
 
 typedef struct LfSharedStats
@@ -89,6 +92,16 @@ lf_count(LfCounter c)
 		pg_atomic_fetch_add_u64(&shared->counters[c], 1);
 	else
 		local_counters[c]++;
+}
+
+/* Count n outcomes at once (rows repaired by one statement). */
+void
+lf_count_n(LfCounter c, uint64 n)
+{
+	if (shared)
+		pg_atomic_fetch_add_u64(&shared->counters[c], n);
+	else
+		local_counters[c] += n;
 }
 
 /* Count one outcome by its names, e.g. ("acquire", "busy"). */

@@ -10,6 +10,7 @@
  *   StaleGeneration        LF001  a newer holder wrote the row: you lost the lease
  *   MissingGeneration      LF002  strict table written without a generation / NULL fence
  *   ConflictingGeneration  LF003  the statement wrote a fence other than the current generation
+ *   UnissuedGeneration     LF004  the generation was never issued by this database: fix the caller
  *   LeaseLostAtCommit      LF010  a transaction-scoped lease was gone at COMMIT: rolled back
  * The pg error is `err.cause`; never retry a FenceError with the same generation.
  *
@@ -82,14 +83,25 @@ MissingGeneration.sqlstate = 'LF002';
 class ConflictingGeneration extends FenceError {}
 ConflictingGeneration.sqlstate = 'LF003';
 
+class UnissuedGeneration extends FenceError {
+  constructor(message, opts = {}) {
+    super(message, opts);
+    const m = /supplied generation (\d+), highest generation issued in this database (\d+)/
+      .exec(opts.detail || '');
+    this.supplied = m ? BigInt(m[1]) : null;
+    this.highest = m ? BigInt(m[2]) : null;
+  }
+}
+UnissuedGeneration.sqlstate = 'LF004';
+
 class LeaseLostAtCommit extends FenceError {}
 LeaseLostAtCommit.sqlstate = 'LF010';
 
 const FENCE_ERRORS = new Map(
-  [StaleGeneration, MissingGeneration, ConflictingGeneration, LeaseLostAtCommit]
+  [StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration, LeaseLostAtCommit]
     .map((cls) => [cls.sqlstate, cls]));
 
-/** The FenceError for a pg error with SQLSTATE LF001/2/3/LF010; any other error as is. */
+/** The FenceError for a pg error with SQLSTATE LF001/2/3/4/LF010; any other error as is. */
 function translateError(err) {
   const cls = err && FENCE_ERRORS.get(err.code);
   return cls ? new cls(err.message, { detail: err.detail || null, cause: err }) : err;
@@ -257,7 +269,8 @@ async function release(client, lease) {
 }
 
 module.exports = {
-  FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, LeaseLostAtCommit,
+  FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
+  LeaseLostAtCommit,
   LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
   translateError, tryAcquire, acquire, withTransactionLease, withFence, renew, release,
   inTransaction,

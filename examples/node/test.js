@@ -220,6 +220,19 @@ describe('lease_fence from node-postgres', () => {
     assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
   });
 
+  it('a generation never issued is UnissuedGeneration (LF004)', async () => {
+    const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
+    const g = BigInt(rows[0].g);
+    const id = await newRow(app);
+    const err = await rejection(lf.withFence(app, g + 1000000n, (c) =>
+      c.query("UPDATE account SET owner = 'typo' WHERE id = $1", [id])), lf.UnissuedGeneration);
+    assert.equal(err.sqlstate, 'LF004');
+    assert.ok(err instanceof lf.FenceError);
+    assert.equal(err.supplied, g + 1000000n);
+    assert.ok(err.highest >= g && err.highest < g + 1000000n);
+    assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
+  });
+
   it('pg.Pool: the explicit flow checks out a client per transaction', async () => {
     const pool = new pg.Pool({ host: PGHOST, port: PGPORT, database: DATABASE, user: APP_USER, max: 2 });
     try {

@@ -17,6 +17,9 @@ MissingGeneration     LF002     a strict table was written without a
                                 generation, or with a NULL fence
 ConflictingGeneration LF003     the statement wrote a fence value different
                                 from the current generation
+UnissuedGeneration    LF004     the generation was never issued by this
+                                database (a typo, a timestamp, another
+                                database's): fix the caller, do not retry
 LeaseLostAtCommit     LF010     a transaction-scoped lease was gone (or could
                                 not be verified) at COMMIT: rolled back
 ====================  ========  ===============================================
@@ -73,7 +76,7 @@ from typing import Iterator, Optional
 
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
-    "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy", "LeaseUnavailable",
+    "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy", "LeaseUnavailable",
     "LeaseLost", "LeaseUnknown", "Lease", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "fenced", "renew", "release",
 ]
@@ -132,6 +135,24 @@ class ConflictingGeneration(FenceError):
     sqlstate = "LF003"
 
 
+class UnissuedGeneration(FenceError):
+    """LF004: the supplied generation was never issued by this database.
+
+    ``supplied`` and ``highest`` (the highest generation issued) are parsed
+    from DETAIL (None if it has another shape).
+    """
+
+    sqlstate = "LF004"
+    _detail_re = re.compile(
+        r"supplied generation (?P<supplied>\d+), highest generation issued in this database (?P<highest>\d+)")
+
+    def __init__(self, message: str, detail: Optional[str] = None):
+        super().__init__(message, detail)
+        m = self._detail_re.search(detail or "")
+        self.supplied = int(m.group("supplied")) if m else None
+        self.highest = int(m.group("highest")) if m else None
+
+
 class LeaseLostAtCommit(FenceError):
     """LF010: a transaction-scoped lease was lost (or unverifiable) at COMMIT.
 
@@ -142,7 +163,8 @@ class LeaseLostAtCommit(FenceError):
 
 
 _FENCE_ERRORS = {cls.sqlstate: cls for cls in
-                 (StaleGeneration, MissingGeneration, ConflictingGeneration, LeaseLostAtCommit)}
+                 (StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
+                  LeaseLostAtCommit)}
 
 
 def _driver_error_fields(exc: BaseException):
@@ -160,7 +182,7 @@ def _driver_error_fields(exc: BaseException):
 
 
 def fence_error_from(exc: BaseException) -> Optional[FenceError]:
-    """The FenceError for a driver exception carrying SQLSTATE LF001/2/3/LF010, else None."""
+    """The FenceError for a driver exception carrying SQLSTATE LF001/2/3/4/LF010, else None."""
     fields = _driver_error_fields(exc)
     if fields is None or fields[0] not in _FENCE_ERRORS:
         return None
@@ -170,7 +192,7 @@ def fence_error_from(exc: BaseException) -> Optional[FenceError]:
 
 @contextmanager
 def fence_errors() -> Iterator[None]:
-    """Re-raise driver errors with SQLSTATE LF001/LF002/LF003/LF010 as FenceError
+    """Re-raise driver errors with SQLSTATE LF001/LF002/LF003/LF004/LF010 as FenceError
     subclasses (the driver's exception becomes ``__cause__``); anything else passes."""
     try:
         yield

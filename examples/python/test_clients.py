@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session, declarative_base
 from lease_fence_client import (
     ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied, LeaseError,
     LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown, MissingGeneration,
-    StaleGeneration, acquire, fence_errors, fenced, release, renew, transaction_lease,
-    try_acquire)
+    StaleGeneration, UnissuedGeneration, acquire, fence_errors, fenced, release, renew,
+    transaction_lease, try_acquire)
 
 ENV = os.environ
 PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
@@ -320,6 +320,22 @@ class PsycopgTests(unittest.TestCase):
                 self.conn.execute("UPDATE account SET fence = %s WHERE id = %s",
                                   (gen + 1, row_id))
         self.assertEqual(cm.exception.sqlstate, "LF003")
+        self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
+
+    def test_unissued_generation(self):
+        """a generation the database never issued (a typo, a timestamp):
+        UnissuedGeneration (LF004), with supplied and highest parsed; the row
+        is unchanged."""
+        gen = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        row_id = new_row(self.conn)
+        with self.assertRaises(UnissuedGeneration) as cm:
+            with fenced(self.conn, gen + 1000000):
+                self.conn.execute("UPDATE account SET owner = 'typo' WHERE id = %s", (row_id,))
+        self.assertEqual(cm.exception.sqlstate, "LF004")
+        self.assertIsInstance(cm.exception, FenceError)
+        self.assertEqual(cm.exception.supplied, gen + 1000000)
+        self.assertGreaterEqual(cm.exception.highest, gen)
+        self.assertLess(cm.exception.highest, gen + 1000000)
         self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
 
     def test_stale_acquire_is_a_definite_no_and_heals(self):

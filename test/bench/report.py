@@ -121,6 +121,13 @@ def main():
             out(f"   {label:<48} {fmt(rep.med('update', v), 'ms')}  [{lo:4.0f}..{hi:4.0f}] "
                 f"{fmt(rep.med('update_cpu', v), 'ms')}  [{clo:4.0f}..{chi:4.0f}] {ir} {trig}")
         out("   (trigger = instructions per row above no trigger: what the trigger and its machinery add)")
+        if ("reread_ir", "lf_reread") in rep.data:
+            a, b = rep.med("reread_ir", "lf_reread"), rep.med("reread_ir", "lf_ext")
+            out(f"   the issued check at its worst (a generation issued elsewhere in every transaction, so the")
+            out(f"   sequence is read again): instructions per single-row UPDATE transaction (callgrind,")
+            out(f"   {meta.get('cg_txns', '?')} transactions, executor only): {a:.0f} checked, {b:.0f} with external tokens, {a - b:+.0f}")
+            rep.ratio("1  issued check re-reading every txn / external, instructions",
+                      rep.series("reread_ir", "lf_reread"), rep.series("reread_ir", "lf_ext"))
         for metric, name in (("update", "wall"), ("update_cpu", "CPU"), ("update_ir", "instructions")):
             if (metric, "none") not in rep.data:
                 continue
@@ -151,6 +158,15 @@ def main():
                       rep.series(sec, "update_lf"), rep.series(sec, "update_none"))
             rep.ratio(f"2  fenced / unfenced transaction, {c} client{'s' if c > 1 else ''} (tps)",
                       rep.series(sec, "txn_lf"), rep.series(sec, "txn_none"))
+        if ("reread_c1", "txn_lf_reread") in rep.data:
+            out("   the issued check at its worst: each transaction's generation was issued elsewhere (nextval),")
+            out("   so the trigger reads the sequence again; versus the same on a table with tokens => 'external'")
+            for v, label in (("txn_lf_reread", "nextval; BEGIN; set_generation; UPDATE fenced; END"),
+                             ("txn_lf_ext", "same, external tokens (no issued check)")):
+                lo, hi = rep.rng("reread_c1", v)
+                out(f"   1 client  {label:<50} {fmt(rep.med('reread_c1', v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
+            rep.ratio("2  issued check, re-read every txn / external tokens",
+                      rep.series("reread_c1", "txn_lf_reread"), rep.series("reread_c1", "txn_lf_ext"))
         out()
 
     # -- 3 --

@@ -11,9 +11,13 @@
 #      suppress_redundant_updates_trigger (the row-trigger machinery alone),
 #      under a PL/pgSQL fence trigger, and with no trigger: wall time, the
 #      backend's CPU time, and (once, under callgrind, on a smaller table)
-#      instructions per row, which other load on the machine cannot move;
+#      instructions per row, which other load on the machine cannot move
+#      (and, counted the same way, the issued check's worst case per
+#      transaction, on the tables of section 2);
 #   2. single-row UPDATE transactions (pgbench, 1 and 2 clients), fenced
-#      versus unfenced;
+#      versus unfenced; and the issued check at its worst (a generation
+#      issued elsewhere in every transaction, so the trigger reads the
+#      sequence again each time) versus a table with external tokens;
 #   3. one acquire + release cycle through SQL versus its floor (two trivial
 #      SQL round trips + SET NX PX + a compare-and-delete script) and versus
 #      redis-py's Lock;
@@ -34,6 +38,8 @@
 #   LF_BENCH_MEM_CYCLES=400000 acquire/release cycles of the memory test
 #   LF_BENCH_MEM_UPDATES=1000000 fenced single-row UPDATEs of the memory test
 #   LF_BENCH_CG_ROWS=20000     rows of the UPDATE counted under callgrind
+#   LF_BENCH_CG_TXNS=2000      transactions of the issued check's worst case
+#                              counted under callgrind
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
@@ -53,6 +59,7 @@ REDIS_N=${LF_BENCH_REDIS_N:-50000}
 MEM_CYCLES=${LF_BENCH_MEM_CYCLES:-400000}
 MEM_UPDATES=${LF_BENCH_MEM_UPDATES:-1000000}
 CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
+CG_TXNS=${LF_BENCH_CG_TXNS:-2000}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
@@ -174,6 +181,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 			tps=$(pgbench_tps "$v" "$c" "$o" -D gen="$gen") || exit 1
 			sample "rowupdate_c$c" "$v" "$r" "$tps" tps
 		done
+	done
+	# the issued check's worst case, one client
+	for v in $(rotate "$r" txn_lf_reread txn_lf_ext); do
+		tps=$(pgbench_tps "$v" 1 "-c synchronous_commit=off") || exit 1
+		sample reread_c1 "$v" "$r" "$tps" tps
 	done
 done
 
@@ -307,9 +319,11 @@ fi
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 if want 1; then
 	lf_log "1. instructions per row of the UPDATE (callgrind, $CG_ROWS rows)"
+	# a new generation, issued (the fence refuses one that was not: LF004)
+	new_gen_cg=$(psql_u -d cg -c "SELECT lease_fence.next_generation()")
 	lf_stop_pg
 	for v in none builtin plpgsql lf_new lf_same; do
-		g=1000000000
+		g=$new_gen_cg
 		[ "$v" = lf_same ] && g=$same_gen_cg
 		printf 'BEGIN;\nSET LOCAL lease_fence.generation = %s;\nUPDATE %s SET v = v + 1;\nCOMMIT;\n' "$g" "${utable[$v]}" |
 			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.$v" \
@@ -318,6 +332,27 @@ if want 1; then
 		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_$v.log")
 		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_$v.log"; die "no instruction count for $v"; }
 		sample update_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_ROWS" 'BEGIN { printf "%.1f", i / n }')" Ir
+	done
+	# the issued check at its worst, counted: CG_TXNS transactions, each
+	# supplying a generation issued just before by a plain nextval (which
+	# leaves the backend's cache behind, as a draw in another backend does),
+	# on the checked table and on the one with external tokens; the
+	# difference per transaction is the re-read of the sequence and the check
+	lf_log "1. instructions per transaction of the issued check's worst case (callgrind, $CG_TXNS transactions)"
+	for v in lf_reread lf_ext; do
+		t=u_lf_reread
+		[ "$v" = lf_ext ] && t=u_lf_ext
+		for ((i = 1; i <= CG_TXNS; i++)); do
+			printf "BEGIN;\nSELECT lease_fence.set_generation(nextval('lease_fence.generation_seq'));\nUPDATE %s SET v = v + 1 WHERE id = %d;\nCOMMIT;\n" \
+				"$t" $(( (i - 1) % CG_ROWS + 1 ))
+		done |
+			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.$v" \
+				--toggle-collect=standard_ExecutorRun "$PG_BIN/postgres" --single -D "$LF_PGDATA" cg) \
+			>"$raw/callgrind_$v.log" 2>&1 || { tail -20 "$raw/callgrind_$v.log"; die "callgrind of $v failed"; }
+		grep -q 'ERROR' "$raw/callgrind_$v.log" && { grep -m3 -A2 'ERROR' "$raw/callgrind_$v.log"; die "$v failed"; }
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_$v.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_$v.log"; die "no instruction count for $v"; }
+		sample reread_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_TXNS" 'BEGIN { printf "%.1f", i / n }')" Ir
 	done
 fi
 
@@ -344,6 +379,7 @@ elapsed=$(( $(date +%s) - started ))
 	echo "elapsed=$elapsed"
 	echo "load=${load_start} at the start, ${load_end:-?} at the end (1, 5, 15 min)"
 	echo "cg_rows=$CG_ROWS"
+	echo "cg_txns=$CG_TXNS"
 } >"$raw/meta.txt"
 
 mkdir -p "$OUT"

@@ -50,6 +50,10 @@ CREATE TABLE u_lf (LIKE u_none INCLUDING ALL) WITH (autovacuum_enabled = off);
 CREATE TABLE u_lf_same (LIKE u_none INCLUDING ALL) WITH (autovacuum_enabled = off);
 -- the memory test's table (section 5)
 CREATE TABLE u_mem (LIKE u_none INCLUDING ALL) WITH (autovacuum_enabled = off);
+-- section 2, the issued check at its worst: a new generation in every
+-- transaction, and the same on a table with tokens from elsewhere (no check)
+CREATE TABLE u_lf_reread (LIKE u_none INCLUDING ALL) WITH (autovacuum_enabled = off);
+CREATE TABLE u_lf_ext (LIKE u_none INCLUDING ALL) WITH (autovacuum_enabled = off);
 
 CREATE TRIGGER zz_builtin BEFORE UPDATE ON u_builtin
 	FOR EACH ROW EXECUTE FUNCTION suppress_redundant_updates_trigger();
@@ -58,6 +62,8 @@ CREATE TRIGGER zz_plpgsql BEFORE UPDATE ON u_plpgsql
 SELECT lease_fence.protect('u_lf');
 SELECT lease_fence.protect('u_lf_same');
 SELECT lease_fence.protect('u_mem');
+SELECT lease_fence.protect('u_lf_reread');
+SELECT lease_fence.protect('u_lf_ext', tokens => 'external');
 
 INSERT INTO u_none
 	SELECT i, i, md5(i::text), 0 FROM generate_series(1, :rows) i;
@@ -66,6 +72,8 @@ INSERT INTO u_plpgsql SELECT * FROM u_none;
 INSERT INTO u_lf SELECT * FROM u_none;
 INSERT INTO u_lf_same SELECT * FROM u_none;
 INSERT INTO u_mem SELECT * FROM u_none;
+INSERT INTO u_lf_reread SELECT * FROM u_none;
+INSERT INTO u_lf_ext SELECT * FROM u_none;
 
 -- Every table gets the same first UPDATE and VACUUM, so that all of them are
 -- in the same physical state at every round (a bulk UPDATE writes the new

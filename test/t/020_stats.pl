@@ -35,7 +35,8 @@ my @all = qw(
   release/released release/not_held release/unavailable release/unknown
   cleanup/confirmed cleanup/unconfirmed
   commit_check/verified commit_check/LF010
-  fence/accepted fence/LF001 fence/LF002 fence/LF003);
+  fence/accepted fence/LF001 fence/LF002 fence/LF003 fence/LF004
+  repair/repaired);
 
 # all counters, read from a session of their own
 sub stats
@@ -207,11 +208,13 @@ try_sql(q{BEGIN; SET LOCAL lease_fence.generation = 9; UPDATE t SET v = 0 WHERE 
 try_sql(q{UPDATE t SET fence = NULL WHERE id = 1});
 try_sql(q{BEGIN; SET LOCAL lease_fence.generation = 10; UPDATE t SET fence = 12 WHERE id = 1; COMMIT;});
 try_sql(q{TRUNCATE t});
+try_sql(q{BEGIN; SET LOCAL lease_fence.generation = 9223372036854775807; UPDATE t SET v = 0 WHERE id = 1; COMMIT;});
 counters_are('fence',
 	'fence/accepted' => 3,
 	'fence/LF001' => 1,
 	'fence/LF002' => 2,
-	'fence/LF003' => 1);
+	'fence/LF003' => 1,
+	'fence/LF004' => 1);
 
 #
 # reset: everything to zero, and the reset time moves
