@@ -80,16 +80,15 @@ meta_matches() {
 	import json, sys
 	m = json.load(open(sys.argv[1]))
 	need = ["name", "abstract", "version", "maintainer", "license", "provides", "meta-spec", "release_status", "prereqs"]
-	missing = [k for k in need if k not in m]
-	ok = not missing
-	if missing: print("META.json lacks", missing)
-	if not m["version"].startswith(sys.argv[2] + "."):
-		print("META.json version", m["version"], "is not control's", sys.argv[2]); ok = False
-	if m["provides"]["lease_fence"]["version"] != m["version"]:
-		print("provides.lease_fence.version differs from version"); ok = False
-	if "hiredis" not in m["prereqs"]["runtime"]["requires"]:
-		print("hiredis is not a runtime prereq"); ok = False
-	sys.exit(0 if ok else 1)
+	problems = ["META.json lacks " + k for k in need if k not in m]
+	if not m.get("version", "").startswith(sys.argv[2] + "."):
+	    problems.append("META.json version %s is not the control file's %s" % (m.get("version"), sys.argv[2]))
+	if m.get("provides", {}).get("lease_fence", {}).get("version") != m.get("version"):
+	    problems.append("provides.lease_fence.version differs from version")
+	if "hiredis" not in m.get("prereqs", {}).get("runtime", {}).get("requires", {}):
+	    problems.append("hiredis is not a runtime prereq")
+	if problems: print("\n".join(problems))
+	sys.exit(1 if problems else 0)
 	PY
 }
 check "META.json is complete and its version is the control file's default_version" meta_matches
