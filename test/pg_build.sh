@@ -98,12 +98,14 @@ log=$cache/pg$major.build.log
 		make -C src/test/perl install
 } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "pg_build: build failed, log in $log" >&2; exit 1; }
 
-for f in bin/postgres bin/initdb bin/psql bin/pg_config \
-	lib/pgxs/src/test/regress/pg_regress \
-	lib/pgxs/src/test/isolation/pg_isolation_regress \
-	lib/pgxs/src/test/isolation/isolationtester \
-	lib/pgxs/src/test/perl/PostgreSQL/Test/Cluster.pm; do
-	[ -e "$prefix/$f" ] || { echo "pg_build: $prefix/$f is missing after install" >&2; exit 1; }
+# (PGXS lives in <prefix>/lib/postgresql/pgxs: the prefix has no
+# "postgres" in its name)
+pgxs=$("$prefix/bin/pg_config" --pkglibdir)/pgxs
+for f in "$prefix"/bin/{postgres,initdb,pg_ctl,psql,pg_config} \
+	"$pgxs"/src/test/regress/pg_regress \
+	"$pgxs"/src/test/isolation/{pg_isolation_regress,isolationtester} \
+	"$pgxs"/src/test/perl/PostgreSQL/Test/Cluster.pm; do
+	[ -e "$f" ] || { echo "pg_build: $f is missing after install" >&2; exit 1; }
 done
 cd "$cache"
 rm -rf "$cache/build/pg$major"
