@@ -45,13 +45,15 @@ check() {
 	else failed=$((failed + 1)); echo "not ok - $name"; fi
 }
 
-# pg_regress and pg_isolation_regress (PostgreSQL 15) print one line per test:
+# pg_regress and pg_isolation_regress print one line per test, on 15:
 #   test name   ... ok   12 ms   |   test name   ... FAILED   12 ms
+# and from 16 on, in TAP form:
+#   ok 1   - name   12 ms        |   not ok 2   - name   12 ms
 # (adds to passed / failed, and sets summary; no subshell, or the sums are lost)
 count_regress() {
 	local out=$1 ok bad
-	ok=$(grep -cE '^(test )?\s*\S+\s+\.\.\. ok' "$out")
-	bad=$(grep -cE '^(test )?\s*\S+\s+\.\.\. (FAILED|failed)' "$out")
+	ok=$(grep -cE '^((test )?\s*\S+\s+\.\.\. ok|ok [0-9]+\s+[-+] )' "$out")
+	bad=$(grep -cE '^((test )?\s*\S+\s+\.\.\. (FAILED|failed)|not ok [0-9]+\s+[-+] )' "$out")
 	passed=$((passed + ok)); failed=$((failed + bad))
 	summary="$ok passed, $bad failed"
 }
@@ -74,7 +76,7 @@ if want regress; then
 	count_regress "$LF_WORK/regress.out"
 	if [ $rc -ne 0 ]; then
 		[ -f "$LF_SRC/regression.diffs" ] && { head -c 20000 "$LF_SRC/regression.diffs"; echo; }
-		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/regress.out" || failed=$((failed + 1))
+		grep -qE '\.\.\. (FAILED|failed)|^not ok [0-9]' "$LF_WORK/regress.out" || failed=$((failed + 1))
 	fi
 	lf_log "regress: $summary"
 fi
@@ -86,7 +88,7 @@ if want isolation; then
 	count_regress "$LF_WORK/isolation.out"
 	if [ $rc -ne 0 ]; then
 		[ -f "$LF_SRC/output_iso/regression.diffs" ] && { head -c 20000 "$LF_SRC/output_iso/regression.diffs"; echo; }
-		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/isolation.out" || failed=$((failed + 1))
+		grep -qE '\.\.\. (FAILED|failed)|^not ok [0-9]' "$LF_WORK/isolation.out" || failed=$((failed + 1))
 	fi
 	lf_log "isolation: $summary"
 fi
