@@ -36,6 +36,15 @@ if [ -f "$stamp" ] && [ -x "$prefix/bin/postgres" ]; then
 	exit 0
 fi
 
+# one build of a major at a time: a second caller waits, then finds the stamp
+mkdir -p "$cache"
+exec 9>"$cache/pg$major.lock"
+flock 9
+if [ -f "$stamp" ] && [ -x "$prefix/bin/postgres" ]; then
+	echo "$prefix"
+	exit 0
+fi
+
 case $major in
 	15) suite=bookworm ;;
 	17) suite=trixie ;;
@@ -59,6 +68,8 @@ fi
 # (the first deb.debian.org-style URI of its own sources), deb-src lines only.
 apt_dir=$cache/apt
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$cache/src"
+# (the lists are shared by all majors: one apt-get at a time)
+exec 8>"$apt_dir/lock"
 mirror=$(sed -nE 's/^URIs:[[:space:]]*(\S+\/debian)\/?$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
 [ -n "$mirror" ] || mirror=$(sed -nE 's/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?(\S+\/debian)\/?[[:space:]].*/\2/p' /etc/apt/sources.list 2>/dev/null | head -n 1)
 [ -n "$mirror" ] || { echo "pg_build: found no Debian archive in this machine's apt sources" >&2; exit 1; }
@@ -71,11 +82,13 @@ t0=$(date +%s)
 tarball=$(ls "$cache/src"/postgresql-"$major"_"$major".*.orig.tar.bz2 2>/dev/null | sort -V | tail -n 1 || true)
 if [ -z "$tarball" ]; then
 	say "fetching Debian's source package postgresql-$major ($suite)"
+	flock 8
 	apt-get "${apt_opts[@]}" -qq update
 	(cd "$cache/src" && apt-get "${apt_opts[@]}" -qq source --download-only "postgresql-$major") || {
 		echo "pg_build: apt-get source postgresql-$major ($suite) failed: the archive does not serve it" >&2
 		exit 3
 	}
+	flock -u 8
 	tarball=$(ls "$cache/src"/postgresql-"$major"_"$major".*.orig.tar.bz2 | sort -V | tail -n 1)
 fi
 version=$(basename "$tarball" | sed -E 's/^postgresql-[0-9]+_([0-9.]+)\.orig\.tar\.bz2$/\1/')
