@@ -5,6 +5,8 @@
 # make installcheck         run the pg_regress, isolation and TAP suites against a
 #                           running server (test/run.sh does it all on a throwaway one)
 # make bench                the benchmarks (test/bench/run.sh)
+# make dist                 dist/lease_fence-VERSION.zip for PGXN, from the
+#                           committed HEAD (git archive; VERSION from META.json)
 
 EXTENSION = lease_fence
 MODULE_big = lease_fence
@@ -54,3 +56,12 @@ include $(PGXS)
 .PHONY: bench
 bench:
 	bash test/bench/run.sh
+
+# make dist: the release archive, as pgvector makes it — what is committed
+# at HEAD (uncommitted changes are not in it), under lease_fence-VERSION/;
+# .gitattributes leaves out what only this repository's CI uses
+EXTVERSION = $(shell sed -nE '0,/"version"/s/^ *"version": *"([^"]+)".*/\1/p' META.json)
+.PHONY: dist
+dist:
+	mkdir -p dist
+	git archive --format zip --prefix=$(EXTENSION)-$(EXTVERSION)/ --output dist/$(EXTENSION)-$(EXTVERSION).zip HEAD

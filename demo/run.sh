@@ -14,7 +14,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 lf_need_packages || exit 1
 trap lf_cleanup EXIT
-lf_make_workdir "$top"
+lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 lf_start_redis || exit 1
 lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1

@@ -46,6 +46,7 @@
 #include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "commands/sequence.h"
+#include "compat.h"
 #include "fmgr.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
@@ -265,7 +266,7 @@ release_draw_locks(Oid seqid)
 	SET_LOCKTAG_RELATION(tag, MyDatabaseId, seqid);
 	CurrentResourceOwner = TopTransactionResourceOwner;
 	/* ours and, on the transaction's first draw, nextval's */
-	for (n = 0; n < 2 && LockHeldByMe(&tag, RowExclusiveLock); n++)
+	for (n = 0; n < 2 && lf_lock_held_by_me(&tag, RowExclusiveLock); n++)
 		UnlockRelationOid(seqid, RowExclusiveLock);
 	CurrentResourceOwner = save;
 }

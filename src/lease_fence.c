@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "compat.h"
 #include "fmgr.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
@@ -137,7 +138,8 @@ check_generation(char **newval, void **extra, GucSource source)
 							lease_generation);
 		return false;
 	}
-	parsed = (GenerationExtra *) malloc(sizeof(GenerationExtra));
+	/* the GUC machinery frees it: guc_malloc from 16 on (compat.h) */
+	parsed = (GenerationExtra *) lf_guc_malloc(sizeof(GenerationExtra));
 	if (parsed == NULL)
 	{
 		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);

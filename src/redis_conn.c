@@ -43,6 +43,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/sds.h>
 
+#include "compat.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -150,7 +151,7 @@ wait_socket(pgsocket fd, bool for_write, int64 deadline, bool interruptible)
 	{
 		if (wait_set != NULL)
 			FreeWaitEventSet(wait_set);
-		wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+		wait_set = lf_create_session_wait_set(3);
 		AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		if (IsUnderPostmaster)
 			AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);

@@ -14,8 +14,33 @@ LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev redi
 # (lf_make_workdir sets PG_BIN and PG_CONFIG to the private copy)
 LF_PG_ROOT=${LF_PG_ROOT:-}
 PG_BIN=/usr/lib/postgresql/15/bin
+# LF_INSTALLED=1: use the machine's PostgreSQL 15 installation as it is, with
+# lease_fence already installed in it (the .deb): no copy, no build
+LF_INSTALLED=${LF_INSTALLED:-0}
+LF_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 lf_log() { printf '%s\n' "== $*" >&2; }
+
+# LF_PG picks the PostgreSQL a run uses (README, "Supported PostgreSQL
+# versions"):
+#   15            Debian's postgresql-15 package (the default)
+#   15-cassert    15 built from Debian's source with assertions
+#   17, 18        17 / 18 built the same way (17-cassert, 18-cassert also work)
+# A build with assertions is made once by test/pg_build.sh into a cache and
+# sets LF_PG_ROOT, which the scripts this one starts inherit.
+lf_select_pg() {
+	local major
+	case ${LF_PG:-15} in
+		15 | 15-debian) return 0 ;;
+		15-cassert) major=15 ;;
+		17 | 17-cassert) major=17 ;;
+		18 | 18-cassert) major=18 ;;
+		*) echo "LF_PG=$LF_PG: expected one of 15, 15-cassert, 17, 18" >&2; return 2 ;;
+	esac
+	LF_PG_ROOT=$(bash "$LF_LIB_DIR/pg_build.sh" "$major") || return 1
+	export LF_PG_ROOT
+	unset LF_PG
+}
 
 # Install the Debian packages that are missing (as root), or say what to do.
 lf_need_packages() {
@@ -67,13 +92,17 @@ lf_as_user() {
 # relocatable); the extension is installed into it without root.
 lf_make_workdir() {
 	local top=$1 root
+	lf_select_pg || return 1
 	LF_WORK=$(mktemp -d /tmp/lease_fence.XXXXXX)
 	chmod 755 "$LF_WORK"
 	LF_SRC=$LF_WORK/src
 	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
 		--exclude results --exclude output_iso --exclude tmp_check "$top"/ "$LF_SRC"/
 	root=$LF_WORK/pg
-	if [ -n "$LF_PG_ROOT" ]; then
+	if [ "$LF_INSTALLED" = 1 ]; then
+		# the installed package is what is tested: nothing is copied
+		PG_BIN=/usr/lib/postgresql/15/bin
+	elif [ -n "$LF_PG_ROOT" ]; then
 		# a PostgreSQL built from source into its own prefix (test/pg_build.sh)
 		cp -a "$LF_PG_ROOT" "$root"
 		PG_BIN=$root/bin
@@ -94,6 +123,11 @@ lf_make_workdir() {
 # Build and install into the private installation as the unprivileged user
 # (warnings are errors): no root needed.
 lf_build_install() {
+	if [ "$LF_INSTALLED" = 1 ]; then
+		[ -f /usr/share/postgresql/15/extension/lease_fence.control ] && return 0
+		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL 15 (install the .deb)" >&2
+		return 1
+	fi
 	lf_log "building lease_fence"
 	lf_as_user make -s -C "$LF_SRC" PG_CONFIG="$PG_CONFIG" WERROR=1 "$@" >"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
 	lf_as_user make -s -C "$LF_SRC" PG_CONFIG="$PG_CONFIG" install >>"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }

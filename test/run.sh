@@ -3,15 +3,23 @@
 #
 # As root it installs the Debian packages it needs, builds the extension as
 # the postgres user in a private copy of the tree, installs it, starts a
-# throwaway PostgreSQL 15 in a temp dir (unix socket only), and runs
+# throwaway PostgreSQL in a temp dir (unix socket only), and runs
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
+#   - server       a fenced commit and a Redis acquire on the run's server
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
 #   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
+#   - demo         (demo/run.sh from a directory the postgres user cannot enter)
+#   - logs         no TRAP (failed Assert) or PANIC in the server logs of the
+#                  run (its server's and the TAP clusters')
 # then stops everything and prints "N passed, N failed".
+# LF_PG picks the PostgreSQL: 15 (Debian's package, the default), or
+# 15-cassert, 17, 18: built with assertions by test/pg_build.sh (once, into
+# /var/cache/lease_fence; see README, "Supported PostgreSQL versions").
+# .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: regress
-#                                  isolation tap clients demo)
+#                                  isolation server tap clients demo logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
@@ -21,22 +29,31 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 lf_need_packages || exit 1
 trap lf_cleanup EXIT
-lf_make_workdir "$top"
+lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 lf_start_pg || exit 1
+lf_log "$("$PG_BIN/postgres" --version), assertions: $(lf_as_user "$PG_BIN/psql" -X -Atc 'SHOW debug_assertions')"
 
 passed=0
 failed=0
-suites=${LF_SUITES:-regress isolation tap clients demo}
+suites=${LF_SUITES:-regress isolation server tap clients demo logs}
 want() { [[ " $suites " == *" $1 "* ]]; }
+# one test point: name, then a command whose success is the behaviour
+check() {
+	local name=$1; shift
+	if "$@"; then passed=$((passed + 1)); echo "ok - $name"
+	else failed=$((failed + 1)); echo "not ok - $name"; fi
+}
 
-# pg_regress and pg_isolation_regress (PostgreSQL 15) print one line per test:
+# pg_regress and pg_isolation_regress print one line per test, on 15:
 #   test name   ... ok   12 ms   |   test name   ... FAILED   12 ms
+# and from 16 on, in TAP form:
+#   ok 1   - name   12 ms        |   not ok 2   - name   12 ms
 # (adds to passed / failed, and sets summary; no subshell, or the sums are lost)
 count_regress() {
 	local out=$1 ok bad
-	ok=$(grep -cE '^(test )?\s*\S+\s+\.\.\. ok' "$out")
-	bad=$(grep -cE '^(test )?\s*\S+\s+\.\.\. (FAILED|failed)' "$out")
+	ok=$(grep -cE '^((test )?\s*\S+\s+\.\.\. ok|ok [0-9]+\s+[-+] )' "$out")
+	bad=$(grep -cE '^((test )?\s*\S+\s+\.\.\. (FAILED|failed)|not ok [0-9]+\s+[-+] )' "$out")
 	passed=$((passed + ok)); failed=$((failed + bad))
 	summary="$ok passed, $bad failed"
 }
@@ -59,7 +76,7 @@ if want regress; then
 	count_regress "$LF_WORK/regress.out"
 	if [ $rc -ne 0 ]; then
 		[ -f "$LF_SRC/regression.diffs" ] && { head -c 20000 "$LF_SRC/regression.diffs"; echo; }
-		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/regress.out" || failed=$((failed + 1))
+		grep -qE '\.\.\. (FAILED|failed)|^not ok [0-9]' "$LF_WORK/regress.out" || failed=$((failed + 1))
 	fi
 	lf_log "regress: $summary"
 fi
@@ -71,9 +88,48 @@ if want isolation; then
 	count_regress "$LF_WORK/isolation.out"
 	if [ $rc -ne 0 ]; then
 		[ -f "$LF_SRC/output_iso/regression.diffs" ] && { head -c 20000 "$LF_SRC/output_iso/regression.diffs"; echo; }
-		grep -qE '\.\.\. (FAILED|failed)' "$LF_WORK/isolation.out" || failed=$((failed + 1))
+		grep -qE '\.\.\. (FAILED|failed)|^not ok [0-9]' "$LF_WORK/isolation.out" || failed=$((failed + 1))
 	fi
 	lf_log "isolation: $summary"
+fi
+
+# The two calls that crashed PostgreSQL 16+ when the generation setting's
+# check hook malloc'd its value: a fenced write committed under SET LOCAL
+# (the GUC machinery frees the value at commit), and an acquire from a real
+# Redis (which sets the generation too).  On a build with assertions a
+# wrong allocation is a TRAP and the server restarts; without them "pfree
+# called with invalid pointer" and a PANIC.  The logs suite below reads the
+# server log for both.
+if want server; then
+	lf_log "server: fenced commit and acquire"
+	lf_start_redis || exit 1
+	sq() { lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d lf_server "$@"; }
+	lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -c 'CREATE DATABASE lf_server' >/dev/null || exit 1
+	sq >/dev/null <<-'SQL' || exit 1
+	CREATE EXTENSION lease_fence;
+	CREATE TABLE account (id int PRIMARY KEY, balance int);
+	INSERT INTO account VALUES (1, 100);
+	SELECT lease_fence.protect('account');
+	SQL
+	fenced_commit() {
+		sq -c 'BEGIN' -c 'SET LOCAL lease_fence.generation = 42' \
+			-c 'UPDATE account SET balance = balance + 1 WHERE id = 1' -c 'COMMIT' >/dev/null &&
+			[ "$(sq -c 'SELECT fence FROM account WHERE id = 1')" = 42 ]
+	}
+	check "server: a fenced UPDATE under SET LOCAL commits and stores its generation" fenced_commit
+	acquire_release() {
+		local out
+		out=$(sq -F ' ' <<-SQL
+		SET lease_fence.redis_socket = '$LF_REDIS_SOCK';
+		SELECT status, identity FROM lease_fence.acquire('account:1', 10000) \gset a_
+		SELECT :'a_status', status FROM lease_fence.release('account:1', :'a_identity');
+		SQL
+		) || return 1
+		[ "$out" = "acquired released" ] || { echo "acquire / release said: $out"; return 1; }
+	}
+	check "server: acquire from a real Redis, then release" acquire_release
+	lf_stop_redis
+	lf_log "server: done"
 fi
 
 # TAP: every "ok" / "not ok" line of prove -v is one assertion; a script that
@@ -123,17 +179,26 @@ if want demo; then
 	(cd "$priv/lease fence" && bash demo/run.sh) >"$LF_WORK/demo.out" 2>&1
 	rc=$?
 	cat "$LF_WORK/demo.out"
-	demo_check() {	# name, condition...
-		local name=$1; shift
-		if "$@"; then passed=$((passed + 1)); echo "ok - demo: $name"
-		else failed=$((failed + 1)); echo "not ok - demo: $name"; fi
-	}
+	demo_check() { local name=$1; shift; check "demo: $name" "$@"; }
 	demo_check "exits 0 from a 0700 directory" [ "$rc" -eq 0 ]
 	demo_check "A's stale write is rejected with LF001" \
 		grep -qE '^4 +A +UPDATE .* rejected: LF001' "$LF_WORK/demo.out"
 	demo_check "no command complains about its directory" \
 		bash -c "! grep -qiE 'could not change directory|permission denied' \"\$1\"" _ "$LF_WORK/demo.out"
 	lf_log "demo: done"
+fi
+
+# A failed Assert prints "TRAP:" to the server log and a PANIC aborts the
+# server: neither may appear in any server log of this run.  The run's own
+# server wrote one (it ran the suites above), so there is always a log.
+if want logs; then
+	logs=("$LF_WORK/postgres.log")
+	for f in "$LF_SRC"/tmp_check/log/*.log; do [ -f "$f" ] && logs+=("$f"); done
+	no_trap() {
+		[ -s "$LF_WORK/postgres.log" ] || { echo "no server log at $LF_WORK/postgres.log"; return 1; }
+		! grep -HnE '^TRAP:|PANIC:' "${logs[@]}"
+	}
+	check "logs: no TRAP or PANIC in ${#logs[@]} server logs" no_trap
 fi
 
 echo "$passed passed, $failed failed"

@@ -609,7 +609,7 @@ lf_need_packages valgrind || exit 1
 trap vg_cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-lf_make_workdir "$top"
+lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 t0=$SECONDS
 failed=0

@@ -70,7 +70,7 @@ started=$(date +%s)
 commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$top" status --porcelain -- src sql expected Makefile lease_fence.control 'lease_fence--*.sql' 2>/dev/null)" ] && echo ' (with uncommitted changes)')"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 trap lf_cleanup EXIT
-lf_make_workdir "$top"
+lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 PGBENCH=$PG_BIN/pgbench
 lf_start_redis || exit 1

@@ -87,7 +87,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-lf_make_workdir "$top"
+lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 lf_start_redis || exit 1
 lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1

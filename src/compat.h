@@ -1,0 +1,58 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  The differences between the PostgreSQL majors lease_fence supports
+ *	  (15 to 18), in one place.  Each wrapper keeps the behaviour of the
+ *	  oldest API; see README.md, "Supported PostgreSQL versions".
+ *
+ * IDENTIFICATION
+ *	  src/compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LEASE_FENCE_COMPAT_H
+#define LEASE_FENCE_COMPAT_H
+
+#include "storage/lock.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+/*
+ * GUC check hooks hand their "extra" to the GUC machinery, which frees it.
+ * From 16 on GUC memory lives in a memory context and is freed with pfree
+ * (an Assert checks the context): it must come from guc_malloc, and a
+ * malloc'd block makes the first reset of the setting fail with "pfree
+ * called with invalid pointer" — at commit, a PANIC.  Up to 15 it is freed
+ * with free().  guc_malloc(LOG, ...) returns NULL when out of memory, as
+ * malloc does, so the hook reports it itself.
+ */
+#if PG_VERSION_NUM >= 160000
+#define lf_guc_malloc(size) guc_malloc(LOG, (size))
+#else
+#define lf_guc_malloc(size) malloc(size)
+#endif
+
+/*
+ * LockHeldByMe gained "orstronger" in 17; false asks, as before, for
+ * exactly that mode.
+ */
+#if PG_VERSION_NUM >= 170000
+#define lf_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
+#else
+#define lf_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
+#endif
+
+/*
+ * CreateWaitEventSet takes a ResourceOwner instead of a memory context from
+ * 17 on.  Our set lives as long as the backend (it is kept across
+ * transactions and freed by us): before 17 that is TopMemoryContext, from
+ * 17 no resource owner at all (NULL allocates it in TopMemoryContext too).
+ */
+#if PG_VERSION_NUM >= 170000
+#define lf_create_session_wait_set(nevents) CreateWaitEventSet(NULL, (nevents))
+#else
+#define lf_create_session_wait_set(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
+#endif
+
+#endif							/* LEASE_FENCE_COMPAT_H */

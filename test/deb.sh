@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# test/deb.sh — the release archive and the Debian package, as a user gets
+# them.  As root, from a git checkout:
+#   1. `make dist` makes dist/lease_fence-VERSION.zip (the committed HEAD)
+#      with META.json, the control file, every install / upgrade script and
+#      the sources; META.json's version is the control file's default_version
+#   2. the .deb is built from that archive with pg_buildext
+#      (dpkg-buildpackage -b, as the postgres user): postgresql-15-lease-fence
+#   3. dpkg -i installs it into /usr/lib/postgresql/15 and
+#      /usr/share/postgresql/15; CREATE EXTENSION works on a throwaway server
+#      of the system installation, and demo/run.sh runs against it
+#      (LF_INSTALLED=1: no build, no copy)
+#   4. dpkg -r removes it again, leaving no lease_fence file behind
+# and prints "N passed, N failed".
+#
+# Step 3 changes the machine's PostgreSQL 15 installation for a minute, and
+# test/run.sh copies that installation at its start: run this after the
+# other runs, not beside them (.ci/run runs it last).  The package is removed
+# on every exit path; a postgresql-15-lease-fence installed before we
+# started is left alone and the test refuses to run.
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/test/lib.sh"
+
+PKG=postgresql-15-lease-fence
+[ "$(id -u)" -eq 0 ] || { echo "test/deb.sh installs a package: run it as root" >&2; exit 1; }
+lf_need_packages debhelper postgresql-server-dev-all dpkg-dev unzip git || exit 1
+if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed'; then
+	echo "$PKG is installed already (not by this test): remove it (dpkg -r $PKG) to run this test" >&2
+	exit 1
+fi
+
+passed=0
+failed=0
+check() {
+	local name=$1; shift
+	if "$@"; then passed=$((passed + 1)); echo "ok - $name"
+	else failed=$((failed + 1)); echo "not ok - $name"; fi
+}
+
+installed=0
+deb_cleanup() {
+	if [ "$installed" = 1 ]; then dpkg -r "$PKG" >/dev/null 2>&1; fi
+	lf_cleanup
+}
+trap deb_cleanup EXIT
+
+# the workdir gives us a temp dir the postgres user owns; LF_INSTALLED=1
+# makes it copy no PostgreSQL installation (the package is for Debian's 15)
+unset LF_PG LF_PG_ROOT
+LF_INSTALLED=1
+lf_make_workdir "$top" || exit 1
+out=$LF_WORK/deb
+
+# 1. make dist
+version=$(sed -nE '0,/"version"/s/^ *"version": *"([^"]+)".*/\1/p' "$top/META.json")
+mkdir -p "$out"
+git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 ||
+	{ echo "not a git checkout: make dist needs one" >&2; exit 1; }
+(cd "$top" && make -s dist PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config) >"$out/dist.log" 2>&1
+zip=$top/dist/lease_fence-$version.zip
+check "make dist makes dist/lease_fence-$version.zip" [ -s "$zip" ]
+(cd "$out" && unzip -q "$zip") || exit 1
+src=$out/lease_fence-$version
+dist_complete() {
+	local f missing=0
+	for f in META.json README.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
+		$(sed -nE 's/^DATA = //p' "$top/Makefile"); do
+		[ -f "$src/$f" ] || { echo "missing from the archive: $f"; missing=1; }
+	done
+	[ ! -e "$src/.ci" ] || { echo ".ci is in the archive"; missing=1; }
+	[ "$missing" = 0 ]
+}
+check "the archive has META.json, the control file, every script and the sources" dist_complete
+meta_matches() {
+	local control
+	control=$(sed -nE "s/^default_version = '([^']+)'.*/\1/p" "$src/lease_fence.control")
+	python3 - "$src/META.json" "$control" <<-'PY'
+	import json, sys
+	m = json.load(open(sys.argv[1]))
+	need = ["name", "abstract", "version", "maintainer", "license", "provides", "meta-spec", "release_status", "prereqs"]
+	problems = ["META.json lacks " + k for k in need if k not in m]
+	if not m.get("version", "").startswith(sys.argv[2] + "."):
+	    problems.append("META.json version %s is not the control file's %s" % (m.get("version"), sys.argv[2]))
+	if m.get("provides", {}).get("lease_fence", {}).get("version") != m.get("version"):
+	    problems.append("provides.lease_fence.version differs from version")
+	if "hiredis" not in m.get("prereqs", {}).get("runtime", {}).get("requires", {}):
+	    problems.append("hiredis is not a runtime prereq")
+	if problems: print("\n".join(problems))
+	sys.exit(1 if problems else 0)
+	PY
+}
+check "META.json is complete and its version is the control file's default_version" meta_matches
+
+# 2. the .deb, from the archive, as the postgres user
+chown -R "$LF_USER" "$out"
+lf_log "building $PKG with pg_buildext"
+(cd "$src" && lf_as_user dpkg-buildpackage -us -uc -b) >"$out/build.log" 2>&1
+deb=$(ls "$out/${PKG}_"*.deb 2>/dev/null | head -n 1)
+[ -n "$deb" ] || tail -n 30 "$out/build.log"
+check "dpkg-buildpackage makes $PKG" [ -n "$deb" ]
+[ -n "$deb" ] || exit 1
+deb_contents() {
+	local list
+	list=$(dpkg-deb -c "$deb") || return 1
+	grep -q '/usr/lib/postgresql/15/lib/lease_fence\.so$' <<<"$list" &&
+		grep -q '/usr/share/postgresql/15/extension/lease_fence\.control$' <<<"$list" &&
+		grep -q '/usr/share/postgresql/15/extension/lease_fence--1\.0\.sql$' <<<"$list"
+}
+check "the package holds lease_fence.so and the extension files for 15" deb_contents
+
+# 3. install, CREATE EXTENSION, the demo
+if dpkg -i "$deb" >"$out/install.log" 2>&1; then installed=1; else cat "$out/install.log"; fi
+check "dpkg -i $PKG installs" [ "$installed" = 1 ]
+if [ "$installed" = 1 ]; then
+	lf_start_pg || exit 1
+	create_ext() {
+		local v control
+		control=$(sed -nE "s/^default_version = '([^']+)'.*/\1/p" "$top/lease_fence.control")
+		v=$(lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 \
+			-c 'CREATE EXTENSION lease_fence' \
+			-c "SELECT extversion FROM pg_extension WHERE extname = 'lease_fence'") || return 1
+		[ "$v" = "$control" ] || { echo "installed version $v, expected $control"; return 1; }
+	}
+	check "CREATE EXTENSION lease_fence from the package (version of the control file)" create_ext
+	lf_stop_pg
+
+	lf_log "demo against the installed package"
+	(cd "$src" && LF_INSTALLED=1 bash demo/run.sh) >"$out/demo.out" 2>&1
+	rc=$?
+	cat "$out/demo.out"
+	check "demo (LF_INSTALLED=1) exits 0" [ "$rc" -eq 0 ]
+	check "demo: A's stale write is rejected with LF001" \
+		grep -qE '^4 +A +UPDATE .* rejected: LF001' "$out/demo.out"
+	check "demo: nothing was built" bash -c "! grep -q 'building lease_fence' \"\$1\"" _ "$out/demo.out"
+fi
+
+# 4. remove
+if [ "$installed" = 1 ]; then
+	dpkg -r "$PKG" >"$out/remove.log" 2>&1 && installed=0
+	gone() {
+		[ "$installed" = 0 ] || { cat "$out/remove.log"; return 1; }
+		! ls /usr/lib/postgresql/15/lib/lease_fence.so /usr/share/postgresql/15/extension/lease_fence* 2>/dev/null
+	}
+	check "dpkg -r removes every file of the package" gone
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
