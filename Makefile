@@ -14,12 +14,13 @@ OBJS = \
 	src/generation.o \
 	src/redis_conn.o \
 	src/lease.o \
+	src/resource_fence.o \
 	src/stats.o
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml lease_api stats upgrade reinstall
+REGRESS = generation fence protect truncate_guard partition dml lease_api stats resource_fence upgrade reinstall
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency truncate_guard

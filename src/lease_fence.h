@@ -36,6 +36,9 @@ extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 extern int64 lf_draw_generation(void);
 extern void lf_advance_generation_past(int64 floor);
 
+/* resource_fence.c */
+extern int64 lf_fence_resource_at(const char *resource, int64 g);
+
 /* redis_conn.c: where Redis is, and how long we wait for it (GUCs) */
 extern char *lf_redis_host;
 extern int	lf_redis_port;
@@ -89,6 +92,9 @@ typedef enum LfCounter
 	LF_C_FENCE_LF001,
 	LF_C_FENCE_LF002,
 	LF_C_FENCE_LF003,
+	LF_C_RESOURCE_FENCE_ACCEPTED,
+	LF_C_RESOURCE_FENCE_LF001,
+	LF_C_RESOURCE_FENCE_LF002,
 	LF_NUM_COUNTERS
 } LfCounter;
 

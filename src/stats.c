@@ -2,7 +2,7 @@
  *
  * stats.c
  *	  Counters of every outcome: lease statuses, cleanups, commit checks,
- *	  and fence writes accepted or rejected by SQLSTATE.
+ *	  fence writes and resource fences accepted or rejected by SQLSTATE.
  *
  * What to watch is not the lock success rate but the unknown outcomes,
  * unconfirmed cleanups, lost renewals, leases with too little validity, and
@@ -62,6 +62,9 @@ static const char *const counter_names[LF_NUM_COUNTERS][2] = {
 	{"fence", "LF001"},
 	{"fence", "LF002"},
 	{"fence", "LF003"},
+	{"resource_fence", "accepted"},
+	{"resource_fence", "LF001"},
+	{"resource_fence", "LF002"},
 };
 
 typedef struct LfSharedStats

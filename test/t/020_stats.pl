@@ -35,7 +35,8 @@ my @all = qw(
   release/released release/not_held release/unavailable release/unknown
   cleanup/confirmed cleanup/unconfirmed
   commit_check/verified commit_check/LF010
-  fence/accepted fence/LF001 fence/LF002 fence/LF003);
+  fence/accepted fence/LF001 fence/LF002 fence/LF003
+  resource_fence/accepted resource_fence/LF001 resource_fence/LF002);
 
 # all counters, read from a session of their own
 sub stats
