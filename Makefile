@@ -23,7 +23,7 @@ PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 REGRESS = generation fence protect truncate_guard partition dml lease_api stats resource_fence upgrade reinstall
 REGRESS_OPTS = --inputdir=.
 
-ISOLATION = fence_concurrency truncate_guard
+ISOLATION = fence_concurrency truncate_guard resource_fence
 ISOLATION_OPTS = --inputdir=test
 
 TAP_TESTS = 1
