@@ -124,6 +124,18 @@ COMMIT;
 SELECT * FROM pg_temp.fences();
 
 ------------------------------------------------------------------------------
+-- many first fences in one transaction: no lock is kept per resource (the
+-- row lock is in the row), so they do not fill the lock table
+------------------------------------------------------------------------------
+BEGIN;
+SET LOCAL lease_fence.generation = 35;
+SELECT count(lease_fence.fence_resource('rf:bulk:' || i)) AS fenced FROM generate_series(1, 10000) i;
+SELECT count(*) AS object_locks_kept FROM pg_locks
+WHERE locktype = 'object' AND classid = 'lease_fence.resource_generation'::regclass
+  AND pid = pg_backend_pid();
+ROLLBACK;
+
+------------------------------------------------------------------------------
 -- bad input: 22023, before anything is read or written
 ------------------------------------------------------------------------------
 BEGIN;

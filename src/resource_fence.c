@@ -23,9 +23,9 @@
  * the primary key the extension created; a table that has any other index
  * is refused before anything is written.
  *
- * The stored row is read and locked in its newest committed version (the
- * latest snapshot, then the tuple lock follows the update chain), whatever
- * the transaction's isolation level: like the row fence's READ COMMITTED
+ * The stored row is read and locked in its newest committed version (a
+ * dirty snapshot, then the tuple lock follows the update chain and waits
+ * for a holder in progress), whatever the transaction's isolation level: like the row fence's READ COMMITTED
  * re-check, the decision is made against what the newest holder committed,
  * so a stale holder in REPEATABLE READ gets LF001 too, not 40001.
  *
@@ -129,26 +129,30 @@ open_resource_table(Relation *rel, Relation *pkey)
 }
 
 /*
- * Find the resource's row under snapshot (the latest: committed versions,
- * and this transaction's own): its TID, or false when there is none.
+ * Find the resource's row: its newest committed version, or one a
+ * transaction in progress inserted (then *inserter is that transaction),
+ * or one of this transaction's own.  False when there is none.
  */
 static bool
-find_resource(Relation rel, Relation pkey, text *resource, Snapshot snapshot,
-			  ItemPointer tid)
+find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
+			  TransactionId *inserter)
 {
+	SnapshotData dirty;
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tuple;
 	bool		found = false;
 
+	InitDirtySnapshot(dirty);
 	/* the column is COLLATE "C", the collation ScanKeyInit gives the key */
 	ScanKeyInit(&key, Anum_rg_resource, BTEqualStrategyNumber, F_TEXTEQ,
 				PointerGetDatum(resource));
-	scan = systable_beginscan(rel, RelationGetRelid(pkey), true, snapshot, 1, &key);
+	scan = systable_beginscan(rel, RelationGetRelid(pkey), true, &dirty, 1, &key);
 	tuple = systable_getnext(scan);
 	if (HeapTupleIsValid(tuple))
 	{
 		*tid = tuple->t_self;
+		*inserter = dirty.xmin;
 		found = true;
 	}
 	systable_endscan(scan);
@@ -222,13 +226,18 @@ insert_resource(Relation rel, Relation pkey, Datum resource, int64 g)
  * end of the transaction.  Returns g.  Used by fence_resource() and by a
  * transaction-scoped acquire().
  *
- * A resource fenced for the first time has no row to lock: two first
- * fencers would both insert, and the second would fail on the primary key
- * instead of being checked against the first.  So an inserter first takes a
- * transaction lock on the resource (an object lock on the table's OID and a
- * hash of the name: equal names always share it, other names rarely do,
- * which only serializes them) and looks again; the second waits for the
- * first to end, and then finds its row.
+ * The row is looked up with a dirty snapshot, which also finds a row that
+ * a transaction in progress inserted: the first fence of a resource by
+ * another holder, which we wait for (and then look again) as for a row
+ * lock.  A resource fenced for the first time has no row yet, and two first
+ * fencers could both find none and both insert, the second then failing on
+ * the primary key instead of being checked against the first.  So an
+ * inserter takes a lock on the resource (an object lock on the table's OID
+ * and a hash of the name: equal names always share it, others rarely do,
+ * which only serializes them), looks again, inserts, and lets go of the
+ * lock: whoever takes it next finds the new row, and waits for its
+ * transaction.  No lock is kept per resource, so a transaction may fence
+ * any number of them.
  */
 int64
 lf_fence_resource_at(const char *resource, int64 g)
@@ -238,6 +247,8 @@ lf_fence_resource_at(const char *resource, int64 g)
 	text	   *name = cstring_to_text(resource);
 	Datum		namedatum = PointerGetDatum(name);
 	TupleTableSlot *slot;
+	Oid			lock_objid = DatumGetUInt32(hash_any((const unsigned char *) resource,
+													 strlen(resource)));
 	bool		insert_locked = false;
 
 	/* no executor: its checks are ours */
@@ -249,30 +260,35 @@ lf_fence_resource_at(const char *resource, int64 g)
 	for (;;)
 	{
 		ItemPointerData tid;
+		TransactionId inserter = InvalidTransactionId;
+		SnapshotData dirty;
 		TM_FailureData tmfd;
 		TM_Result	result;
-		Snapshot	snapshot;
-		bool		found;
 		bool		isnull;
 		int64		stored;
 
 		CHECK_FOR_INTERRUPTS();
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		found = find_resource(rel, pkey, name, snapshot, &tid);
-		if (!found)
+		if (!find_resource(rel, pkey, name, &tid, &inserter))
 		{
-			UnregisterSnapshot(snapshot);
 			if (!insert_locked)
 			{
-				LockDatabaseObject(RelationGetRelid(rel),
-								   DatumGetUInt32(hash_any((const unsigned char *) resource,
-														   strlen(resource))),
-								   0, ExclusiveLock);
+				LockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
 				insert_locked = true;
-				continue;		/* look again: the holder of the lock may have inserted it */
+				continue;		/* look again: the lock's last holder may have inserted it */
 			}
 			insert_resource(rel, pkey, namedatum, g);
 			break;
+		}
+		if (insert_locked)
+		{
+			UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
+			insert_locked = false;
+		}
+		if (TransactionIdIsValid(inserter))
+		{
+			/* another holder's first fence, in progress: wait, look again */
+			XactLockTableWait(inserter, rel, &tid, XLTW_None);
+			continue;
 		}
 
 		/*
@@ -280,10 +296,10 @@ lf_fence_resource_at(const char *resource, int64 g)
 		 * whatever our snapshot (this is how the decision is made against
 		 * what the newest holder committed).
 		 */
-		result = table_tuple_lock(rel, &tid, snapshot, slot,
+		InitDirtySnapshot(dirty);
+		result = table_tuple_lock(rel, &tid, &dirty, slot,
 								  GetCurrentCommandId(true), LockTupleNoKeyExclusive,
 								  LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
-		UnregisterSnapshot(snapshot);
 		if (result == TM_Deleted || result == TM_Updated)
 			continue;			/* removed under us (only its owner can): look again */
 		if (result != TM_Ok)
@@ -306,6 +322,8 @@ lf_fence_resource_at(const char *resource, int64 g)
 		update_resource(rel, pkey, &slot->tts_tid, namedatum, g);
 		break;
 	}
+	if (insert_locked)
+		UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
 
 	/* a second fence of the same resource in this transaction sees ours */
 	CommandCounterIncrement();
