@@ -13,7 +13,7 @@
 #      backend's CPU time, and (once, under callgrind, on a smaller table)
 #      instructions per row, which other load on the machine cannot move;
 #   2. single-row UPDATE transactions (pgbench, 1 and 2 clients), fenced
-#      versus unfenced;
+#      versus unfenced, and fenced with and without fence_resource();
 #   3. one acquire + release cycle through SQL versus its floor (two trivial
 #      SQL round trips + SET NX PX + a compare-and-delete script) and versus
 #      redis-py's Lock;
@@ -167,7 +167,7 @@ gen=$(psql_u -c "SELECT lease_fence.next_generation()")
 opts="-c synchronous_commit=off -c lease_fence.generation=$gen"
 for ((r = 1; r <= ROUNDS; r++)); do
 	for c in 1 2; do
-		for v in $(rotate "$r" update_none update_lf txn_none txn_lf); do
+		for v in $(rotate "$r" update_none update_lf txn_none txn_lf txn_lf_resource txn_lf_resource_same); do
 			o=$opts
 			# the application form sets the generation in each transaction
 			case $v in txn_*) o="-c synchronous_commit=off" ;; esac
