@@ -250,10 +250,21 @@ lf_fence_resource_at(const char *resource, int64 g)
 	Oid			lock_objid = DatumGetUInt32(hash_any((const unsigned char *) resource,
 													 strlen(resource)));
 	bool		insert_locked = false;
+	bool		pushed_snapshot = false;
 
 	/* no executor: its checks are ours */
 	PreventCommandIfReadOnly("lease_fence.fence_resource()");
 	PreventCommandIfParallelMode("lease_fence.fence_resource()");
+
+	/*
+	 * Heap access wants an active snapshot (for TOAST), which a query has
+	 * and the PRE_COMMIT callback of a transaction-scoped lease does not.
+	 */
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed_snapshot = true;
+	}
 
 	open_resource_table(&rel, &pkey);
 	slot = table_slot_create(rel, NULL);
@@ -330,6 +341,8 @@ lf_fence_resource_at(const char *resource, int64 g)
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(pkey, NoLock);
 	table_close(rel, NoLock);
+	if (pushed_snapshot)
+		PopActiveSnapshot();
 	lf_count(LF_C_RESOURCE_FENCE_ACCEPTED);
 	return g;
 }

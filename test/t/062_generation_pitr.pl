@@ -44,7 +44,7 @@ note "the original drew $before[0] to $before[-1] before the target, "
 
 # everything reaches the archive, then the original is gone
 my $last = $orig->safe_psql('postgres',
-	'SELECT pg_walfile_name(pg_current_wal_lsn()) FROM pg_switch_wal()');
+	'SELECT pg_walfile_name(pg_switch_wal())');
 $orig->poll_query_until('postgres',
 	"SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")
   or die 'the WAL did not reach the archive';
