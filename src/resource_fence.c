@@ -401,8 +401,16 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 	/*
 	 * ==== LF004 CHECK GOES HERE (merge with the unissued-generations
 	 * change): a current generation above the highest generation this
-	 * database issued is refused with LF004, like the row fence does, before
-	 * any row is read, locked or written: lf_check_issued(lf_generation).
+	 * database issued is refused with LF004, as the row fence refuses it,
+	 * before any row is read, locked or written:
+	 *
+	 *	 lf_check_issued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
+	 *					 psprintf("Resource \"%s\"", resource));
+	 *
+	 * with a ('resource_fence', 'LF004') counter after LF002 in stats.c and
+	 * lease_fence.h.  lf_fence_resource_at() itself needs no check: its
+	 * other callers (a transaction-scoped acquire, its PRE_COMMIT re-fence)
+	 * pass a generation they have just drawn.
 	 * ====
 	 */
 
