@@ -13,7 +13,7 @@
 # fenced it, S's generation is refused on that resource.
 #
 # Checked by hand without the fence in acquire(): N's acquire returns at
-# once while S is still open, and the harness's wait for it to wait dies.
+# once while S is still open, and the "waits" point fails.
 
 use strict;
 use warnings;
@@ -51,10 +51,11 @@ my $npid = $n->query_safe('SELECT pg_backend_pid()');
 $n->query_safe('BEGIN');
 $n->query_until(qr/lf-sent/,
 	"\\echo lf-sent\nSELECT 'acquire:' || status || ':' || generation FROM lease_fence.acquire('job:1', 60000, 0, 'transaction');\n");
-$node->poll_query_until('postgres',
-	qq{SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $npid})
-  or die "N's acquire never waited";
-pass("N's transaction-scoped acquire waits for S's transaction on the resource");
+ok( $node->poll_query_until(
+		'postgres',
+		qq{SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $npid}),
+	"N's transaction-scoped acquire waits for S's transaction on the resource")
+  or die 'the rest needs an acquire that waits';
 is($redis->cli('EXISTS', $key), '1', 'while Redis has already granted N the lease');
 
 # S commits: its lease is gone (LF010); either way N goes on only after S

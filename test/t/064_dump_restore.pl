@@ -44,16 +44,16 @@ $old->safe_psql('postgres',
 );
 
 my $dump = $old->basedir . '/lf.dump';
-$old->command_ok([ 'pg_dump', '-Fc', '-f', $dump, '-d', $old->connstr('postgres') ],
-	'pg_dump of the database');
+$old->run_log([ 'pg_dump', '-Fc', '-f', $dump, '-d', $old->connstr('postgres') ])
+  or die 'pg_dump failed';
 
 my $new = PostgreSQL::Test::Cluster->new('new');
 $new->init;
 $new->start;
 $new->safe_psql('postgres', 'CREATE DATABASE restored');
-$new->command_ok(
-	[ 'pg_restore', '--exit-on-error', '-d', $new->connstr('restored'), $dump ],
-	'pg_restore into a new cluster');
+$new->run_log(
+	[ 'pg_restore', '--exit-on-error', '-d', $new->connstr('restored'), $dump ])
+  or die 'pg_restore failed';
 
 my $next = $new->safe_psql('restored', 'SELECT lease_fence.next_generation()');
 cmp_ok($next, '>', $last,
