@@ -16,15 +16,16 @@ OBJS = \
 	src/generation.o \
 	src/redis_conn.o \
 	src/lease.o \
+	src/resource_fence.o \
 	src/stats.o
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml lease_api stats upgrade reinstall unissued
+REGRESS = generation fence protect truncate_guard partition dml lease_api stats resource_fence upgrade reinstall unissued
 REGRESS_OPTS = --inputdir=.
 
-ISOLATION = fence_concurrency truncate_guard
+ISOLATION = fence_concurrency truncate_guard resource_fence
 ISOLATION_OPTS = --inputdir=test
 
 # pg_regress creates the extension in its database before the first file, so

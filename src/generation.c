@@ -33,6 +33,18 @@
  * invalidated (DROP EXTENSION, ALTER SEQUENCE RESTART), since a new
  * sequence starts again from 1.
  *
+ * A flush makes a value durable on this server, not across a failover: a
+ * promoted asynchronous standby (or a point-in-time recovery) replays the
+ * sequence only up to where its WAL ends, and the old primary may have
+ * handed out values beyond that.  Both start a new timeline, so a generation
+ * carries an epoch in its high bits, generation = (epoch << 40) + counter,
+ * and the first draw on a new timeline moves the sequence to a new, higher
+ * epoch (README.md, "Generations across a failover").  The epoch lives in
+ * the sequence value itself, so whatever keeps the sequence (its WAL, a
+ * dump, pg_upgrade) keeps the epoch, and values never go down.  With
+ * synchronous standbys, a value is returned only once they confirmed the
+ * WAL that covers it.
+ *
  * IDENTIFICATION
  *	  src/generation.c
  *
@@ -42,6 +54,7 @@
 
 #include "access/htup_details.h"
 #include "access/relation.h"
+#include "access/timeline.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/namespace.h"
@@ -50,10 +63,15 @@
 #include "fmgr.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
+#include "replication/walsender_private.h"
 #include "storage/bufmgr.h"
 #include "storage/bufpage.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "storage/lwlock.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -70,7 +88,28 @@ typedef struct LfSequenceMagic
 	uint32		magic;
 } LfSequenceMagic;
 
+/*
+ * generation = (epoch << LF_EPOCH_SHIFT) + counter.  The epoch has the 23
+ * bits above the counter's 40 (a bigint is positive), and the last 2^24
+ * values of each epoch are never handed out: a counter that reached them is
+ * exhausted (an ERROR), it never runs on into the next epoch, which a later
+ * timeline may start.  The margin only has to cover draws racing past the
+ * check before they see it, at most one per backend.
+ */
+#define LF_EPOCH_SHIFT 40
+#define LF_EPOCH_MAX ((INT64CONST(1) << (63 - LF_EPOCH_SHIFT)) - 1)
+#define LF_COUNTER_MASK ((INT64CONST(1) << LF_EPOCH_SHIFT) - 1)
+#define LF_COUNTER_LIMIT (LF_COUNTER_MASK + 1 - (INT64CONST(1) << 24))
+#define LF_EPOCH_OF(v) ((v) >> LF_EPOCH_SHIFT)
+#define LF_COUNTER_OF(v) ((v) & LF_COUNTER_MASK)
+
+/* the timeline this backend last looked up, and the LSN where it begins */
+static TimeLineID known_tli = 0;
+static XLogRecPtr known_tli_begin = InvalidXLogRecPtr;
+
 PG_FUNCTION_INFO_V1(lf_next_generation);
+
+static XLogRecPtr timeline_begin(TimeLineID tli);
 
 /* the highest generation this backend has seen issued (0 is always accepted) */
 int64		lf_issued_cached = 0;
@@ -139,6 +178,7 @@ lf_highest_issued(void)
 	HeapTupleHeader tuphdr;
 	Form_pg_sequence_data seq;
 	int64		highest;
+	XLogRecPtr	lsn;
 
 	seqrel = try_relation_open(seqid, AccessShareLock);
 	if (seqrel == NULL)
@@ -166,11 +206,31 @@ lf_highest_issued(void)
 	 * from MINVALUE 1 (see the install script), so nothing below it is ours.
 	 */
 	highest = seq->is_called ? seq->last_value : seq->last_value - 1;
+	lsn = PageGetLSN(page);
 	UnlockReleaseBuffer(buf);
 	relation_close(seqrel, AccessShareLock);
 
 	if (highest < 0)
 		highest = 0;
+
+	/*
+	 * Issued on an earlier timeline counts too.  Until this timeline's first
+	 * draw starts its epoch, the page holds what this server replayed, and
+	 * the timeline it branched off may have gone on drawing in that epoch:
+	 * a holder's generation from the old primary must not be refused as
+	 * unissued.  So while the new epoch is due, the whole current epoch
+	 * counts as issued (the same test as epoch_to_start, without its locks:
+	 * it only widens what is accepted, and the first draw ends it).
+	 */
+	if (!RecoveryInProgress())
+	{
+		TimeLineID	tli = GetWALInsertionTimeLine();
+		XLogRecPtr	begin = timeline_begin(tli);
+
+		if ((!XLogRecPtrIsInvalid(begin) && lsn < begin) ||
+			LF_EPOCH_OF(highest) < (int64) tli - 1)
+			highest = ((LF_EPOCH_OF(highest) + 1) << LF_EPOCH_SHIFT) - 1;
+	}
 	issued_seqid = seqid;
 	lf_issued_cached = highest;
 	return highest;
@@ -211,8 +271,11 @@ lf_check_issued(int64 supplied, LfCounter c, const char *target)
 		lf_report_unissued(supplied, c, target);
 }
 
-/* Flush the WAL that covers the current state of sequence seqid. */
-static void
+/*
+ * Flush the WAL that covers the current state of sequence seqid; returns
+ * that WAL's position (InvalidXLogRecPtr when there is none).
+ */
+static XLogRecPtr
 flush_sequence_wal(Oid seqid)
 {
 	Relation	seqrel;
@@ -224,7 +287,7 @@ flush_sequence_wal(Oid seqid)
 	{
 		/* created in this transaction under wal_level=minimal: synced at commit */
 		relation_close(seqrel, AccessShareLock);
-		return;
+		return InvalidXLogRecPtr;
 	}
 	buf = ReadBuffer(seqrel, 0);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
@@ -233,6 +296,7 @@ flush_sequence_wal(Oid seqid)
 	relation_close(seqrel, AccessShareLock);
 
 	XLogFlush(lsn);
+	return lsn;
 }
 
 /*
@@ -272,6 +336,213 @@ release_draw_locks(Oid seqid)
 }
 
 /*
+ * Where timeline tli begins: the LSN at which it branched off its parent,
+ * from its history file (InvalidXLogRecPtr for timeline 1, or when the file
+ * is missing).  A primary's timeline does not change while it runs, so the
+ * answer is kept for the backend's life and the file read once.
+ */
+static XLogRecPtr
+timeline_begin(TimeLineID tli)
+{
+	if (tli != known_tli)
+	{
+		List	   *history = readTimeLineHistory(tli);
+
+		/* newest first: the first entry is tli itself */
+		known_tli_begin = ((TimeLineHistoryEntry *) linitial(history))->begin;
+		known_tli = tli;
+		list_free_deep(history);
+	}
+	return known_tli_begin;
+}
+
+/*
+ * The sequence's state as its page holds it: last_value, and the LSN of the
+ * last WAL record that changed the page.  Read under the buffer's share
+ * lock, like the page LSN in flush_sequence_wal; the page has one tuple.
+ */
+static void
+read_sequence_state(Oid seqid, int64 *last_value, XLogRecPtr *lsn)
+{
+	Relation	seqrel = relation_open(seqid, AccessShareLock);
+	Buffer		buf = ReadBuffer(seqrel, 0);
+	Page		page;
+	HeapTupleHeader tuple;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	page = BufferGetPage(buf);
+	tuple = (HeapTupleHeader) PageGetItem(page, PageGetItemId(page, FirstOffsetNumber));
+	*last_value = ((Form_pg_sequence_data) ((char *) tuple + tuple->t_hoff))->last_value;
+	*lsn = PageGetLSN(page);
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, AccessShareLock);
+}
+
+/*
+ * The epoch the next draw must start, or -1 when the current one will do;
+ * *epoch is the current one.  The caller holds a lock on the sequence that
+ * excludes advancing it (a draw's RowExclusiveLock or an advancer's
+ * ShareRowExclusiveLock).
+ *
+ * A new epoch is due when the sequence was last written before the current
+ * timeline began: then its state is what this server replayed from an older
+ * timeline, which may have gone on drawing from it after the point where
+ * this one branched off (a promoted asynchronous standby, a point-in-time
+ * recovery).  Every write of the sequence on this timeline comes after this
+ * check (draws, advances and healing all check first), so the first one is
+ * the advance itself, and the check is true exactly once per timeline.  The
+ * new epoch is the current one plus the timeline's number: above the
+ * current one, and above whatever epoch the timeline we branched off could
+ * have started after the branch point (its number is lower than ours, and
+ * it started from the same state or an older one).  As a second net, for a
+ * history file that has gone missing, the epoch is never below timeline-1.
+ */
+static int64
+epoch_to_start(Oid seqid, int64 *epoch)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+	XLogRecPtr	begin = timeline_begin(tli);
+	int64		last_value;
+	XLogRecPtr	lsn;
+	int64		target;
+
+	if ((int64) tli > LF_EPOCH_MAX)
+		ereport(ERROR,
+				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				errmsg("timeline %u is too large for lease_fence generations", tli),
+				errdetail("A generation's epoch has %d bits: timelines up to " INT64_FORMAT " are supported.",
+						  63 - LF_EPOCH_SHIFT, LF_EPOCH_MAX));
+
+	read_sequence_state(seqid, &last_value, &lsn);
+	*epoch = LF_EPOCH_OF(last_value);
+
+	if (!((!XLogRecPtrIsInvalid(begin) && lsn < begin) || *epoch < (int64) tli - 1))
+	{
+		if (LF_COUNTER_OF(last_value) >= LF_COUNTER_LIMIT)
+			ereport(ERROR,
+					errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					errmsg("the generations of epoch " INT64_FORMAT " are exhausted", *epoch),
+					errdetail("lease_fence.generation_seq is at " INT64_FORMAT "; the counter of an epoch has %d bits, and the last 2^24 values of each are never handed out.",
+							  last_value, LF_EPOCH_SHIFT),
+					errhint("A new timeline (a promotion or a point-in-time recovery) starts a new epoch."));
+		return -1;
+	}
+
+	target = *epoch + (int64) tli;
+	if (target > LF_EPOCH_MAX)
+		ereport(ERROR,
+				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				errmsg("no generation epoch is left for timeline %u", tli),
+				errdetail("The current epoch is " INT64_FORMAT " and epochs go up to " INT64_FORMAT ".",
+						  *epoch, LF_EPOCH_MAX));
+	return target;
+}
+
+/*
+ * setval() on our sequence, as its owner: setval checks privileges, and
+ * nobody else has any (see the install script).  setval is built in, on our
+ * own sequence: no user code runs under the switched identity.
+ */
+static void
+setval_as_owner(Oid seqid, int64 value)
+{
+	Relation	seqrel = relation_open(seqid, AccessShareLock);
+	Oid			save_userid;
+	int			save_sec_context;
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(seqrel->rd_rel->relowner,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(value));
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+	release_draw_locks(seqid);	/* setval may lock it like nextval */
+	relation_close(seqrel, AccessShareLock);
+}
+
+/*
+ * Start the epoch this timeline needs, if it has not been started yet.  The
+ * caller holds ShareRowExclusiveLock on the sequence, so no draw runs and
+ * the check is not raced.  Only ever moves the sequence up: to the first
+ * value of the new epoch, which is above every value of the older ones.
+ */
+static void
+start_epoch_if_due(Oid seqid)
+{
+	int64		epoch;
+	int64		target = epoch_to_start(seqid, &epoch);
+
+	if (target < 0)
+		return;
+	elog(LOG, "lease_fence: timeline %u: generations move from epoch " INT64_FORMAT " to epoch " INT64_FORMAT,
+		 GetWALInsertionTimeLine(), epoch, target);
+	/* setval(base) is "called": the next draw returns base + 1 */
+	setval_as_owner(seqid, target << LF_EPOCH_SHIFT);
+	(void) flush_sequence_wal(seqid);
+}
+
+/*
+ * With synchronous standbys, wait until they confirmed the WAL up to lsn,
+ * which covers the value just drawn, as a commit waits for its commit
+ * record: a value must not leave the backend before a standby that could be
+ * promoted has it.  Like a commit, it follows synchronous_commit (local and
+ * off do not wait) and synchronous_standby_names.  The wait is the flush
+ * level at most (remote_write waits for the write): applying a sequence
+ * record is not needed for it to survive a promotion.  When the WAL is
+ * already confirmed (every draw of a batch after the first), it is one LSN
+ * comparison.
+ *
+ * SyncRepWaitForLSN() was made for commits, which cannot be undone once
+ * their record is flushed: on a query cancel (pg_cancel_backend,
+ * statement_timeout) it stops waiting and returns with only a WARNING ("the
+ * transaction has already committed locally"), having cleared the cancel.
+ * A generation can still be withheld, and must be: so when it returns
+ * without the standbys having confirmed lsn while an interrupt arrived
+ * during the wait (a cancel leaves InterruptPending set, which is cleared
+ * only where interrupts are processed, and they are held here), we raise
+ * the cancel as an ERROR instead, and the value is never returned.  A
+ * terminate (ProcDiePending, left set by SyncRepWaitForLSN) is the same
+ * ERROR, then the backend exits.  It returns unconfirmed and uninterrupted
+ * only where a commit would not wait either (no synchronous standby is
+ * defined as far as the walsenders know): then the value is returned, as
+ * a commit would be.
+ */
+static void
+wait_for_sync_standbys(XLogRecPtr lsn)
+{
+	int			mode;
+	bool		confirmed;
+	bool		interrupted;
+
+	if (XLogRecPtrIsInvalid(lsn) || !SyncRepRequested() ||
+		SyncRepStandbyNames == NULL || SyncRepStandbyNames[0] == '\0')
+		return;
+
+	/* a cancel that came before the wait is an ordinary cancel */
+	CHECK_FOR_INTERRUPTS();
+
+	mode = synchronous_commit == SYNCHRONOUS_COMMIT_REMOTE_WRITE ?
+		SYNC_REP_WAIT_WRITE : SYNC_REP_WAIT_FLUSH;
+
+	/* SyncRepWaitForLSN expects interrupts held, as at commit */
+	HOLD_INTERRUPTS();
+	SyncRepWaitForLSN(lsn, false);
+	LWLockAcquire(SyncRepLock, LW_SHARED);
+	confirmed = lsn <= WalSndCtl->lsn[mode];
+	LWLockRelease(SyncRepLock);
+	interrupted = InterruptPending || ProcDiePending;
+	RESUME_INTERRUPTS();
+
+	if (!confirmed && interrupted)
+		ereport(ERROR,
+				errcode(ERRCODE_QUERY_CANCELED),
+				errmsg("canceling the wait for synchronous standbys: no generation is returned"),
+				errdetail("The generation drawn is durable on this server, but the synchronous standbys have not confirmed it."),
+				errhint("Draw a new generation once the standbys are back."));
+	/* a cancel after the standbys confirmed: an ordinary cancel */
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
  * Draw a durable generation.  Usable from C by the lease helper, which takes
  * its generation in-process.
  */
@@ -279,16 +550,41 @@ int64
 lf_draw_generation(void)
 {
 	Oid			seqid = generation_seq_oid();
+	int64		epoch;
 	int64		value;
+	XLogRecPtr	lsn;
+
+	/* GetWALInsertionTimeLine() is for servers that write WAL */
+	PreventCommandDuringRecovery("lease_fence.next_generation()");
 
 	/*
 	 * Our own lock around the draw: nextval takes one only on its first call
-	 * in a transaction, and we drop that one below.
+	 * in a transaction, and we drop that one below.  A draw that finds a new
+	 * epoch due lets go of it (holding it while waiting for the stronger
+	 * lock would deadlock with another such draw) and starts the epoch under
+	 * the lock that excludes draws, then checks again.
 	 */
-	lock_for_draw(seqid);
+	for (;;)
+	{
+		lock_for_draw(seqid);
+		if (epoch_to_start(seqid, &epoch) < 0)
+			break;
+		release_draw_locks(seqid);
+		LockRelationOid(seqid, ShareRowExclusiveLock);
+		start_epoch_if_due(seqid);
+		UnlockRelationOid(seqid, ShareRowExclusiveLock);
+	}
+
 	/* no privilege check, as for identity columns: see the install script */
 	value = nextval_internal(seqid, false);
-	flush_sequence_wal(seqid);
+	if (LF_EPOCH_OF(value) != epoch || LF_COUNTER_OF(value) >= LF_COUNTER_LIMIT)
+		ereport(ERROR,
+				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				errmsg("the generations of epoch " INT64_FORMAT " are exhausted", epoch),
+				errdetail("lease_fence.generation_seq reached " INT64_FORMAT "; the counter of an epoch has %d bits, and the last 2^24 values of each are never handed out.",
+						  value, LF_EPOCH_SHIFT),
+				errhint("A new timeline (a promotion or a point-in-time recovery) starts a new epoch."));
+	lsn = flush_sequence_wal(seqid);
 	release_draw_locks(seqid);
 	/* issued now: a write under it need not read the sequence again */
 	if (issued_seqid != seqid)
@@ -298,6 +594,7 @@ lf_draw_generation(void)
 	}
 	if (value > lf_issued_cached)
 		lf_issued_cached = value;
+	wait_for_sync_standbys(lsn);
 	return value;
 }
 
@@ -311,7 +608,8 @@ lf_draw_generation(void)
  * it runs under ShareRowExclusiveLock, which conflicts with the
  * RowExclusiveLock every draw holds while it runs (and only then) and with
  * other advancers.  It is released as soon as the (non-transactional) setval
- * is done.
+ * is done.  The epoch check comes first, like a draw's: this writes the
+ * sequence too.
  */
 void
 lf_advance_generation_past(int64 floor)
@@ -319,25 +617,14 @@ lf_advance_generation_past(int64 floor)
 	Oid			seqid = generation_seq_oid();
 	int64		value;
 
+	PreventCommandDuringRecovery("lease_fence.next_generation()");
 	LockRelationOid(seqid, ShareRowExclusiveLock);
+	start_epoch_if_due(seqid);
 	value = nextval_internal(seqid, false);
 	release_draw_locks(seqid);	/* if this was the transaction's first nextval */
 	if (value <= floor)
-	{
-		Relation	seqrel = relation_open(seqid, AccessShareLock);
-		Oid			save_userid;
-		int			save_sec_context;
-
-		/* setval checks privileges: act as the sequence's owner */
-		GetUserIdAndSecContext(&save_userid, &save_sec_context);
-		SetUserIdAndSecContext(seqrel->rd_rel->relowner,
-							   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
-		DirectFunctionCall2(setval_oid, ObjectIdGetDatum(seqid), Int64GetDatum(floor));
-		SetUserIdAndSecContext(save_userid, save_sec_context);
-		release_draw_locks(seqid);	/* setval may lock it like nextval */
-		relation_close(seqrel, AccessShareLock);
-	}
-	flush_sequence_wal(seqid);
+		setval_as_owner(seqid, floor);
+	(void) flush_sequence_wal(seqid);
 	UnlockRelationOid(seqid, ShareRowExclusiveLock);
 }
 

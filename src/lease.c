@@ -99,6 +99,7 @@ typedef struct LeaseEntry
 	TimestampTz expires_at;		/* local estimate: acquired_at + validity */
 	int64		ttl_ms;
 	int64		min_validity_ms;
+	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
 } LeaseEntry;
 
 /*
@@ -1139,19 +1140,35 @@ lf_acquire(PG_FUNCTION_ARGS)
 								  NULL, false, 0, true, validity));
 	}
 
-	add_entry(resource, identity, generation, scope, STATE_HELD, ttl, minv, validity);
-	if (scope == SCOPE_TRANSACTION)
 	{
-		/*
-		 * The lease's generation is the transaction's current generation to
-		 * its end, whatever savepoints roll back (lease_fence.c); the SET
-		 * LOCAL only makes SHOW agree.
-		 */
-		if (!xact_generation_set || generation > xact_generation)
-			xact_generation = generation;
-		xact_generation_set = true;
-		lf_set_lease_generation(true, xact_generation);
-		set_local_generation(generation);
+		LeaseEntry *e = add_entry(resource, identity, generation, scope, STATE_HELD, ttl, minv, validity);
+
+		if (scope == SCOPE_TRANSACTION)
+		{
+			/*
+			 * The lease's generation is the transaction's current generation
+			 * to its end, whatever savepoints roll back (lease_fence.c); the
+			 * SET LOCAL only makes SHOW agree.
+			 */
+			if (!xact_generation_set || generation > xact_generation)
+				xact_generation = generation;
+			xact_generation_set = true;
+			lf_set_lease_generation(true, xact_generation);
+			set_local_generation(generation);
+
+			/*
+			 * The lease fences its resource in this transaction, at its own
+			 * generation (resource_fence.c): a holder with a newer one has
+			 * fenced it already (LF001, and the transaction rolls back,
+			 * releasing the lease), or a later holder's acquire waits here
+			 * until this transaction ends, so this one never commits after
+			 * it.  A fence made in a subtransaction dies with it if that
+			 * rolls back, while the lease lives on: it is made again at
+			 * commit.
+			 */
+			e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
+			(void) lf_fence_resource_at(resource, generation);
+		}
 	}
 
 	PG_RETURN_DATUM(lease_row(fcinfo, "acquired", resource, true, true,
@@ -1342,7 +1359,8 @@ lf_session_leases(PG_FUNCTION_ARGS)
 /*
  * PRE_COMMIT: every transaction-scoped lease must still be ours, with at
  * least min_validity_ms left, or the commit fails with LF010.  One round
- * trip per lease.
+ * trip per lease.  A lease acquired in a subtransaction fences its resource
+ * again first (LF001 if a newer holder fenced it meanwhile).
  */
 static void
 verify_at_commit(void)
@@ -1363,6 +1381,9 @@ verify_at_commit(void)
 
 		if (e->scope != SCOPE_TRANSACTION || e->state != STATE_HELD)
 			continue;
+		/* a fence a rolled-back subtransaction took with it: again, first */
+		if (e->fenced_in_subxact)
+			(void) lf_fence_resource_at(e->resource, e->generation);
 		key = lease_key(e->resource);
 		keys[0] = key;
 		args[0] = e->identity;

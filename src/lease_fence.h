@@ -54,6 +54,9 @@ lf_generation_issued(int64 generation)
 	return likely(generation <= lf_issued_cached) || lf_generation_issued_slow(generation);
 }
 
+/* resource_fence.c */
+extern int64 lf_fence_resource_at(const char *resource, int64 g);
+
 /* redis_conn.c: where Redis is, and how long we wait for it (GUCs) */
 extern char *lf_redis_host;
 extern int	lf_redis_port;
@@ -111,6 +114,10 @@ typedef enum LfCounter
 	LF_C_FENCE_LF003,
 	LF_C_FENCE_LF004,
 	LF_C_REPAIR_REPAIRED,
+	LF_C_RESOURCE_FENCE_ACCEPTED,
+	LF_C_RESOURCE_FENCE_LF001,
+	LF_C_RESOURCE_FENCE_LF002,
+	LF_C_RESOURCE_FENCE_LF004,
 	LF_NUM_COUNTERS
 } LfCounter;
 

@@ -2,8 +2,8 @@
  *
  * stats.c
  *	  Counters of every outcome: lease statuses, cleanups, commit checks,
- *	  fence writes accepted or rejected by SQLSTATE, and rows whose unissued
- *	  fence repair_unissued() reset.
+ *	  fence writes and resource fences accepted or rejected by SQLSTATE, and
+ *	  rows whose unissued fence repair_unissued() reset.
  *
  * What to watch is not the lock success rate but the unknown outcomes,
  * unconfirmed cleanups, lost renewals, leases with too little validity, and
@@ -65,6 +65,10 @@ static const char *const counter_names[LF_NUM_COUNTERS][2] = {
 	{"fence", "LF003"},
 	{"fence", "LF004"},
 	{"repair", "repaired"},
+	{"resource_fence", "accepted"},
+	{"resource_fence", "LF001"},
+	{"resource_fence", "LF002"},
+	{"resource_fence", "LF004"},
 };
 
 typedef struct LfSharedStats

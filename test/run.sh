@@ -112,9 +112,11 @@ if want server; then
 	SELECT lease_fence.protect('account');
 	SQL
 	fenced_commit() {
-		sq -c 'BEGIN' -c 'SET LOCAL lease_fence.generation = 42' \
+		local g
+		g=$(sq -c 'SELECT lease_fence.next_generation()') || return 1
+		sq -c 'BEGIN' -c "SET LOCAL lease_fence.generation = $g" \
 			-c 'UPDATE account SET balance = balance + 1 WHERE id = 1' -c 'COMMIT' >/dev/null &&
-			[ "$(sq -c 'SELECT fence FROM account WHERE id = 1')" = 42 ]
+			[ "$(sq -c 'SELECT fence FROM account WHERE id = 1')" = "$g" ]
 	}
 	check "server: a fenced UPDATE under SET LOCAL commits and stores its generation" fenced_commit
 	acquire_release() {

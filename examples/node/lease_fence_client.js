@@ -7,8 +7,10 @@
  * generation, and turns the extension's answers into named errors.
  *
  * Fence errors (a write or COMMIT was refused), all `FenceError`:
- *   StaleGeneration        LF001  a newer holder wrote the row: you lost the lease
- *   MissingGeneration      LF002  strict table written without a generation / NULL fence
+ *   StaleGeneration        LF001  a newer holder wrote the row or fenced the resource:
+ *                                 you lost the lease
+ *   MissingGeneration      LF002  strict table written (or resource fenced) without a
+ *                                 generation / NULL fence
  *   ConflictingGeneration  LF003  the statement wrote a fence other than the current generation
  *   UnissuedGeneration     LF004  the generation was never issued by this database: fix the caller
  *   LeaseLostAtCommit      LF010  a transaction-scoped lease was gone at COMMIT: rolled back
@@ -42,11 +44,16 @@
  *     if (err instanceof LeaseDenied) return;        // busy / unavailable / stale
  *     throw err;
  *   }
- *   await withFence(pool, lease.generation, async (client) => {
+ *   await withFence(pool, lease, async (client) => {
  *     await client.query("UPDATE account SET owner = 'me' WHERE id = 1");
- *   });                                                // BEGIN; SET LOCAL ...; COMMIT
+ *   });                     // BEGIN; SET LOCAL ...; SELECT lease_fence.fence_resource(...); COMMIT
  *   await renew(pool, lease, { ttlMs: 30000 });        // LeaseLost: stop working
  *   await release(pool, lease);
+ *
+ * withFence(pool, lease, fn) fences the lease's resource as well as the rows:
+ * a stale holder's transaction fails (StaleGeneration) whatever it writes,
+ * new rows included. withFence(pool, generation, fn) fences rows only;
+ * withFence(pool, generation, { resource }, fn) names the resource.
  *
  * `client` may be a pg.Client (not inside a transaction) or a pg.Pool, from
  * which a client is checked out for the transaction. Generations are BigInt.
@@ -67,12 +74,16 @@ FenceError.sqlstate = 'LF000';
 class StaleGeneration extends FenceError {
   constructor(message, opts = {}) {
     super(message, opts);
+    const detail = opts.detail || '';
     const m = /Table (.+?), column "(.+?)": stored generation (\d+), supplied generation (\d+)/
-      .exec(opts.detail || '');
+      .exec(detail);
+    const r = m ? null
+      : /Resource "(.*)": stored generation (\d+), supplied generation (\d+)/.exec(detail);
     this.table = m ? m[1] : null;
     this.column = m ? m[2] : null;
-    this.stored = m ? BigInt(m[3]) : null;
-    this.supplied = m ? BigInt(m[4]) : null;
+    this.resource = r ? r[1] : null;
+    this.stored = m ? BigInt(m[3]) : r ? BigInt(r[2]) : null;
+    this.supplied = m ? BigInt(m[4]) : r ? BigInt(r[3]) : null;
   }
 }
 StaleGeneration.sqlstate = 'LF001';
@@ -231,14 +242,33 @@ async function withTransactionLease(clientOrPool, resource,
 }
 
 /**
- * fn(client) in one transaction whose writes carry `generation`:
- * BEGIN; SET LOCAL lease_fence.generation = <generation>; fn; COMMIT.
- * SET LOCAL ends with the transaction: safe behind a transaction pooler.
+ * fn(client) in one transaction whose writes carry a generation, fencing a
+ * resource: BEGIN; SET LOCAL lease_fence.generation = <generation>; with a
+ * resource, SELECT lease_fence.fence_resource(<resource>); fn; COMMIT.
+ *   withFence(clientOrPool, lease, fn)                 the lease's generation and resource
+ *   withFence(clientOrPool, generation, fn)            rows only
+ *   withFence(clientOrPool, generationOrLease, { resource }, fn)
+ * The resource fence rejects (StaleGeneration) before fn runs when a newer
+ * holder fenced the resource, and otherwise holds it to COMMIT, so that a
+ * newer holder waits. SET LOCAL ends with the transaction: safe behind a
+ * transaction pooler.
  */
-async function withFence(clientOrPool, generation, fn) {
-  const g = generationLiteral(generation);
+async function withFence(clientOrPool, generationOrLease, optsOrFn, maybeFn) {
+  const fn = typeof optsOrFn === 'function' ? optsOrFn : maybeFn;
+  const opts = typeof optsOrFn === 'function' ? {} : (optsOrFn || {});
+  if (typeof fn !== 'function') throw new TypeError('withFence needs a function to run');
+  const isLease = generationOrLease !== null && typeof generationOrLease === 'object';
+  const g = generationLiteral(isLease ? generationOrLease.generation : generationOrLease);
+  const resource = opts.resource !== undefined ? opts.resource
+    : isLease ? generationOrLease.resource : null;
+  if (resource !== null && typeof resource !== 'string') {
+    throw new TypeError(`a resource is a string, got ${typeof resource}`);
+  }
   return inTransaction(clientOrPool, async (client) => {
     await client.query(`SET LOCAL lease_fence.generation = ${g}`);
+    if (resource !== null) {
+      await client.query('SELECT lease_fence.fence_resource($1::text)', [resource]);
+    }
     return fn(client);
   });
 }

@@ -122,6 +122,49 @@ describe('lease_fence from node-postgres', () => {
     assert.deepEqual(await readRow(app, id), { owner: 'B', balance: 101, fence: leaseB.generation });
   });
 
+  it('withFence(client, lease) fences the resource: a stale INSERT is refused before it runs', async () => {
+    const res = resourceName('resfence');
+    const b = await connect();
+    const notes = async (suffix) => Number((await app.query(
+      'SELECT count(*) AS n FROM ledger WHERE note = $1', [`${res} ${suffix}`])).rows[0].n);
+
+    const leaseA = await lf.acquire(app, res, { ttlMs: 300 });
+    await lf.withFence(app, leaseA, (c) =>
+      c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A`]));
+    await sleep(600);                                // A stalls; its lease expires
+
+    const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
+    try {
+      await lf.withFence(b, leaseB, async () => {});  // B holds the resource, no row yet
+      let ran = false;
+      const err = await rejection(lf.withFence(app, leaseA, async (c) => {
+        ran = true;
+        await c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A late`]);
+      }), lf.StaleGeneration);
+      assert.equal(err.sqlstate, 'LF001');
+      assert.equal(err.resource, res);
+      assert.equal(err.stored, leaseB.generation);
+      assert.equal(err.supplied, leaseA.generation);
+      assert.equal(err.table, null);
+      assert.equal(ran, false, 'the function never ran');
+      assert.equal(await notes('A late'), 0);
+
+      // rows only: no row fence stops that INSERT
+      await lf.withFence(app, leaseA.generation, (c) =>
+        c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A rows only`]));
+      assert.equal(await notes('A rows only'), 1);
+
+      // { resource } names the resource for a bare generation
+      const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
+      await lf.withFence(app, rows[0].g, { resource: `${res}:other` }, async () => {});
+      const stored = await app.query(
+        'SELECT generation FROM lease_fence.resource_fences WHERE resource = $1', [`${res}:other`]);
+      assert.equal(BigInt(stored.rows[0].generation), BigInt(rows[0].g));
+    } finally {
+      await lf.release(b, leaseB);
+    }
+  });
+
   it('busy is LeaseBusy (acquired false), never LeaseUnknown, and the block does not run', async () => {
     const res = resourceName('busy');
     const holder = await lf.acquire(app, res, { ttlMs: 10000 });

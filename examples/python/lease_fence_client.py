@@ -11,10 +11,11 @@ Fence errors (raised by a write, or by COMMIT), all ``FenceError``:
 ====================  ========  ===============================================
 exception             SQLSTATE  meaning
 ====================  ========  ===============================================
-StaleGeneration       LF001     a newer holder wrote the row: you lost the
-                                lease. Never retry with the same generation.
-MissingGeneration     LF002     a strict table was written without a
-                                generation, or with a NULL fence
+StaleGeneration       LF001     a newer holder wrote the row, or fenced the
+                                resource: you lost the lease. Never retry
+                                with the same generation.
+MissingGeneration     LF002     a strict table was written (or a resource
+                                fenced) without a generation, or a NULL fence
 ConflictingGeneration LF003     the statement wrote a fence value different
                                 from the current generation
 UnissuedGeneration    LF004     the generation was never issued by this
@@ -46,6 +47,9 @@ write in it, COMMIT verifies the lease (else LF010) and releases it::
     with transaction_lease(conn, "account:1", ttl_ms=5000, min_validity_ms=500) as lease:
         conn.execute("UPDATE account SET balance = balance + 1 WHERE id = 1")
 
+A transaction-scoped lease also fences its resource (``fence_resource``):
+a later holder's acquire waits for this transaction to end.
+
 Explicit scope — acquire once, write in later transactions, renew, release.
 This is the scope to use behind PgBouncer in transaction pooling mode::
 
@@ -56,10 +60,17 @@ This is the scope to use behind PgBouncer in transaction pooling mode::
         raise
     except LeaseDenied:               # busy / unavailable / stale: definitely not ours
         return
-    with fenced(conn, lease.generation):   # BEGIN; SET LOCAL lease_fence.generation = g
-        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")
+    with fenced(conn, lease):              # BEGIN; SET LOCAL lease_fence.generation = g;
+        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")  # + fence_resource
     renew(conn, lease, ttl_ms=30000)       # LeaseLost: stop working under it
     release(conn, lease)
+
+``fenced(conn, lease)`` fences the lease's resource as well as the rows:
+a stale holder's transaction then fails (StaleGeneration) whatever it
+writes — rows the newer holder has not touched, new rows — and one that
+fenced it first makes the newer holder's wait. ``fenced(conn, generation)``
+fences rows only; ``fenced(conn, generation, resource="...")`` names the
+resource.
 
 Use a psycopg connection with ``autocommit=True`` (or one that is idle): each
 helper runs its own transaction and refuses to start inside one you opened.
@@ -103,24 +114,31 @@ class FenceError(Exception):
 
 
 class StaleGeneration(FenceError):
-    """LF001: the row holds a newer generation than the one supplied.
+    """LF001: the row (or the resource) holds a newer generation than the one supplied.
 
-    ``table``, ``column``, ``stored`` and ``supplied`` are parsed from DETAIL
-    (None if it has another shape).
+    ``stored`` and ``supplied`` are parsed from DETAIL, with ``table`` and
+    ``column`` for a row fence or ``resource`` for a resource fence (None
+    where they do not apply, or if DETAIL has another shape).
     """
 
     sqlstate = "LF001"
     _detail_re = re.compile(
         r'Table (?P<table>.+?), column "(?P<column>.+?)": '
         r"stored generation (?P<stored>\d+), supplied generation (?P<supplied>\d+)")
+    _resource_detail_re = re.compile(
+        r'Resource "(?P<resource>.*)": '
+        r"stored generation (?P<stored>\d+), supplied generation (?P<supplied>\d+)")
 
     def __init__(self, message: str, detail: Optional[str] = None):
         super().__init__(message, detail)
         m = self._detail_re.search(detail or "")
+        r = None if m else self._resource_detail_re.search(detail or "")
         self.table = m.group("table") if m else None
         self.column = m.group("column") if m else None
-        self.stored = int(m.group("stored")) if m else None
-        self.supplied = int(m.group("supplied")) if m else None
+        self.resource = r.group("resource") if r else None
+        found = m or r
+        self.stored = int(found.group("stored")) if found else None
+        self.supplied = int(found.group("supplied")) if found else None
 
 
 class MissingGeneration(FenceError):
@@ -390,19 +408,34 @@ def transaction_lease(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0
 
 
 @contextmanager
-def fenced(conn, generation: int) -> Iterator[object]:
-    """One transaction whose writes carry ``generation``.
+def fenced(conn, generation, resource: Optional[str] = None) -> Iterator[object]:
+    """One transaction whose writes carry ``generation``, fencing ``resource``.
 
-    BEGIN; SET LOCAL lease_fence.generation = <generation>; the block;
-    COMMIT. SET LOCAL ends with the transaction, so nothing outlives it — the
-    form that is safe behind a transaction-pooling proxy. Refused writes are
-    raised as FenceError subclasses; the transaction is rolled back.
+    BEGIN; SET LOCAL lease_fence.generation = <generation>; with a resource,
+    SELECT lease_fence.fence_resource(<resource>); the block; COMMIT.
+    ``generation`` is an int, or a ``Lease``: then its generation, and its
+    resource unless ``resource`` names another. The resource fence fails
+    (StaleGeneration) when a newer holder fenced the resource, before the
+    block runs, and otherwise holds the resource to COMMIT, so that a newer
+    holder waits: the whole transaction is fenced, not only the rows it
+    updates. SET LOCAL ends with the transaction, so nothing outlives it —
+    the form that is safe behind a transaction-pooling proxy. Refused writes
+    are raised as FenceError subclasses; the transaction is rolled back.
     """
+    if isinstance(generation, Lease):
+        if resource is None:
+            resource = generation.resource
+        generation = generation.generation
     gen = _generation(generation)
+    if resource is not None and not isinstance(resource, str):
+        raise TypeError(f"a resource is a str, got {type(resource).__name__}")
     db = _adapter(conn)
     with fence_errors():
         with db.begin():
             db.execute(f"SET LOCAL lease_fence.generation = {gen}")
+            if resource is not None:
+                db.query_one("SELECT lease_fence.fence_resource(CAST(%(resource)s AS text)) AS g",
+                             {"resource": resource})
             yield conn
 
 

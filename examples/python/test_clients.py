@@ -176,6 +176,59 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
         self.assertEqual(read_row(self.conn, row_id), ("B", 101, b.generation))
 
+    def test_fenced_lease_fences_the_resource(self):
+        """explicit scope, fenced(conn, lease): once B took over and fenced
+        the resource, A's late transaction raises StaleGeneration (resource,
+        stored, supplied) before its block runs, so even an INSERT of a row
+        B never wrote goes nowhere. fenced(conn, generation) fences rows
+        only: there no row fence stops that INSERT."""
+        res = resource_name(self)
+        conn_b = connect()
+        self.addCleanup(conn_b.close)
+
+        def notes(suffix):
+            return self.conn.execute("SELECT count(*) FROM ledger WHERE note = %s",
+                                     (f"{res} {suffix}",)).fetchone()[0]
+
+        a = acquire(self.conn, res, ttl_ms=300)
+        with fenced(self.conn, a):
+            self.conn.execute("INSERT INTO ledger (note) VALUES (%s)", (f"{res} A",))
+        time.sleep(0.6)                      # A stalls; its lease expires
+
+        b = acquire(conn_b, res, ttl_ms=10000)
+        self.addCleanup(release, conn_b, b)
+        with fenced(conn_b, b):
+            pass                             # B holds the resource, wrote no row yet
+        fences = self.conn.execute("SELECT generation FROM lease_fence.resource_fences "
+                                   "WHERE resource = %s", (res,)).fetchone()[0]
+        self.assertEqual(fences, b.generation)
+
+        ran = []
+        with self.assertRaises(StaleGeneration) as cm:
+            with fenced(self.conn, a):
+                ran.append(True)
+                self.conn.execute("INSERT INTO ledger (note) VALUES (%s)", (f"{res} A late",))
+        err = cm.exception
+        self.assertEqual(err.sqlstate, "LF001")
+        self.assertEqual((err.resource, err.stored, err.supplied),
+                         (res, b.generation, a.generation))
+        self.assertIsNone(err.table)
+        self.assertEqual(ran, [], "the block never ran")
+        self.assertEqual(notes("A late"), 0)
+
+        # rows only: the row fence has no row to compare the INSERT with
+        with fenced(self.conn, a.generation):
+            self.conn.execute("INSERT INTO ledger (note) VALUES (%s)", (f"{res} A rows only",))
+        self.assertEqual(notes("A rows only"), 1)
+
+        # resource= names the resource, for a bare generation too
+        gen = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        with fenced(self.conn, gen, resource=f"{res}:other"):
+            pass
+        self.assertEqual(self.conn.execute(
+            "SELECT generation FROM lease_fence.resource_fences WHERE resource = %s",
+            (f"{res}:other",)).fetchone()[0], gen)
+
     def test_busy_is_reported_as_busy(self):
         """someone else holds it: LeaseBusy (a LeaseDenied, acquired false),
         never LeaseUnknown; a transaction_lease block does not run."""
@@ -449,6 +502,27 @@ class SQLAlchemyTests(unittest.TestCase):
         self.assertIsInstance(err.__cause__, sqlalchemy.exc.DBAPIError)
         self.assertEqual(err.__cause__.orig.pgcode, "LF001")
         self.assertEqual(read_row(self.check, row_id), ("B (orm)", 100, b.generation))
+
+    def test_orm_fenced_lease_fences_the_resource(self):
+        """ORM Session, fenced(session, lease): after B fenced the resource,
+        A's late INSERT of a new row is refused with StaleGeneration."""
+        res = resource_name(self)
+        with Session(self.engine) as a_session, Session(self.engine) as b_session:
+            a = acquire(a_session, res, ttl_ms=300)
+            time.sleep(0.6)
+            b = acquire(b_session, res, ttl_ms=10000)
+            with fenced(b_session, b):
+                pass
+            with self.assertRaises(StaleGeneration) as cm:
+                with fenced(a_session, a):
+                    a_session.add(Account(owner=f"{res} A late", balance=0))
+                    a_session.flush()
+            self.assertEqual(release(b_session, b), "released")
+        err = cm.exception
+        self.assertEqual((err.resource, err.stored, err.supplied),
+                         (res, b.generation, a.generation))
+        self.assertEqual(self.check.execute("SELECT count(*) FROM account WHERE owner = %s",
+                                            (f"{res} A late",)).fetchone()[0], 0)
 
     def test_lease_lost_at_commit(self):
         """LF010 through SQLAlchemy: LeaseLostAtCommit, nothing committed."""

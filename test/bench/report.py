@@ -151,13 +151,21 @@ def main():
             for v, label in (("update_none", "UPDATE, no trigger"),
                              ("update_lf", "UPDATE, fenced (generation set for the session)"),
                              ("txn_none", "BEGIN; UPDATE; END"),
-                             ("txn_lf", "BEGIN; set_generation(g); UPDATE fenced; END")):
+                             ("txn_lf", "BEGIN; set_generation(g); UPDATE fenced; END"),
+                             ("txn_lf_resource", "... and SELECT fence_resource(r) before the UPDATE"),
+                             ("txn_lf_resource_same", "... fence_resource(r) in set_generation's SELECT")):
                 lo, hi = rep.rng(sec, v)
                 out(f"   {c} client{'s' if c > 1 else ' '} {label:<50} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
             rep.ratio(f"2  fenced / unfenced UPDATE, {c} client{'s' if c > 1 else ''} (tps)",
                       rep.series(sec, "update_lf"), rep.series(sec, "update_none"))
             rep.ratio(f"2  fenced / unfenced transaction, {c} client{'s' if c > 1 else ''} (tps)",
                       rep.series(sec, "txn_lf"), rep.series(sec, "txn_none"))
+            if (sec, "txn_lf_resource") in rep.data:
+                cl = f"{c} client{'s' if c > 1 else ''}"
+                rep.ratio(f"2  +fence_resource, own statement / without, {cl}",
+                          rep.series(sec, "txn_lf_resource"), rep.series(sec, "txn_lf"))
+                rep.ratio(f"2  +fence_resource, same statement / without, {cl}",
+                          rep.series(sec, "txn_lf_resource_same"), rep.series(sec, "txn_lf"))
         if ("reread_c1", "txn_lf_reread") in rep.data:
             out("   the issued check at its worst: each transaction's generation was issued elsewhere (nextval),")
             out("   so the trigger reads the sequence again; versus the same on a table with tokens => 'external'")

@@ -15,9 +15,10 @@
 #      (and, counted the same way, the issued check's worst case per
 #      transaction, on the tables of section 2);
 #   2. single-row UPDATE transactions (pgbench, 1 and 2 clients), fenced
-#      versus unfenced; and the issued check at its worst (a generation
-#      issued elsewhere in every transaction, so the trigger reads the
-#      sequence again each time) versus a table with external tokens;
+#      versus unfenced, and fenced with and without fence_resource(); and
+#      the issued check at its worst (a generation issued elsewhere in every
+#      transaction, so the trigger reads the sequence again each time)
+#      versus a table with external tokens;
 #   3. one acquire + release cycle through SQL versus its floor (two trivial
 #      SQL round trips + SET NX PX + a compare-and-delete script) and versus
 #      redis-py's Lock;
@@ -174,7 +175,7 @@ gen=$(psql_u -c "SELECT lease_fence.next_generation()")
 opts="-c synchronous_commit=off -c lease_fence.generation=$gen"
 for ((r = 1; r <= ROUNDS; r++)); do
 	for c in 1 2; do
-		for v in $(rotate "$r" update_none update_lf txn_none txn_lf); do
+		for v in $(rotate "$r" update_none update_lf txn_none txn_lf txn_lf_resource txn_lf_resource_same); do
 			o=$opts
 			# the application form sets the generation in each transaction
 			case $v in txn_*) o="-c synchronous_commit=off" ;; esac

@@ -91,6 +91,15 @@ UPDATE u_lf SET v = v + 1;
 UPDATE u_lf_same SET v = v + 1;
 COMMIT;
 
+-- section 2: one resource fence per row of u_lf ('bench:<id>'), at
+-- generation 0, so that txn_lf_resource updates a stored fence, as a
+-- holder's transaction does, rather than inserting the first one
+BEGIN;
+SET LOCAL lease_fence.generation = 0;
+SELECT count(lease_fence.fence_resource('bench:' || i)) AS resource_fences
+FROM generate_series(1, :rows) i;
+COMMIT;
+
 -- section 4: a plain sequence, as lease_fence.generation_seq is made
 CREATE SEQUENCE bench_seq AS bigint MINVALUE 1 NO CYCLE;
 

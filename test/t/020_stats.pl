@@ -36,7 +36,8 @@ my @all = qw(
   cleanup/confirmed cleanup/unconfirmed
   commit_check/verified commit_check/LF010
   fence/accepted fence/LF001 fence/LF002 fence/LF003 fence/LF004
-  repair/repaired);
+  repair/repaired
+  resource_fence/accepted resource_fence/LF001 resource_fence/LF002 resource_fence/LF004);
 
 # all counters, read from a session of their own
 sub stats
@@ -187,7 +188,9 @@ counters_are('commit checks',
 	'commit_check/verified' => 1,
 	'commit_check/LF010' => 1,
 	# both leases are released at transaction end: c1 deleted, c2 already gone
-	'cleanup/confirmed' => 2);
+	'cleanup/confirmed' => 2,
+	# a transaction-scoped lease fences its resource
+	'resource_fence/accepted' => 2);
 
 #
 # fence writes, from two sessions at once; rejections roll back but count
@@ -215,6 +218,21 @@ counters_are('fence',
 	'fence/LF002' => 2,
 	'fence/LF003' => 1,
 	'fence/LF004' => 1);
+
+#
+# resource fences, each from a session of its own; rejections count
+#
+reset_stats();
+$node->safe_psql('postgres', q{BEGIN; SET LOCAL lease_fence.generation = 10;
+	SELECT lease_fence.fence_resource('r1'); COMMIT;});
+$node->safe_psql('postgres', q{BEGIN; SET LOCAL lease_fence.generation = 10;
+	SELECT lease_fence.fence_resource('r2'); COMMIT;});
+try_sql(q{BEGIN; SET LOCAL lease_fence.generation = 9; SELECT lease_fence.fence_resource('r1'); COMMIT;});
+try_sql(q{SELECT lease_fence.fence_resource('r1')});
+counters_are('resource fence',
+	'resource_fence/accepted' => 2,
+	'resource_fence/LF001' => 1,
+	'resource_fence/LF002' => 1);
 
 #
 # reset: everything to zero, and the reset time moves

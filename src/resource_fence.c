@@ -1,0 +1,412 @@
+/*-------------------------------------------------------------------------
+ *
+ * resource_fence.c
+ *	  Resource fences: lease_fence.fence_resource(resource).
+ *
+ * The row fence guards the rows a newer holder has written.  A stale holder
+ * can still write the rows the newer one has not touched yet, and INSERT
+ * new ones.  A resource fence guards the resource itself: one row per
+ * resource in lease_fence.resource_generation holds the highest generation
+ * that fenced it.  fence_resource() compares the current generation with
+ * it (lower: LF001), stores the current one, and keeps the row locked to
+ * the end of the transaction.  A second holder's fence_resource() waits for
+ * that lock and then checks against what the first one committed, so of two
+ * transactions that fence one resource the stale one never commits after
+ * the newer one, whatever rows either writes.
+ *
+ * Nobody but the table's owner has privileges on the table: a direct UPDATE
+ * that lowered a stored generation would defeat the fence.  So this file
+ * reads and writes it in C, with the heap and index access methods, as
+ * next_generation() draws from its sequence: no privilege check, no query,
+ * no executor, and so no trigger, rule, policy or index expression runs,
+ * under the caller's identity or any other.  The only index maintained is
+ * the primary key the extension created; a table that has any other index
+ * is refused before anything is written.
+ *
+ * The stored row is read and locked in its newest committed version (a
+ * dirty snapshot, then the tuple lock follows the update chain and waits
+ * for a holder in progress), whatever the transaction's isolation level: like the row fence's READ COMMITTED
+ * re-check, the decision is made against what the newest holder committed,
+ * so a stale holder in REPEATABLE READ gets LF001 too, not 40001.
+ *
+ * IDENTIFICATION
+ *	  src/resource_fence.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_index.h"
+#include "common/hashfn.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "lease_fence.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(lf_fence_resource);
+
+#define LF_SCHEMA "lease_fence"
+#define LF_RESOURCE_TABLE "resource_generation"
+
+/* the columns of lease_fence.resource_generation */
+#define Anum_rg_resource 1
+#define Anum_rg_generation 2
+#define Anum_rg_updated_at 3
+#define Natts_rg 3
+
+/* resources are 1 to this many bytes, as for acquire() */
+#define LF_MAX_RESOURCE_BYTES 1024
+
+/*
+ * Open lease_fence.resource_generation and its primary key for writing.
+ * Any other index (only a superuser could add one) is refused: we maintain
+ * the primary key ourselves, and would leave another index without the new
+ * row versions.
+ */
+static void
+open_resource_table(Relation *rel, Relation *pkey)
+{
+	Oid			nspid = get_namespace_oid(LF_SCHEMA, true);
+	Oid			relid = InvalidOid;
+	List	   *indexes;
+	Oid			pkeyid = InvalidOid;
+	ListCell   *lc;
+
+	if (OidIsValid(nspid))
+		relid = get_relname_relid(LF_RESOURCE_TABLE, nspid);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("table %s.%s does not exist", LF_SCHEMA, LF_RESOURCE_TABLE),
+				errhint("Run ALTER EXTENSION lease_fence UPDATE, or CREATE EXTENSION lease_fence in this database."));
+
+	*rel = table_open(relid, RowExclusiveLock);
+	indexes = RelationGetIndexList(*rel);
+	foreach(lc, indexes)
+	{
+		Oid			indexid = lfirst_oid(lc);
+		Relation	index = index_open(indexid, AccessShareLock);
+		bool		ours = index->rd_index->indisprimary &&
+			index->rd_index->indnatts == 1 &&
+			index->rd_index->indkey.values[0] == Anum_rg_resource &&
+			RelationGetIndexExpressions(index) == NIL &&
+			RelationGetIndexPredicate(index) == NIL;
+
+		index_close(index, AccessShareLock);
+		if (!ours || OidIsValid(pkeyid))
+			ereport(ERROR,
+					errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					errmsg("table %s.%s has an index lease_fence did not create: %s",
+						   LF_SCHEMA, LF_RESOURCE_TABLE, get_rel_name(indexid)),
+					errhint("Drop that index: fence_resource() maintains only the primary key."));
+		pkeyid = indexid;
+	}
+	list_free(indexes);
+	if (!OidIsValid(pkeyid))
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("table %s.%s has lost its primary key", LF_SCHEMA, LF_RESOURCE_TABLE));
+	*pkey = index_open(pkeyid, RowExclusiveLock);
+}
+
+/*
+ * Find the resource's row: its newest committed version, or one a
+ * transaction in progress inserted (then *inserter is that transaction),
+ * or one of this transaction's own.  False when there is none.
+ */
+static bool
+find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
+			  TransactionId *inserter)
+{
+	SnapshotData dirty;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		found = false;
+
+	InitDirtySnapshot(dirty);
+	/* the column is COLLATE "C", the collation ScanKeyInit gives the key */
+	ScanKeyInit(&key, Anum_rg_resource, BTEqualStrategyNumber, F_TEXTEQ,
+				PointerGetDatum(resource));
+	scan = systable_beginscan(rel, RelationGetRelid(pkey), true, &dirty, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		*tid = tuple->t_self;
+		*inserter = dirty.xmin;
+		found = true;
+	}
+	systable_endscan(scan);
+	return found;
+}
+
+/* Add the primary key entry of a new row version, unless it is heap-only. */
+static void
+index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
+{
+	IndexInfo  *info = BuildIndexInfo(pkey);
+	Datum		values[1] = {resource};
+	bool		isnull[1] = {false};
+
+	(void) index_insert(pkey, values, isnull, &tuple->t_self, rel,
+						UNIQUE_CHECK_YES, false, info);
+}
+
+/*
+ * Replace the row at tid (locked by us) with one holding generation g.
+ * heap_update() reports a HOT update differently from 16 on.
+ */
+static void
+update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, int64 g)
+{
+	Datum		values[Natts_rg];
+	bool		nulls[Natts_rg] = {false, false, false};
+	HeapTuple	tuple;
+	bool		index_it;
+
+	values[Anum_rg_resource - 1] = resource;
+	values[Anum_rg_generation - 1] = Int64GetDatum(g);
+	values[Anum_rg_updated_at - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+#if PG_VERSION_NUM >= 160000
+	{
+		TU_UpdateIndexes update_indexes;
+
+		simple_heap_update(rel, tid, tuple, &update_indexes);
+		index_it = update_indexes == TU_All;
+	}
+#else
+	simple_heap_update(rel, tid, tuple);
+	index_it = !HeapTupleIsHeapOnly(tuple);
+#endif
+	if (index_it)
+		index_new_version(rel, pkey, tuple, resource);
+	heap_freetuple(tuple);
+}
+
+/* Insert the resource's first row, with generation g. */
+static void
+insert_resource(Relation rel, Relation pkey, Datum resource, int64 g)
+{
+	Datum		values[Natts_rg];
+	bool		nulls[Natts_rg] = {false, false, false};
+	HeapTuple	tuple;
+
+	values[Anum_rg_resource - 1] = resource;
+	values[Anum_rg_generation - 1] = Int64GetDatum(g);
+	values[Anum_rg_updated_at - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+	simple_heap_insert(rel, tuple);
+	index_new_version(rel, pkey, tuple, resource);
+	heap_freetuple(tuple);
+}
+
+/*
+ * Fence resource at generation g in this transaction: LF001 if a higher
+ * generation is stored for it, else store g and keep the row locked to the
+ * end of the transaction.  Returns g.  Used by fence_resource() and by a
+ * transaction-scoped acquire().
+ *
+ * The row is looked up with a dirty snapshot, which also finds a row that
+ * a transaction in progress inserted: the first fence of a resource by
+ * another holder, which we wait for (and then look again) as for a row
+ * lock.  A resource fenced for the first time has no row yet, and two first
+ * fencers could both find none and both insert, the second then failing on
+ * the primary key instead of being checked against the first.  So an
+ * inserter takes a lock on the resource (an object lock on the table's OID
+ * and a hash of the name: equal names always share it, others rarely do,
+ * which only serializes them), looks again, inserts, and lets go of the
+ * lock: whoever takes it next finds the new row, and waits for its
+ * transaction.  No lock is kept per resource, so a transaction may fence
+ * any number of them.
+ */
+int64
+lf_fence_resource_at(const char *resource, int64 g)
+{
+	Relation	rel;
+	Relation	pkey;
+	text	   *name = cstring_to_text(resource);
+	Datum		namedatum = PointerGetDatum(name);
+	TupleTableSlot *slot;
+	Oid			lock_objid = DatumGetUInt32(hash_any((const unsigned char *) resource,
+													 strlen(resource)));
+	bool		insert_locked = false;
+	bool		pushed_snapshot = false;
+
+	/* no executor: its checks are ours */
+	PreventCommandIfReadOnly("lease_fence.fence_resource()");
+	PreventCommandIfParallelMode("lease_fence.fence_resource()");
+
+	/*
+	 * Heap access wants an active snapshot (for TOAST), which a query has
+	 * and the PRE_COMMIT callback of a transaction-scoped lease does not.
+	 */
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed_snapshot = true;
+	}
+
+	open_resource_table(&rel, &pkey);
+	slot = table_slot_create(rel, NULL);
+	for (;;)
+	{
+		ItemPointerData tid;
+		TransactionId inserter = InvalidTransactionId;
+		SnapshotData dirty;
+		TM_FailureData tmfd;
+		TM_Result	result;
+		bool		isnull;
+		int64		stored;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!find_resource(rel, pkey, name, &tid, &inserter))
+		{
+			if (!insert_locked)
+			{
+				LockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
+				insert_locked = true;
+				continue;		/* look again: the lock's last holder may have inserted it */
+			}
+			insert_resource(rel, pkey, namedatum, g);
+			break;
+		}
+		if (insert_locked)
+		{
+			UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
+			insert_locked = false;
+		}
+		if (TransactionIdIsValid(inserter))
+		{
+			/* another holder's first fence, in progress: wait, look again */
+			XactLockTableWait(inserter, rel, &tid, XLTW_None);
+			continue;
+		}
+
+		/*
+		 * Lock the newest version, waiting for a holder that has it locked,
+		 * whatever our snapshot (this is how the decision is made against
+		 * what the newest holder committed).
+		 */
+		InitDirtySnapshot(dirty);
+		result = table_tuple_lock(rel, &tid, &dirty, slot,
+								  GetCurrentCommandId(true), LockTupleNoKeyExclusive,
+								  LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+		if (result == TM_Deleted || result == TM_Updated)
+			continue;			/* removed under us (only its owner can): look again */
+		if (result != TM_Ok)
+			elog(ERROR, "lease_fence: could not lock the fence of resource \"%s\" (%d)",
+				 resource, (int) result);
+
+		stored = DatumGetInt64(slot_getattr(slot, Anum_rg_generation, &isnull));
+		if (isnull)
+			elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", resource);
+		if (stored > g)
+		{
+			lf_count(LF_C_RESOURCE_FENCE_LF001);
+			ereport(ERROR,
+					errcode(ERRCODE_LF_STALE_GENERATION),
+					errmsg("stale generation: resource fence rejected"),
+					errdetail("Resource \"%s\": stored generation " INT64_FORMAT ", supplied generation " INT64_FORMAT ".",
+							  resource, stored, g),
+					errhint("A holder with a newer generation has fenced this resource; this holder's lease is gone. Stop, and acquire a new generation before working on it again."));
+		}
+		update_resource(rel, pkey, &slot->tts_tid, namedatum, g);
+		break;
+	}
+	if (insert_locked)
+		UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
+
+	/* a second fence of the same resource in this transaction sees ours */
+	CommandCounterIncrement();
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(pkey, NoLock);
+	table_close(rel, NoLock);
+	if (pushed_snapshot)
+		PopActiveSnapshot();
+	lf_count(LF_C_RESOURCE_FENCE_ACCEPTED);
+	return g;
+}
+
+/*
+ * lease_fence.fence_resource(resource text) RETURNS bigint
+ *
+ * Fence the resource at the current generation, in the caller's
+ * transaction; returns that generation.  No current generation is LF002,
+ * bad input 22023, both before anything is read or written.
+ */
+Datum
+lf_fence_resource(PG_FUNCTION_ARGS)
+{
+	text	   *t;
+	char	   *resource;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource must not be NULL"));
+	t = PG_GETARG_TEXT_PP(0);
+	if (VARSIZE_ANY_EXHDR(t) == 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource must not be empty"));
+	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE_BYTES)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource is too long"),
+				errdetail("It has %d bytes; the limit is %d.",
+						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE_BYTES));
+	resource = text_to_cstring(t);
+
+	if (lf_generation_invalid)
+	{
+		lf_count(LF_C_RESOURCE_FENCE_LF002);
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("invalid generation: %s is not a generation", LF_GENERATION_GUC),
+				errdetail("It was set to \"%s\" before lease_fence was loaded in this session.",
+						  GetConfigOption(LF_GENERATION_GUC, true, false)),
+				errhint("Set it to a non-negative bigint, or RESET it; preload lease_fence to catch this when it is set."));
+	}
+	if (!lf_generation_is_set)
+	{
+		lf_count(LF_C_RESOURCE_FENCE_LF002);
+		ereport(ERROR,
+				errcode(ERRCODE_LF_MISSING_GENERATION),
+				errmsg("missing generation: resource fence rejected"),
+				errdetail("Resource \"%s\": no current generation is set.", resource),
+				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
+						LF_GENERATION_GUC));
+	}
+
+	/*
+	 * A current generation this database never issued is refused (LF004)
+	 * as the row fence refuses it, before any row is read, locked or
+	 * written.  lf_fence_resource_at() itself needs no check: its other
+	 * callers (a transaction-scoped acquire, its PRE_COMMIT re-fence) pass
+	 * a generation they have just drawn.
+	 */
+	lf_check_issued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
+					psprintf("Resource \"%s\"", resource));
+
+	PG_RETURN_INT64(lf_fence_resource_at(resource, lf_generation));
+}
