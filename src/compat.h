@@ -13,6 +13,8 @@
 #ifndef LEASE_FENCE_COMPAT_H
 #define LEASE_FENCE_COMPAT_H
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
 #include "storage/lock.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
@@ -54,5 +56,36 @@
 #else
 #define lf_create_session_wait_set(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
 #endif
+
+/*
+ * A function that never returns: 18 replaced pg_attribute_noreturn(),
+ * written after the declarator, with pg_noreturn, written before it.
+ */
+#if PG_VERSION_NUM >= 180000
+#define LF_NORETURN_BEFORE pg_noreturn
+#define LF_NORETURN_AFTER
+#else
+#define LF_NORETURN_BEFORE
+#define LF_NORETURN_AFTER pg_attribute_noreturn()
+#endif
+
+/*
+ * simple_heap_update reports from 16 on whether the new version needs index
+ * entries (TU_UpdateIndexes); before, a heap-only tuple needs none.  Returns
+ * true when the indexes need the new version.
+ */
+static inline bool
+lf_simple_heap_update(Relation rel, ItemPointer tid, HeapTuple tuple)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+
+	simple_heap_update(rel, tid, tuple, &update_indexes);
+	return update_indexes == TU_All;
+#else
+	simple_heap_update(rel, tid, tuple);
+	return !HeapTupleIsHeapOnly(tuple);
+#endif
+}
 
 #endif							/* LEASE_FENCE_COMPAT_H */

@@ -13,6 +13,8 @@
 
 #include "utils/elog.h"
 
+#include "compat.h"
+
 /* SQLSTATEs of class LF: see README.md */
 #define ERRCODE_LF_STALE_GENERATION			MAKE_SQLSTATE('L','F','0','0','1')
 #define ERRCODE_LF_MISSING_GENERATION		MAKE_SQLSTATE('L','F','0','0','2')
@@ -134,7 +136,7 @@ extern void lf_stats_init(void);
  * "Resource \"r\"".  On a hot path, test lf_generation_issued() first and
  * build target only when it fails, as the fence trigger does.
  */
-extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) pg_attribute_noreturn();
+LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) LF_NORETURN_AFTER;
 extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
 
 /* lease.c */

@@ -187,17 +187,7 @@ update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, in
 	values[Anum_rg_generation - 1] = Int64GetDatum(g);
 	values[Anum_rg_updated_at - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-#if PG_VERSION_NUM >= 160000
-	{
-		TU_UpdateIndexes update_indexes;
-
-		simple_heap_update(rel, tid, tuple, &update_indexes);
-		index_it = update_indexes == TU_All;
-	}
-#else
-	simple_heap_update(rel, tid, tuple);
-	index_it = !HeapTupleIsHeapOnly(tuple);
-#endif
+	index_it = lf_simple_heap_update(rel, tid, tuple);
 	if (index_it)
 		index_new_version(rel, pkey, tuple, resource);
 	heap_freetuple(tuple);
