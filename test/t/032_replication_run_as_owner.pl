@@ -50,7 +50,7 @@ GRANT pg_create_subscription TO writer;
 GRANT CREATE ON DATABASE postgres TO writer;
 });
 
-my $connstr = $pub->connstr('postgres');
+my $connstr = $pub->connstr . ' dbname=postgres';
 # made by the superuser (password_required = false is superuser-only; the
 # test clusters trust local connections), then handed to writer
 $sub->safe_psql('postgres', qq{
