@@ -69,6 +69,7 @@ extern void *lf_tls_start(int fd, const char *host, char *err, size_t errlen);
 extern int	lf_tls_handshake(void *tls, int *want, char *err, size_t errlen);
 extern ssize_t lf_tls_read(void *tls, char *buf, size_t len, int *want, char *err, size_t errlen);
 extern ssize_t lf_tls_write(void *tls, const char *buf, size_t len, int *want, char *err, size_t errlen);
+extern bool lf_tls_pending(void *tls);
 extern bool lf_tls_idle_ok(void *tls);
 extern void lf_tls_free(void *tls);
 

@@ -334,21 +334,33 @@ exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 		}
 	}
 
+	/*
+	 * Wait, then read what arrived, until the reader has a whole reply.
+	 * Waiting first saves a read that would only say "not yet" (the reply
+	 * cannot be there before it is sent): one system call per command.  The
+	 * wait is skipped when TLS holds decrypted bytes already, which the
+	 * socket would not announce.
+	 */
+	want = LF_WANT_READ;
 	for (;;)
 	{
 		void	   *reply = NULL;
 		char		buf[16384];
 		ssize_t		n;
 
-		if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+		if (c->tls == NULL || !lf_tls_pending(c->tls))
 		{
-			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
-			return LF_NO_REPLY;
-		}
-		if (reply != NULL)
-		{
-			*out = (redisReply *) reply;
-			return LF_REPLY;
+			w = wait_socket(c->fd, want, deadline, interruptible);
+			if (w < 0)
+			{
+				snprintf(err, LF_ERRLEN, "interrupted while waiting for Redis");
+				return LF_SEND_INTERRUPTED;
+			}
+			if (w == 0)
+			{
+				snprintf(err, LF_ERRLEN, "timed out waiting for Redis");
+				return LF_NO_REPLY;
+			}
 		}
 		n = conn_read(c, buf, sizeof(buf), &want, why);
 		if (n < 0)
@@ -356,25 +368,21 @@ exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 			snprintf(err, LF_ERRLEN, "lost the connection to Redis: %s", why);
 			return LF_NO_REPLY;
 		}
-		if (n > 0)
+		if (n == 0)
+			continue;			/* nothing yet: wait for what conn_read said */
+		want = LF_WANT_READ;
+		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK ||
+			redisReaderGetReply(c->reader, &reply) != REDIS_OK)
 		{
-			if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
-			{
-				snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
-				return LF_NO_REPLY;
-			}
-			continue;
-		}
-		w = wait_socket(c->fd, want, deadline, interruptible);
-		if (w < 0)
-		{
-			snprintf(err, LF_ERRLEN, "interrupted while waiting for Redis");
-			return LF_SEND_INTERRUPTED;
-		}
-		if (w == 0)
-		{
-			snprintf(err, LF_ERRLEN, "timed out waiting for Redis");
+			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
+			if (reply)
+				freeReplyObject(reply);
 			return LF_NO_REPLY;
+		}
+		if (reply != NULL)
+		{
+			*out = (redisReply *) reply;
+			return LF_REPLY;
 		}
 	}
 }

@@ -376,6 +376,13 @@ lf_tls_write(void *tls, const char *buf, size_t len, int *want, char *err, size_
 	return tls_result(ssl, rc, want, err, errlen);
 }
 
+/* Does the session hold decrypted bytes not yet read? */
+bool
+lf_tls_pending(void *tls)
+{
+	return SSL_pending((SSL *) tls) > 0;
+}
+
 /*
  * The idle socket is readable: is that only TLS housekeeping (a session
  * ticket, which OpenSSL consumes), with no data and no end of stream?
