@@ -200,7 +200,7 @@ def main():
             if ("cycle", v) in rep.data:
                 lo, hi = rep.rng("cycle", v)
                 out(f"   {label:<62} {fmt(rep.med('cycle', v), 'us')}  [{lo:.0f}..{hi:.0f}]")
-        for v, label in (("tcp", "Redis commands per cycle, plain TCP"), ("tls", "Redis commands per cycle, TLS")):
+        for v, label in (("tcp", "Redis requests per cycle, plain TCP"), ("tls", "Redis requests per cycle, TLS")):
             if ("commands", v) in rep.data:
                 out(f"   {label:<62} {rep.med('commands', v):9.3f}")
         rep.ratio("3  lease_fence cycle / its floor", cy("lease_fence"), floor, 1.25, "max")
@@ -223,7 +223,7 @@ def main():
             out(f"     {per_flush:.0f} µs here (section 4, in one statement), so about {2 * per_flush / 33:.0f} µs per cycle.")
         out("   ³ Same two Redis commands (SET NX PX with a uuid1 token, EVALSHA compare-and-delete) from")
         out("     Python over the unix socket: no SQL hop, no generation, no durability.")
-        out("   ⁴ The TLS handshake is paid once per backend connection, not per cycle: the commands per")
+        out("   ⁴ The TLS handshake is paid once per backend connection, not per cycle: the requests per")
         out("     cycle (2 = the acquire and the release script) are the same with and without TLS.")
         out()
 

@@ -87,6 +87,26 @@ sub connections
 		'Redis knows the release script by the SHA1 lease_fence names it by');
 }
 
+# --- the same over TCP: one connection, two commands per cycle
+{
+	$a->cli('CONFIG', 'RESETSTAT');
+	my $s = session($node);
+	sql_ok($s, "LOAD 'lease_fence'");
+	sql_ok($s, "SET lease_fence.redis_socket = ''");
+	sql_ok($s, "SET lease_fence.redis_port = " . $a->port);
+	for my $i (1 .. 10)
+	{
+		my $r = acquire($s, "r-tcp-$i", 30000);
+		need($r->{status}, 'acquired', "acquire $i over TCP");
+		need(release($s, "r-tcp-$i", $r->{identity})->{status}, 'released', "release $i over TCP");
+	}
+	$s->quit;
+	note $a->cli('INFO', 'commandstats');
+	is(calls($a, 'ping'), 1, 'over TCP: one PING for one new connection');
+	is(calls($a, 'eval'), 0, 'over TCP: no EVAL (the scripts are loaded)');
+	is(calls($a, 'evalsha'), 1 + 10 + 10, 'over TCP: the owner check once, then one EVALSHA per acquire and per release');
+}
+
 # --- a Redis restarted between two requests: a new connection, no error
 {
 	my $s = session($node);
