@@ -15,6 +15,9 @@ OBJS = \
 	src/fence_trigger.o \
 	src/generation.o \
 	src/redis_conn.o \
+	src/redis_tls.o \
+	src/redis_script.o \
+	src/lease_registry.o \
 	src/lease.o \
 	src/resource_fence.o \
 	src/stats.o
@@ -36,7 +39,9 @@ REGRESS_OPTS += --load-extension=lease_fence
 TAP_TESTS = 1
 PROVE_TESTS = test/t/*.pl
 
-SHLIB_LINK = -lhiredis
+# hiredis for the Redis protocol (its reader and formatter only), OpenSSL
+# for TLS to Redis
+SHLIB_LINK = -lhiredis -lssl -lcrypto
 
 PG_CONFIG ?= pg_config
 

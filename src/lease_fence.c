@@ -214,25 +214,9 @@ lf_define_generation_guc(void)
 }
 
 /*
- * GUC check hook of lease_fence.key_prefix: no braces.  The keys of a
- * resource are <key_prefix>{<resource>}...; a brace in the prefix would move
- * the Redis Cluster hash tag away from the resource, and the lease key and
- * the generation key could land in different slots.
+ * Module load: each module defines its settings next to their storage, and
+ * installs its hooks; then our prefix is reserved.
  */
-static bool
-check_key_prefix(char **newval, void **extra, GucSource source)
-{
-	if (*newval && strpbrk(*newval, "{}") != NULL)
-	{
-		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errdetail("A key prefix must not contain '{' or '}'.");
-		GUC_check_errhint("The resource name in braces is the key's Redis Cluster hash tag.");
-		return false;
-	}
-	return true;
-}
-
-/* Module load: define the GUCs and reserve our prefix. */
 void
 _PG_init(void)
 {
@@ -240,64 +224,14 @@ _PG_init(void)
 	lf_define_generation_guc();
 	defining_gucs = false;
 
-	/*
-	 * Where Redis is: superuser-only, so that no other role can point the
-	 * server's network connections at a host of its choosing.
-	 */
-	DefineCustomStringVariable("lease_fence.redis_host",
-							   "Host name or IP address of the Redis server for the lease helper.",
-							   NULL, &lf_redis_host, "127.0.0.1",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.redis_port",
-							"TCP port of the Redis server.",
-							NULL, &lf_redis_port, 6379, 1, 65535,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomStringVariable("lease_fence.redis_socket",
-							   "Unix socket of the Redis server; when set, used instead of host and port.",
-							   NULL, &lf_redis_socket, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.redis_db",
-							"Redis database number (SELECT).",
-							NULL, &lf_redis_db, 0, 0, 1000000,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomStringVariable("lease_fence.redis_user",
-							   "Redis ACL user name for AUTH; empty for the default user.",
-							   NULL, &lf_redis_user, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomStringVariable("lease_fence.redis_password_file",
-							   "File holding the Redis password (owned by the server's user, mode 0600).",
-							   "The password itself is never a setting: settings are visible to pg_read_all_settings.",
-							   &lf_redis_password_file, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
-	DefineCustomStringVariable("lease_fence.key_prefix",
-							   "Prefix of the Redis keys of leases; two databases must not share one.",
-							   "It must not contain '{' or '}': the resource in braces is the Redis Cluster hash tag.",
-							   &lf_key_prefix, "lease_fence:",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_key_prefix, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.gen_key_ttl_s",
-							"Seconds the highest-generation key of a resource outlives its last grant (0: forever).",
-							NULL, &lf_gen_key_ttl_s, 604800, 0, INT_MAX,
-							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
-
-	/* how long to wait: each user may choose, within bounds */
-	DefineCustomIntVariable("lease_fence.connect_timeout_ms",
-							"How long to wait for a connection to Redis.",
-							NULL, &lf_connect_timeout_ms, 1000, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.command_timeout_ms",
-							"How long to wait for Redis to answer a lease request.",
-							NULL, &lf_command_timeout_ms, 1000, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.cleanup_timeout_ms",
-							"How long a conditional release after an unknown outcome may take, connect included.",
-							NULL, &lf_cleanup_timeout_ms, 500, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-
+	lf_redis_conn_init();
+	lf_tls_init();
+	lf_scripts_init();
 	MarkGUCPrefixReserved("lease_fence");
 
 	lf_stats_init();
 	lf_generation_init();
-	lf_lease_init();
+	lf_registry_init();
 }
 
 /*

@@ -59,74 +59,54 @@ lf_generation_issued(int64 generation)
 /* resource_fence.c */
 extern int64 lf_fence_resource_at(const char *resource, int64 g);
 
-/* redis_conn.c: where Redis is, and how long we wait for it (GUCs) */
-extern char *lf_redis_host;
-extern int	lf_redis_port;
-extern char *lf_redis_socket;
-extern int	lf_redis_db;
-extern char *lf_redis_user;
-extern char *lf_redis_password_file;
-extern int	lf_connect_timeout_ms;
-extern int	lf_command_timeout_ms;
-extern int	lf_cleanup_timeout_ms;
+/*
+ * stats.c: one counter per outcome.  This list is the one place that names
+ * them: the enum below, the (operation, outcome) columns of lease_fence.stats,
+ * and, for acquire, renew and release, the status each returns (lease.c).
+ */
+#define LF_COUNTERS(X) \
+	X(ACQUIRE_ACQUIRED, "acquire", "acquired") \
+	X(ACQUIRE_BUSY, "acquire", "busy") \
+	X(ACQUIRE_STALE, "acquire", "stale") \
+	X(ACQUIRE_INSUFFICIENT_VALIDITY, "acquire", "insufficient_validity") \
+	X(ACQUIRE_UNAVAILABLE, "acquire", "unavailable") \
+	X(ACQUIRE_UNKNOWN, "acquire", "unknown") \
+	X(RENEW_RENEWED, "renew", "renewed") \
+	X(RENEW_LOST, "renew", "lost") \
+	X(RENEW_INSUFFICIENT_VALIDITY, "renew", "insufficient_validity") \
+	X(RENEW_UNAVAILABLE, "renew", "unavailable") \
+	X(RENEW_UNKNOWN, "renew", "unknown") \
+	X(RELEASE_RELEASED, "release", "released") \
+	X(RELEASE_NOT_HELD, "release", "not_held") \
+	X(RELEASE_UNAVAILABLE, "release", "unavailable") \
+	X(RELEASE_UNKNOWN, "release", "unknown") \
+	X(CLEANUP_CONFIRMED, "cleanup", "confirmed") \
+	X(CLEANUP_UNCONFIRMED, "cleanup", "unconfirmed") \
+	X(COMMIT_CHECK_VERIFIED, "commit_check", "verified") \
+	X(COMMIT_CHECK_LF010, "commit_check", "LF010") \
+	X(FENCE_ACCEPTED, "fence", "accepted") \
+	X(FENCE_LF001, "fence", "LF001") \
+	X(FENCE_LF002, "fence", "LF002") \
+	X(FENCE_LF003, "fence", "LF003") \
+	X(FENCE_LF004, "fence", "LF004") \
+	X(REPAIR_REPAIRED, "repair", "repaired") \
+	X(RESOURCE_FENCE_ACCEPTED, "resource_fence", "accepted") \
+	X(RESOURCE_FENCE_LF001, "resource_fence", "LF001") \
+	X(RESOURCE_FENCE_LF002, "resource_fence", "LF002") \
+	X(RESOURCE_FENCE_LF004, "resource_fence", "LF004")
 
-/* the outcome of one Redis request: see redis_conn.c */
-typedef enum LfRedisResult
-{
-	LF_REDIS_OK,
-	LF_REDIS_UNAVAILABLE,
-	LF_REDIS_UNKNOWN,
-	LF_REDIS_INTERRUPTED
-} LfRedisResult;
-
-struct redisReply;
-extern int64 lf_now_ms(void);
-extern LfRedisResult lf_redis_command(int argc, const char **argv, const size_t *argvlen,
-									  int timeout_ms, bool fresh, bool interruptible,
-									  struct redisReply **reply, char *err, size_t errlen);
-extern void lf_redis_disconnect(void);
-extern uint64 lf_redis_connection_serial;
-extern bool lf_redis_connection_alive(void);
-
-/* stats.c: one counter per outcome (names in stats.c, same order) */
 typedef enum LfCounter
 {
-	LF_C_ACQUIRE_ACQUIRED,
-	LF_C_ACQUIRE_BUSY,
-	LF_C_ACQUIRE_STALE,
-	LF_C_ACQUIRE_INSUFFICIENT_VALIDITY,
-	LF_C_ACQUIRE_UNAVAILABLE,
-	LF_C_ACQUIRE_UNKNOWN,
-	LF_C_RENEW_RENEWED,
-	LF_C_RENEW_LOST,
-	LF_C_RENEW_INSUFFICIENT_VALIDITY,
-	LF_C_RENEW_UNAVAILABLE,
-	LF_C_RENEW_UNKNOWN,
-	LF_C_RELEASE_RELEASED,
-	LF_C_RELEASE_NOT_HELD,
-	LF_C_RELEASE_UNAVAILABLE,
-	LF_C_RELEASE_UNKNOWN,
-	LF_C_CLEANUP_CONFIRMED,
-	LF_C_CLEANUP_UNCONFIRMED,
-	LF_C_COMMIT_CHECK_VERIFIED,
-	LF_C_COMMIT_CHECK_LF010,
-	LF_C_FENCE_ACCEPTED,
-	LF_C_FENCE_LF001,
-	LF_C_FENCE_LF002,
-	LF_C_FENCE_LF003,
-	LF_C_FENCE_LF004,
-	LF_C_REPAIR_REPAIRED,
-	LF_C_RESOURCE_FENCE_ACCEPTED,
-	LF_C_RESOURCE_FENCE_LF001,
-	LF_C_RESOURCE_FENCE_LF002,
-	LF_C_RESOURCE_FENCE_LF004,
+#define LF_COUNTER_ENUM(id, operation, outcome) LF_C_##id,
+	LF_COUNTERS(LF_COUNTER_ENUM)
+#undef LF_COUNTER_ENUM
 	LF_NUM_COUNTERS
 } LfCounter;
 
 extern uint64 lf_fence_accepted_pending;
 extern void lf_count(LfCounter c);
 extern void lf_count_n(LfCounter c, uint64 n);
-extern void lf_count_named(const char *operation, const char *outcome);
+extern const char *lf_counter_outcome(LfCounter c);
 extern void lf_stats_init(void);
 
 /*
@@ -139,9 +119,10 @@ extern void lf_stats_init(void);
 LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) LF_NORETURN_AFTER;
 extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
 
-/* lease.c */
-extern char *lf_key_prefix;
-extern int	lf_gen_key_ttl_s;
-extern void lf_lease_init(void);
+/* each module defines its settings and hooks, called from _PG_init */
+extern void lf_redis_conn_init(void);	/* redis_conn.c */
+extern void lf_tls_init(void);			/* redis_tls.c */
+extern void lf_scripts_init(void);		/* redis_script.c */
+extern void lf_registry_init(void);		/* lease_registry.c */
 
 #endif							/* LEASE_FENCE_H */

@@ -1,29 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * redis_conn.c
- *	  One Redis connection per backend, through hiredis 0.14, with every wait
- *	  bounded and interruptible.
+ *	  Connections to Redis: one cached connection per server, on a socket of
+ *	  our own (plain, or TLS through redis_tls.c), with hiredis as the
+ *	  protocol codec only: its formatter builds each request, its reader
+ *	  parses each reply.  Every wait is bounded and interruptible.
  *
- * The whole point of the lease helper is to tell "no" from "unknown", so this
- * file reports one of four outcomes for each request:
+ * The whole point of the lease helper is to tell "no" from "unknown", so each
+ * command ends in one of four ways (LfSendResult):
  *
- *	LF_REDIS_OK			 a reply arrived (which may be a Redis error reply);
- *	LF_REDIS_UNAVAILABLE nothing of the request left this backend (connect
- *						 failed or was refused, AUTH failed, a dead cached
- *						 connection was noticed before sending);
- *	LF_REDIS_UNKNOWN	 the request may have reached Redis, but no reply came
- *						 (timeout, connection lost after sending);
- *	LF_REDIS_INTERRUPTED like UNKNOWN, and an interrupt (cancel, statement
- *						 timeout, terminate) is pending: the caller records
- *						 the unknown outcome, then calls CHECK_FOR_INTERRUPTS.
+ *	LF_REPLY			a reply arrived (which may be a Redis error reply);
+ *	LF_NOT_SENT			nothing of the command left this backend;
+ *	LF_NO_REPLY			the command may have reached Redis, but no reply came
+ *						(timeout, connection lost after sending);
+ *	LF_SEND_INTERRUPTED	like LF_NO_REPLY, with an interrupt (cancel, statement
+ *						timeout, terminate) pending: the caller records the
+ *						unknown outcome, then calls CHECK_FOR_INTERRUPTS.
  *
- * hiredis is used in non-blocking mode and we wait on its socket with
- * WaitLatchOrSocket, so a wait ends on the deadline, on the socket, on a
- * latch set by an interrupt, or on postmaster death.  A context that saw any
- * error, or timed out, is freed and never reused: a late reply would
- * otherwise be read as the answer to the next command.  hiredis 0.14 quirks:
- * a context is dead after any error (we free it, never clear err), and
- * redisReconnect would drop socket options, so we never use it.
+ * A new connection is made ready before the first command is handed to it:
+ * TCP or unix-socket connect, the TLS handshake, AUTH, SELECT, and a PING
+ * whose PONG proves the whole path works (a plaintext client on a TLS port,
+ * or a TLS server refusing our certificate after the handshake, fails here).
+ * So every failure before a command is sent is LF_NOT_SENT by construction.
+ *
+ * Connections are cached in a hash keyed by everything that decides where
+ * and how we connect (as postgres_fdw's connection hash is keyed by server
+ * and user): a session that switches between servers keeps one connection
+ * to each.  A connection that saw any error, or timed out, is closed and
+ * never reused: a late reply would otherwise be read as the answer to the
+ * next command.
+ *
+ * Host names are resolved with getaddrinfo(), which does not honour
+ * connect_timeout_ms or interrupts (see README, "Settings").
  *
  * IDENTIFICATION
  *	  src/redis_conn.c
@@ -34,47 +42,62 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
-#include <hiredis/sds.h>
 
 #include "compat.h"
 #include "lease_fence.h"
 #include "miscadmin.h"
+#include "redis.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
-/* GUCs (defined in lease_fence.c) */
-char	   *lf_redis_host = NULL;
-int			lf_redis_port = 6379;
-char	   *lf_redis_socket = NULL;
-int			lf_redis_db = 0;
-char	   *lf_redis_user = NULL;
-char	   *lf_redis_password_file = NULL;
+/* where Redis is (superuser-only settings) */
+static char *lf_redis_host = NULL;
+static int	lf_redis_port = 6379;
+static char *lf_redis_socket = NULL;
+static int	lf_redis_db = 0;
+static char *lf_redis_user = NULL;
+static char *lf_redis_password_file = NULL;
+
+/* how long to wait (each user's choice, within bounds) */
 int			lf_connect_timeout_ms = 1000;
 int			lf_command_timeout_ms = 1000;
 int			lf_cleanup_timeout_ms = 500;
 
-/* the cached connection, and the settings it was made with */
-static redisContext *cached_conn = NULL;
-static char cached_target[1024];
-static bool exit_hook_registered = false;
+/* longest password we read from redis_password_file */
+#define LF_MAX_PASSWORD 512
+/* the key of a cached connection: every setting that decides the server */
+#define LF_CONN_KEYLEN (MAXPGPATH * 6)
+
+/* one cached connection */
+typedef struct LfConn
+{
+	char		key[LF_CONN_KEYLEN];	/* hash key: must be first */
+	pgsocket	fd;				/* PGINVALID_SOCKET: none */
+	void	   *tls;			/* SSL *, or NULL on a plain connection */
+	redisReader *reader;		/* hiredis's reply parser, malloc'd */
+	uint64		serial;			/* lf_redis_connection_serial() */
+} LfConn;
+
+static HTAB *connections = NULL;
+static uint64 last_serial = 0;
 
 /*
- * Bumped each time a new connection is cached, so that lease.c can do its
- * once-per-connection check of the key_prefix owner (see lease.c).
- */
-uint64		lf_redis_connection_serial = 0;
-
-/*
- * The wait event set for the socket we wait on, kept while that socket
+ * One wait event set, for the socket last waited on, kept while that socket
  * lives: building one per wait costs an epoll instance and four system
  * calls, a measurable part of a lease round trip.
  */
@@ -82,9 +105,6 @@ static WaitEventSet *wait_set = NULL;
 static pgsocket wait_set_fd = PGINVALID_SOCKET;
 static int	wait_set_pos = -1;
 static uint32 wait_set_events = 0;
-
-/* longest password we read from redis_password_file */
-#define LF_MAX_PASSWORD 512
 
 /* Milliseconds on the monotonic clock. */
 int64
@@ -96,25 +116,34 @@ lf_now_ms(void)
 	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The settings that decide where we connect, as one comparable string. */
+/* The key of the server the settings name, with its TLS settings. */
 static void
 describe_target(char *buf, size_t len)
 {
-	snprintf(buf, len, "%s|%s|%d|%d|%s|%s",
-			 lf_redis_socket ? lf_redis_socket : "",
-			 lf_redis_host ? lf_redis_host : "",
-			 lf_redis_port, lf_redis_db,
+	char		tls[MAXPGPATH * 3 + 32];
+	bool		unix_socket = lf_redis_socket && lf_redis_socket[0] != '\0';
+
+	/* TLS is not used over a unix socket (as libpq) */
+	tls[0] = '\0';
+	if (!unix_socket)
+		lf_tls_describe(tls, sizeof(tls));
+	snprintf(buf, len, "%s|%s|%d|%d|%s|%s|%s",
+			 unix_socket ? lf_redis_socket : "",
+			 unix_socket ? "" : (lf_redis_host ? lf_redis_host : ""),
+			 unix_socket ? 0 : lf_redis_port, lf_redis_db,
 			 lf_redis_user ? lf_redis_user : "",
-			 lf_redis_password_file ? lf_redis_password_file : "");
+			 lf_redis_password_file ? lf_redis_password_file : "",
+			 tls);
 }
 
 /*
- * Free a hiredis context, and the wait event set of its socket first: once
- * the socket is closed its number may be reused by the next connection,
- * which the old epoll registration would not watch.
+ * Close a connection's socket, TLS session and reader; the entry stays.  The
+ * wait event set of the socket goes first: once closed, the socket's number
+ * may be reused by the next connection, which the old epoll registration
+ * would not watch.
  */
 static void
-free_context(redisContext *c)
+close_socket(LfConn *c)
 {
 	if (wait_set != NULL && c->fd == wait_set_fd)
 	{
@@ -122,30 +151,55 @@ free_context(redisContext *c)
 		wait_set = NULL;
 		wait_set_fd = PGINVALID_SOCKET;
 	}
-	redisFree(c);
+	if (c->tls)
+		lf_tls_free(c->tls);
+	c->tls = NULL;
+	if (c->fd != PGINVALID_SOCKET)
+		close(c->fd);
+	c->fd = PGINVALID_SOCKET;
 }
 
-/* Free the cached connection, if any. */
-void
-lf_redis_disconnect(void)
+static void
+close_conn(LfConn *c)
 {
-	if (cached_conn != NULL)
-	{
-		free_context(cached_conn);
-		cached_conn = NULL;
-	}
+	close_socket(c);
+	if (c->reader)
+		redisReaderFree(c->reader);
+	c->reader = NULL;
+	c->serial = 0;
+}
+
+/* Close every cached connection. */
+void
+lf_redis_disconnect_all(void)
+{
+	HASH_SEQ_STATUS seq;
+	LfConn	   *c;
+
+	if (connections == NULL)
+		return;
+	hash_seq_init(&seq, connections);
+	while ((c = hash_seq_search(&seq)) != NULL)
+		close_conn(c);
+}
+
+/* on_proc_exit: free what OpenSSL and hiredis malloc'd */
+static void
+disconnect_at_exit(int code, Datum arg)
+{
+	lf_redis_disconnect_all();
 }
 
 /*
- * Wait until the socket is readable (or writable) or the deadline passes.
- * Returns 1 when ready, 0 on timeout, -1 when an interrupt is pending and
- * may be processed now (only if interruptible).  Postmaster death ends the
- * process.
+ * Wait until fd is readable (want LF_WANT_READ) or writable, or the deadline
+ * passes.  Returns 1 when ready, 0 on timeout, -1 when an interrupt is
+ * pending and may be processed now (only if interruptible).  Postmaster
+ * death ends the process.
  */
 static int
-wait_socket(pgsocket fd, bool for_write, int64 deadline, bool interruptible)
+wait_socket(pgsocket fd, int want, int64 deadline, bool interruptible)
 {
-	uint32		want = for_write ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
+	uint32		events = want == LF_WANT_WRITE ? WL_SOCKET_WRITEABLE : WL_SOCKET_READABLE;
 
 	if (wait_set == NULL || wait_set_fd != fd)
 	{
@@ -155,14 +209,14 @@ wait_socket(pgsocket fd, bool for_write, int64 deadline, bool interruptible)
 		AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		if (IsUnderPostmaster)
 			AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-		wait_set_pos = AddWaitEventToSet(wait_set, want, fd, NULL, NULL);
+		wait_set_pos = AddWaitEventToSet(wait_set, events, fd, NULL, NULL);
 		wait_set_fd = fd;
-		wait_set_events = want;
+		wait_set_events = events;
 	}
-	else if (wait_set_events != want)
+	else if (wait_set_events != events)
 	{
-		ModifyWaitEvent(wait_set, wait_set_pos, want, NULL);
-		wait_set_events = want;
+		ModifyWaitEvent(wait_set, wait_set_pos, events, NULL);
+		wait_set_events = events;
 	}
 
 	for (;;)
@@ -183,38 +237,209 @@ wait_socket(pgsocket fd, bool for_write, int64 deadline, bool interruptible)
 				return -1;
 			continue;
 		}
-		if (event.events & want)
+		if (event.events & events)
 			return 1;
 	}
 }
 
 /*
+ * Write up to len bytes.  Returns the bytes written, 0 when the socket would
+ * block (*want says for what), -1 on an error (message in err).
+ */
+static ssize_t
+conn_write(LfConn *c, const char *buf, size_t len, int *want, char *err)
+{
+	ssize_t		n;
+
+	if (c->tls)
+		return lf_tls_write(c->tls, buf, len, want, err, LF_ERRLEN);
+	/* MSG_NOSIGNAL: a peer that went away is an error, not a SIGPIPE */
+	n = send(c->fd, buf, len, MSG_NOSIGNAL);
+	if (n >= 0)
+		return n;
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+	{
+		*want = LF_WANT_WRITE;
+		return 0;
+	}
+	snprintf(err, LF_ERRLEN, "%s", strerror(errno));
+	return -1;
+}
+
+/*
+ * Read what there is, up to len bytes.  Returns the bytes read, 0 when
+ * nothing is there yet (*want says what to wait for), -1 on an error or the
+ * end of the stream (message in err).
+ */
+static ssize_t
+conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
+{
+	ssize_t		n;
+
+	if (c->tls)
+		return lf_tls_read(c->tls, buf, len, want, err, LF_ERRLEN);
+	n = recv(c->fd, buf, len, 0);
+	if (n > 0)
+		return n;
+	if (n == 0)
+	{
+		snprintf(err, LF_ERRLEN, "the server closed the connection");
+		return -1;
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+	{
+		*want = LF_WANT_READ;
+		return 0;
+	}
+	snprintf(err, LF_ERRLEN, "%s", strerror(errno));
+	return -1;
+}
+
+/*
+ * Send one formatted command on c and wait for its reply until deadline.
+ * On anything but LF_REPLY the connection is in an unknown state: the caller
+ * closes it.  On LF_REPLY *out is a malloc'd hiredis reply.
+ */
+static LfSendResult
+exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
+		 bool interruptible, redisReply **out, char *err)
+{
+	size_t		off = 0;
+	char		why[LF_ERRLEN];
+	int			want = LF_WANT_WRITE;
+	int			w;
+
+	*out = NULL;
+	while (off < len)
+	{
+		ssize_t		n = conn_write(c, cmd + off, len - off, &want, why);
+
+		if (n < 0)
+		{
+			snprintf(err, LF_ERRLEN, "could not send to Redis: %s", why);
+			return off > 0 ? LF_NO_REPLY : LF_NOT_SENT;
+		}
+		off += n;
+		if (off == len)
+			break;
+		if (n > 0)
+			continue;
+		w = wait_socket(c->fd, want, deadline, interruptible);
+		if (w <= 0)
+		{
+			snprintf(err, LF_ERRLEN, "timed out sending to Redis");
+			if (off == 0)
+				return LF_NOT_SENT;
+			return w < 0 ? LF_SEND_INTERRUPTED : LF_NO_REPLY;
+		}
+	}
+
+	/*
+	 * Wait, then read what arrived, until the reader has a whole reply.
+	 * Waiting first saves a read that would only say "not yet" (the reply
+	 * cannot be there before it is sent): one system call per command.  The
+	 * wait is skipped when TLS holds decrypted bytes already, which the
+	 * socket would not announce.
+	 */
+	want = LF_WANT_READ;
+	for (;;)
+	{
+		void	   *reply = NULL;
+		char		buf[16384];
+		ssize_t		n;
+
+		if (c->tls == NULL || !lf_tls_pending(c->tls))
+		{
+			w = wait_socket(c->fd, want, deadline, interruptible);
+			if (w < 0)
+			{
+				snprintf(err, LF_ERRLEN, "interrupted while waiting for Redis");
+				return LF_SEND_INTERRUPTED;
+			}
+			if (w == 0)
+			{
+				snprintf(err, LF_ERRLEN, "timed out waiting for Redis");
+				return LF_NO_REPLY;
+			}
+		}
+		n = conn_read(c, buf, sizeof(buf), &want, why);
+		if (n < 0)
+		{
+			snprintf(err, LF_ERRLEN, "lost the connection to Redis: %s", why);
+			return LF_NO_REPLY;
+		}
+		if (n == 0)
+			continue;			/* nothing yet: wait for what conn_read said */
+		want = LF_WANT_READ;
+		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK ||
+			redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+		{
+			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
+			if (reply)
+				freeReplyObject(reply);
+			return LF_NO_REPLY;
+		}
+		if (reply != NULL)
+		{
+			*out = (redisReply *) reply;
+			return LF_REPLY;
+		}
+	}
+}
+
+/* Format argv with hiredis and exchange it. */
+static LfSendResult
+exchange_argv(LfConn *c, int argc, const char **argv, const size_t *argvlen,
+			  int64 deadline, bool interruptible, redisReply **out, char *err)
+{
+	char	   *cmd = NULL;
+	long long	len;
+	LfSendResult r;
+
+	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+	if (len < 0 || cmd == NULL)
+	{
+		*out = NULL;
+		snprintf(err, LF_ERRLEN, "could not format the command (out of memory)");
+		return LF_NOT_SENT;
+	}
+	r = exchange(c, cmd, (size_t) len, deadline, interruptible, out, err);
+	redisFreeCommand(cmd);
+	return r;
+}
+
+/*
  * Is the idle cached connection still usable?  A connection the server has
- * closed (Redis restarted or stopped) reads as EOF; anything readable on an
- * idle connection means it is not in a state we can trust.  Checking before
- * sending is what makes a stopped Redis read as "unavailable" rather than
- * "unknown".
+ * closed (Redis restarted or stopped) reads as EOF; anything else readable
+ * on an idle connection means it is not in a state we can trust, except,
+ * over TLS, records that carry no data (session tickets), which
+ * lf_tls_idle_ok consumes.  Checking before sending is what makes a stopped
+ * Redis read as "unavailable" rather than "unknown".
  */
 static bool
-connection_looks_alive(redisContext *c)
+connection_looks_alive(LfConn *c)
 {
 	struct pollfd pfd;
 
-	if (c->err)
+	if (c->fd == PGINVALID_SOCKET)
 		return false;
 	pfd.fd = c->fd;
 	pfd.events = POLLIN | POLLRDHUP;
 	pfd.revents = 0;
 	if (poll(&pfd, 1, 0) < 0)
 		return false;
-	return pfd.revents == 0;
+	if (pfd.revents == 0)
+		return true;
+	if (pfd.revents != POLLIN || c->tls == NULL)
+		return false;
+	return lf_tls_idle_ok(c->tls);
 }
 
 /*
- * Read the password from redis_password_file into buf.  The file must be a
- * regular file owned by the server's OS user and not readable by group or
- * others, like a .pgpass file.  Returns false with a message (never the
- * password) in err.
+ * Read a secret file (the Redis password, the TLS key) into buf, NUL
+ * terminated, its length in *len.  The file must be a regular file owned by
+ * the server's OS user and not readable by group or others, like a .pgpass
+ * file.  Returns false with a message (never the secret) in err.
  *
  * The file is opened with O_NONBLOCK and its type checked on the open
  * descriptor before anything is read: a plain open() of a FIFO waits for a
@@ -222,33 +447,34 @@ connection_looks_alive(redisContext *c)
  * signal handlers restart it).  Opening a FIFO for reading without blocking
  * returns at once, and O_NOCTTY keeps a terminal device from becoming our
  * controlling terminal before it is refused.  O_NONBLOCK does not change
- * how a regular file is read (POSIX: it has no effect there), so the read
- * below is the same as before.  Checking the descriptor, not the path, also
- * follows symlinks to what is actually opened.
+ * how a regular file is read (POSIX: it has no effect there).  Checking the
+ * descriptor, not the path, also follows symlinks to what is actually
+ * opened.
  */
-static bool
-read_password(char *buf, size_t buflen, char *err, size_t errlen)
+bool
+lf_read_secret_file(const char *path, const char *setting, char *buf, size_t buflen,
+					size_t *len, char *err, size_t errlen)
 {
 	int			fd;
 	struct stat st;
-	ssize_t		n;
+	size_t		got = 0;
 
-	fd = open(lf_redis_password_file, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0)
 	{
-		snprintf(err, errlen, "could not open lease_fence.redis_password_file: %s", strerror(errno));
+		snprintf(err, errlen, "could not open %s: %s", setting, strerror(errno));
 		return false;
 	}
 	if (fstat(fd, &st) != 0)
 	{
-		snprintf(err, errlen, "could not stat lease_fence.redis_password_file: %s", strerror(errno));
+		snprintf(err, errlen, "could not stat %s: %s", setting, strerror(errno));
 		close(fd);
 		return false;
 	}
 	if (!S_ISREG(st.st_mode))
 	{
 		close(fd);
-		snprintf(err, errlen, "lease_fence.redis_password_file is not a regular file (it is %s)",
+		snprintf(err, errlen, "%s is not a regular file (it is %s)", setting,
 				 S_ISFIFO(st.st_mode) ? "a FIFO" :
 				 S_ISDIR(st.st_mode) ? "a directory" :
 				 S_ISCHR(st.st_mode) ? "a character device" :
@@ -259,124 +485,81 @@ read_password(char *buf, size_t buflen, char *err, size_t errlen)
 	if (st.st_uid != geteuid() || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
 	{
 		close(fd);
-		snprintf(err, errlen, "lease_fence.redis_password_file must be owned by the server's user and have no group or world access (chmod 0600)");
+		snprintf(err, errlen, "%s must be a regular file owned by the server's user with no group or world access (chmod 0600)", setting);
 		return false;
 	}
-	n = read(fd, buf, buflen - 1);
-	close(fd);
-	if (n < 0)
+	while (got < buflen - 1)
 	{
-		snprintf(err, errlen, "could not read lease_fence.redis_password_file: %s", strerror(errno));
+		ssize_t		n = read(fd, buf + got, buflen - 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+		{
+			close(fd);
+			explicit_bzero(buf, buflen);
+			snprintf(err, errlen, "could not read %s: %s", setting, strerror(errno));
+			return false;
+		}
+		if (n == 0)
+			break;
+		got += n;
+	}
+	close(fd);
+	if (got == buflen - 1)
+	{
+		explicit_bzero(buf, buflen);
+		snprintf(err, errlen, "%s is too large (the limit is %zu bytes)", setting, buflen - 2);
 		return false;
 	}
-	buf[n] = '\0';
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		buf[--n] = '\0';
+	buf[got] = '\0';
+	*len = got;
 	return true;
 }
 
 /*
- * Send one command on c and wait for its reply until deadline.  *sent tells
- * whether any byte of it left the backend.  On anything but LF_REDIS_OK the
- * context is dead and the caller must free it.
- */
-static LfRedisResult
-exchange(redisContext *c, int argc, const char **argv, const size_t *argvlen,
-		 int64 deadline, bool interruptible, redisReply **out, bool *sent,
-		 char *err, size_t errlen)
-{
-	int			done = 0;
-	int			w;
-
-	*out = NULL;
-	*sent = false;
-	if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK)
-	{
-		snprintf(err, errlen, "could not format the command: %s", c->errstr);
-		return LF_REDIS_UNAVAILABLE;
-	}
-
-	while (!done)
-	{
-		size_t		before = sdslen(c->obuf);
-
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-		{
-			snprintf(err, errlen, "could not send to Redis: %s", c->errstr);
-			return *sent ? LF_REDIS_UNKNOWN : LF_REDIS_UNAVAILABLE;
-		}
-		if (done || sdslen(c->obuf) != before)
-			*sent = true;
-		if (done)
-			break;
-		w = wait_socket(c->fd, true, deadline, interruptible);
-		if (w <= 0)
-		{
-			snprintf(err, errlen, "timed out sending to Redis");
-			if (w < 0)
-				return *sent ? LF_REDIS_INTERRUPTED : LF_REDIS_UNAVAILABLE;
-			return *sent ? LF_REDIS_UNKNOWN : LF_REDIS_UNAVAILABLE;
-		}
-	}
-
-	for (;;)
-	{
-		void	   *reply = NULL;
-
-		if (redisGetReplyFromReader(c, &reply) != REDIS_OK)
-		{
-			snprintf(err, errlen, "could not parse the reply from Redis: %s", c->errstr);
-			return LF_REDIS_UNKNOWN;
-		}
-		if (reply != NULL)
-		{
-			*out = (redisReply *) reply;
-			return LF_REDIS_OK;
-		}
-		w = wait_socket(c->fd, false, deadline, interruptible);
-		if (w < 0)
-		{
-			snprintf(err, errlen, "interrupted while waiting for Redis");
-			return LF_REDIS_INTERRUPTED;
-		}
-		if (w == 0)
-		{
-			snprintf(err, errlen, "timed out waiting for Redis");
-			return LF_REDIS_UNKNOWN;
-		}
-		if (redisBufferRead(c) != REDIS_OK)
-		{
-			snprintf(err, errlen, "lost the connection to Redis: %s", c->errstr);
-			return LF_REDIS_UNKNOWN;
-		}
-	}
-}
-
-/*
- * Send a handshake command (AUTH, SELECT) and expect +OK.  Nothing of the
- * lease has been sent yet, so any failure makes the lease "unavailable".
+ * Send a command of the connection's set-up (AUTH, SELECT, PING) and expect
+ * the status reply expected.  Nothing of a lease has been sent yet, so any
+ * failure leaves the lease "unavailable".
  */
 static bool
-handshake(redisContext *c, int argc, const char **argv, int64 deadline,
-		  bool interruptible, bool *interrupted, char *err, size_t errlen)
+setup_command(LfConn *c, int argc, const char **argv, const char *expected,
+			  int64 deadline, bool interruptible, bool *interrupted, char *err)
 {
 	redisReply *reply;
-	bool		sent;
-	LfRedisResult r;
+	LfSendResult r;
 	size_t		lens[3];
+	char		why[LF_ERRLEN];
 	int			i;
 
 	for (i = 0; i < argc; i++)
 		lens[i] = strlen(argv[i]);
-	r = exchange(c, argc, argv, lens, deadline, interruptible, &reply, &sent, err, errlen);
-	if (r == LF_REDIS_INTERRUPTED)
+	r = exchange_argv(c, argc, argv, lens, deadline, interruptible, &reply, why);
+	if (r == LF_SEND_INTERRUPTED)
 		*interrupted = true;
-	if (r != LF_REDIS_OK)
+	if (r != LF_REPLY)
+	{
+		if (strcmp(argv[0], "PING") == 0)
+		{
+			/*
+			 * A server that expects TLS closes a plaintext connection as soon
+			 * as our first bytes arrive: say where to look.
+			 */
+			bool		closed = strstr(why, "closed the connection") != NULL ||
+				strstr(why, "reset by peer") != NULL;
+
+			snprintf(err, LF_ERRLEN, "connection check (PING) failed: %s%s", why,
+					 closed && c->tls == NULL ?
+					 " (a server that expects TLS closes a plaintext connection: see lease_fence.redis_sslmode)" : "");
+		}
+		else
+			snprintf(err, LF_ERRLEN, "%s failed: %s", argv[0], why);
 		return false;
-	if (reply->type != REDIS_REPLY_STATUS || strcmp(reply->str, "OK") != 0)
+	}
+	if (reply->type != REDIS_REPLY_STATUS || strcmp(reply->str, expected) != 0)
 	{
 		/* copy Redis's words, then free: the reply is malloc'd */
-		snprintf(err, errlen, "%s failed: %s", argv[0],
+		snprintf(err, LF_ERRLEN, "%s failed: %s", argv[0],
 				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		freeReplyObject(reply);
 		return false;
@@ -386,80 +569,225 @@ handshake(redisContext *c, int argc, const char **argv, int64 deadline,
 }
 
 /*
- * Open, and authenticate, a new connection, waiting at most until deadline.
- * Returns NULL with a message in err.  *interrupted is set when it gave up
- * because of a pending interrupt.
+ * Connect fd to one resolved address, non-blocking.  Returns 1 when
+ * connected, 0 on failure (err), -1 at the deadline, -2 on an interrupt.
  */
-static redisContext *
-connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, size_t errlen)
+static int
+connect_one(pgsocket fd, const struct sockaddr *addr, socklen_t addrlen,
+			int64 deadline, bool interruptible, char *err)
 {
-	redisContext *c;
 	int			soerr = 0;
 	socklen_t	solen = sizeof(soerr);
 	int			w;
 
-	*interrupted = false;
-	if (lf_redis_socket && lf_redis_socket[0] != '\0')
-		c = redisConnectUnixNonBlock(lf_redis_socket);
-	else
-		c = redisConnectNonBlock(lf_redis_host ? lf_redis_host : "127.0.0.1", lf_redis_port);
-	if (c == NULL)
+	if (connect(fd, addr, addrlen) == 0)
+		return 1;
+	if (errno != EINPROGRESS && errno != EINTR)
 	{
-		snprintf(err, errlen, "could not allocate a Redis context");
-		return NULL;
+		snprintf(err, LF_ERRLEN, "%s", strerror(errno));
+		return 0;
 	}
-	if (c->err)
-	{
-		snprintf(err, errlen, "could not connect to Redis: %s", c->errstr);
-		free_context(c);
-		return NULL;
-	}
-
 	/* a non-blocking connect completes when the socket becomes writable */
-	w = wait_socket(c->fd, true, deadline, interruptible);
+	w = wait_socket(fd, LF_WANT_WRITE, deadline, interruptible);
 	if (w <= 0)
 	{
-		*interrupted = (w < 0);
-		snprintf(err, errlen, "timed out connecting to Redis");
-		free_context(c);
-		return NULL;
+		snprintf(err, LF_ERRLEN, w < 0 ? "interrupted" : "timed out");
+		return w < 0 ? -2 : -1;
 	}
-	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &solen) != 0 || soerr != 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &solen) != 0 || soerr != 0)
 	{
-		snprintf(err, errlen, "could not connect to Redis: %s", strerror(soerr ? soerr : errno));
-		free_context(c);
-		return NULL;
+		snprintf(err, LF_ERRLEN, "%s", strerror(soerr ? soerr : errno));
+		return 0;
 	}
+	return 1;
+}
+
+/* A new non-blocking socket, close-on-exec, or PGINVALID_SOCKET (err). */
+static pgsocket
+new_socket(int family, char *err)
+{
+	pgsocket	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd == PGINVALID_SOCKET)
+		snprintf(err, LF_ERRLEN, "could not create a socket: %s", strerror(errno));
+	return fd;
+}
+
+/*
+ * The socket: the unix socket, or each address of host:port in turn.  On
+ * success c->fd is connected; returns false with a message in err, and
+ * sets *interrupted when it gave up for an interrupt.
+ */
+static bool
+open_socket(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+{
+	char		why[LF_ERRLEN];
+	int			rc;
+
+	if (lf_redis_socket && lf_redis_socket[0] != '\0')
+	{
+		struct sockaddr_un sun;
+
+		if (strlen(lf_redis_socket) >= sizeof(sun.sun_path))
+		{
+			snprintf(err, LF_ERRLEN, "lease_fence.redis_socket is too long for a unix socket path");
+			return false;
+		}
+		memset(&sun, 0, sizeof(sun));
+		sun.sun_family = AF_UNIX;
+		strlcpy(sun.sun_path, lf_redis_socket, sizeof(sun.sun_path));
+		if ((c->fd = new_socket(AF_UNIX, err)) == PGINVALID_SOCKET)
+			return false;
+		rc = connect_one(c->fd, (struct sockaddr *) &sun, sizeof(sun), deadline, interruptible, why);
+		if (rc == 1)
+			return true;
+		*interrupted = (rc == -2);
+		snprintf(err, LF_ERRLEN, "could not connect to Redis at %s: %s", lf_redis_socket, why);
+		return false;
+	}
+	else
+	{
+		const char *host = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+		char		port[16];
+		struct addrinfo hints;
+		struct addrinfo *res = NULL;
+		struct addrinfo *ai;
+		int			gai;
+
+		snprintf(port, sizeof(port), "%d", lf_redis_port);
+		memset(&hints, 0, sizeof(hints));
+		hints.ai_family = AF_UNSPEC;
+		hints.ai_socktype = SOCK_STREAM;
+		hints.ai_flags = AI_ADDRCONFIG;
+		gai = getaddrinfo(host, port, &hints, &res);
+		if (gai != 0)
+		{
+			snprintf(err, LF_ERRLEN, "could not resolve Redis host \"%s\": %s", host, gai_strerror(gai));
+			return false;
+		}
+		snprintf(why, sizeof(why), "no address");
+		for (ai = res; ai != NULL; ai = ai->ai_next)
+		{
+			int			one = 1;
+
+			if ((c->fd = new_socket(ai->ai_family, why)) == PGINVALID_SOCKET)
+				continue;
+			/* requests are small and each waits for its reply */
+			(void) setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			rc = connect_one(c->fd, ai->ai_addr, ai->ai_addrlen, deadline, interruptible, why);
+			if (rc == 1)
+			{
+				freeaddrinfo(res);
+				return true;
+			}
+			close_socket(c);
+			if (rc < 0)
+			{
+				/* the deadline is shared by every address */
+				*interrupted = (rc == -2);
+				break;
+			}
+		}
+		freeaddrinfo(res);
+		snprintf(err, LF_ERRLEN, "could not connect to Redis at %s:%d: %s", host, lf_redis_port, why);
+		return false;
+	}
+}
+
+/* The TLS handshake on c->fd, within the deadline. */
+static bool
+tls_handshake(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+{
+	const char *host = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+	char		why[LF_ERRLEN];
+
+	c->tls = lf_tls_start(c->fd, host, why, sizeof(why));
+	if (c->tls == NULL)
+	{
+		snprintf(err, LF_ERRLEN, "%s", why);
+		return false;
+	}
+	for (;;)
+	{
+		int			want = 0;
+		int			rc = lf_tls_handshake(c->tls, &want, why, sizeof(why));
+		int			w;
+
+		if (rc > 0)
+			return true;
+		if (rc < 0)
+		{
+			snprintf(err, LF_ERRLEN, "TLS handshake with Redis at %s:%d failed: %s",
+					 host, lf_redis_port, why);
+			return false;
+		}
+		w = wait_socket(c->fd, want, deadline, interruptible);
+		if (w <= 0)
+		{
+			*interrupted = (w < 0);
+			snprintf(err, LF_ERRLEN, "TLS handshake with Redis at %s:%d %s",
+					 host, lf_redis_port, w < 0 ? "interrupted" : "timed out");
+			return false;
+		}
+	}
+}
+
+/*
+ * Make c a ready connection, within the deadline: socket, TLS, AUTH,
+ * SELECT, PING.  Returns false with a message in err (c is closed then);
+ * *interrupted is set when it gave up for a pending interrupt.
+ */
+static bool
+connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+{
+	bool		unix_socket = lf_redis_socket && lf_redis_socket[0] != '\0';
+	const char *ping[1] = {"PING"};
+
+	*interrupted = false;
+	c->fd = PGINVALID_SOCKET;
+	c->tls = NULL;
+	c->reader = NULL;
+	c->serial = 0;
+
+	if (lf_redis_user && lf_redis_user[0] != '\0' &&
+		!(lf_redis_password_file && lf_redis_password_file[0] != '\0'))
+	{
+		snprintf(err, LF_ERRLEN, "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
+		return false;
+	}
+	c->reader = redisReaderCreate();
+	if (c->reader == NULL)
+	{
+		snprintf(err, LF_ERRLEN, "could not allocate a Redis reply reader");
+		return false;
+	}
+	if (!open_socket(c, deadline, interruptible, interrupted, err))
+		goto fail;
+	if (!unix_socket && lf_tls_wanted() &&
+		!tls_handshake(c, deadline, interruptible, interrupted, err))
+		goto fail;
 
 	if (lf_redis_password_file && lf_redis_password_file[0] != '\0')
 	{
 		char		password[LF_MAX_PASSWORD];
+		size_t		len;
 		const char *argv[3];
 		int			argc = 0;
 		bool		ok;
 
-		if (!read_password(password, sizeof(password), err, errlen))
-		{
-			free_context(c);
-			return NULL;
-		}
+		if (!lf_read_secret_file(lf_redis_password_file, "lease_fence.redis_password_file",
+								 password, sizeof(password), &len, err, LF_ERRLEN))
+			goto fail;
+		while (len > 0 && (password[len - 1] == '\n' || password[len - 1] == '\r'))
+			password[--len] = '\0';
 		argv[argc++] = "AUTH";
 		if (lf_redis_user && lf_redis_user[0] != '\0')
 			argv[argc++] = lf_redis_user;
 		argv[argc++] = password;
-		ok = handshake(c, argc, argv, deadline, interruptible, interrupted, err, errlen);
+		ok = setup_command(c, argc, argv, "OK", deadline, interruptible, interrupted, err);
 		explicit_bzero(password, sizeof(password));
 		if (!ok)
-		{
-			free_context(c);
-			return NULL;
-		}
-	}
-	else if (lf_redis_user && lf_redis_user[0] != '\0')
-	{
-		snprintf(err, errlen, "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
-		free_context(c);
-		return NULL;
+			goto fail;
 	}
 
 	if (lf_redis_db != 0)
@@ -470,102 +798,162 @@ connect_redis(int64 deadline, bool interruptible, bool *interrupted, char *err, 
 		snprintf(db, sizeof(db), "%d", lf_redis_db);
 		argv[0] = "SELECT";
 		argv[1] = db;
-		if (!handshake(c, 2, argv, deadline, interruptible, interrupted, err, errlen))
-		{
-			free_context(c);
-			return NULL;
-		}
+		if (!setup_command(c, 2, argv, "OK", deadline, interruptible, interrupted, err))
+			goto fail;
 	}
+
+	/* the connection check: after it, nothing stands between us and Redis */
+	if (!setup_command(c, 1, ping, "PONG", deadline, interruptible, interrupted, err))
+		goto fail;
+
+	c->serial = ++last_serial;
+	return true;
+
+fail:
+	close_conn(c);
+	return false;
+}
+
+/*
+ * The cache entry of the server the settings name, created empty if new.
+ * A cached connection that looks dead is closed here.
+ */
+static LfConn *
+lookup_conn(void)
+{
+	char		key[LF_CONN_KEYLEN];
+	LfConn	   *c;
+	bool		found;
+
+	if (connections == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = LF_CONN_KEYLEN;
+		ctl.entrysize = sizeof(LfConn);
+		connections = hash_create("lease_fence Redis connections", 8, &ctl,
+								  HASH_ELEM | HASH_STRINGS);
+		on_proc_exit(disconnect_at_exit, (Datum) 0);
+	}
+	describe_target(key, sizeof(key));
+	c = hash_search(connections, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		c->fd = PGINVALID_SOCKET;
+		c->tls = NULL;
+		c->reader = NULL;
+		c->serial = 0;
+	}
+	else if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
+		close_conn(c);
 	return c;
 }
 
 /*
- * Is there a cached connection that lf_redis_command would use as it is?
- * One made with other settings, or that looks dead, is dropped here, so the
- * next command opens a new one (and lf_redis_connection_serial moves).
- * lease.c asks before trusting the answer it keeps per connection.
+ * The serial number of the live cached connection to the server the
+ * settings name, or 0 when there is none (a dead one is closed first).
+ * lease.c keeps its once-per-connection answer under this number.
  */
-bool
-lf_redis_connection_alive(void)
+uint64
+lf_redis_connection_serial(void)
 {
-	char		target[sizeof(cached_target)];
+	LfConn	   *c = lookup_conn();
 
-	if (cached_conn == NULL)
-		return false;
-	describe_target(target, sizeof(target));
-	if (strcmp(target, cached_target) != 0 || !connection_looks_alive(cached_conn))
-	{
-		lf_redis_disconnect();
-		return false;
-	}
-	return true;
-}
-
-/* on_proc_exit: free the connection hiredis malloc'd */
-static void
-disconnect_at_exit(int code, Datum arg)
-{
-	lf_redis_disconnect();
+	return c->fd == PGINVALID_SOCKET ? 0 : c->serial;
 }
 
 /*
- * Run one command.  With fresh, a new connection is opened for it (the
- * cleanup after an unknown outcome must not share the connection that timed
- * out); otherwise the cached one is used if it still looks alive.
- * timeout_ms bounds the command (and, for fresh connections, the connect as
- * well); connect_timeout_ms bounds a normal connect.  On LF_REDIS_OK *reply
- * is a malloc'd hiredis reply the caller must freeReplyObject().
+ * Run one command on the server the settings name.  With LF_FRESH a new
+ * connection is opened for it (the cleanup after an unknown outcome must not
+ * share the connection that timed out), and its connect and command share
+ * timeout_ms; otherwise the cached connection is used if it still looks
+ * alive, and a new one is bounded by connect_timeout_ms.  On LF_REPLY
+ * *reply is a malloc'd hiredis reply the caller must freeReplyObject().
  */
-LfRedisResult
+LfSendResult
 lf_redis_command(int argc, const char **argv, const size_t *argvlen,
-				 int timeout_ms, bool fresh, bool interruptible,
-				 redisReply **reply, char *err, size_t errlen)
+				 int timeout_ms, int flags, redisReply **reply, char *err)
 {
-	char		target[sizeof(cached_target)];
-	redisContext *c;
-	LfRedisResult r;
-	bool		sent;
-	int64		deadline;
+	bool		interruptible = (flags & LF_INTERRUPTIBLE) != 0;
+	bool		fresh = (flags & LF_FRESH) != 0;
+	LfConn	   *c;
+	LfSendResult r;
 	int64		overall;
 
 	*reply = NULL;
 	err[0] = '\0';
 
-	if (!exit_hook_registered)
-	{
-		on_proc_exit(disconnect_at_exit, (Datum) 0);
-		exit_hook_registered = true;
-	}
+	c = lookup_conn();
+	if (fresh && c->fd != PGINVALID_SOCKET)
+		close_conn(c);
 
-	describe_target(target, sizeof(target));
-	if (cached_conn != NULL &&
-		(fresh || strcmp(target, cached_target) != 0 || !connection_looks_alive(cached_conn)))
-		lf_redis_disconnect();
-
-	/* a fresh connection's connect and command share one deadline */
 	overall = lf_now_ms() + timeout_ms;
-
-	if (cached_conn == NULL)
+	if (c->fd == PGINVALID_SOCKET)
 	{
 		bool		interrupted;
 
-		deadline = fresh ? overall : lf_now_ms() + lf_connect_timeout_ms;
-		cached_conn = connect_redis(deadline, interruptible, &interrupted, err, errlen);
-		if (cached_conn == NULL)
+		if (!connect_redis(c, fresh ? overall : lf_now_ms() + lf_connect_timeout_ms,
+						   interruptible, &interrupted, err))
 		{
 			/* nothing of the command was sent: a cancel can act right away */
 			if (interrupted)
 				CHECK_FOR_INTERRUPTS();
-			return LF_REDIS_UNAVAILABLE;
+			return LF_NOT_SENT;
 		}
-		strlcpy(cached_target, target, sizeof(cached_target));
-		lf_redis_connection_serial++;
 	}
-	c = cached_conn;
 
-	deadline = fresh ? overall : lf_now_ms() + timeout_ms;
-	r = exchange(c, argc, argv, argvlen, deadline, interruptible, reply, &sent, err, errlen);
-	if (r != LF_REDIS_OK)
-		lf_redis_disconnect();		/* dead or timed out: never reuse */
+	r = exchange_argv(c, argc, argv, argvlen, fresh ? overall : lf_now_ms() + timeout_ms,
+					  interruptible, reply, err);
+	if (r != LF_REPLY)
+		close_conn(c);			/* dead or timed out: never reuse */
 	return r;
+}
+
+/* Called from _PG_init: the settings of where Redis is and how long to wait. */
+void
+lf_redis_conn_init(void)
+{
+	/*
+	 * Where Redis is: superuser-only, so that no other role can point the
+	 * server's network connections at a host of its choosing.
+	 */
+	DefineCustomStringVariable("lease_fence.redis_host",
+							   "Host name or IP address of the Redis server for the lease helper.",
+							   NULL, &lf_redis_host, "127.0.0.1",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.redis_port",
+							"TCP port of the Redis server.",
+							NULL, &lf_redis_port, 6379, 1, 65535,
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_socket",
+							   "Unix socket of the Redis server; when set, used instead of host and port.",
+							   NULL, &lf_redis_socket, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.redis_db",
+							"Redis database number (SELECT).",
+							NULL, &lf_redis_db, 0, 0, 1000000,
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_user",
+							   "Redis ACL user name for AUTH; empty for the default user.",
+							   NULL, &lf_redis_user, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+	DefineCustomStringVariable("lease_fence.redis_password_file",
+							   "File holding the Redis password (owned by the server's user, mode 0600).",
+							   "The password itself is never a setting: settings are visible to pg_read_all_settings.",
+							   &lf_redis_password_file, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+
+	/* how long to wait: each user may choose, within bounds */
+	DefineCustomIntVariable("lease_fence.connect_timeout_ms",
+							"How long to wait for a connection to Redis, TLS handshake and connection check included.",
+							NULL, &lf_connect_timeout_ms, 1000, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.command_timeout_ms",
+							"How long to wait for Redis to answer a lease request.",
+							NULL, &lf_command_timeout_ms, 1000, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.cleanup_timeout_ms",
+							"How long a conditional release after an unknown outcome may take, connect included.",
+							NULL, &lf_cleanup_timeout_ms, 500, 1, 60000,
+							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
 }

@@ -38,37 +38,11 @@
 PG_FUNCTION_INFO_V1(lf_stats);
 PG_FUNCTION_INFO_V1(lf_stats_reset);
 
-/* (operation, outcome) of each counter, in LfCounter order */
+/* (operation, outcome) of each counter, from the one list in lease_fence.h */
 static const char *const counter_names[LF_NUM_COUNTERS][2] = {
-	{"acquire", "acquired"},
-	{"acquire", "busy"},
-	{"acquire", "stale"},
-	{"acquire", "insufficient_validity"},
-	{"acquire", "unavailable"},
-	{"acquire", "unknown"},
-	{"renew", "renewed"},
-	{"renew", "lost"},
-	{"renew", "insufficient_validity"},
-	{"renew", "unavailable"},
-	{"renew", "unknown"},
-	{"release", "released"},
-	{"release", "not_held"},
-	{"release", "unavailable"},
-	{"release", "unknown"},
-	{"cleanup", "confirmed"},
-	{"cleanup", "unconfirmed"},
-	{"commit_check", "verified"},
-	{"commit_check", "LF010"},
-	{"fence", "accepted"},
-	{"fence", "LF001"},
-	{"fence", "LF002"},
-	{"fence", "LF003"},
-	{"fence", "LF004"},
-	{"repair", "repaired"},
-	{"resource_fence", "accepted"},
-	{"resource_fence", "LF001"},
-	{"resource_fence", "LF002"},
-	{"resource_fence", "LF004"},
+#define LF_COUNTER_NAMES(id, operation, outcome) {operation, outcome},
+	LF_COUNTERS(LF_COUNTER_NAMES)
+#undef LF_COUNTER_NAMES
 };
 
 typedef struct LfSharedStats
@@ -108,20 +82,12 @@ lf_count_n(LfCounter c, uint64 n)
 		local_counters[c] += n;
 }
 
-/* Count one outcome by its names, e.g. ("acquire", "busy"). */
-void
-lf_count_named(const char *operation, const char *outcome)
+/* The outcome column of counter c: for acquire, renew, release, the status. */
+const char *
+lf_counter_outcome(LfCounter c)
 {
-	int			i;
-
-	for (i = 0; i < LF_NUM_COUNTERS; i++)
-		if (strcmp(counter_names[i][0], operation) == 0 &&
-			strcmp(counter_names[i][1], outcome) == 0)
-		{
-			lf_count((LfCounter) i);
-			return;
-		}
-	elog(ERROR, "lease_fence: no counter for %s %s", operation, outcome);
+	Assert(c >= 0 && c < LF_NUM_COUNTERS);
+	return counter_names[c][1];
 }
 
 /* Add the accepted fence writes of this transaction. */

@@ -8,7 +8,8 @@
 #            against a throwaway redis-server on a unix socket, with
 #            shared_preload_libraries = 'lease_fence' and --leak-check=full,
 #            to catch hiredis replies and contexts that are leaked or used
-#            after free.
+#            after free; then the TLS paths (test/valgrind_redis_tls.sql)
+#            against a TLS port of the same Redis, certificates by openssl.
 #
 # Both run by default; `bash test/valgrind.sh redis` (or LF_VALGRIND_PHASES=
 # "redis") runs one.  As root it installs what it needs (valgrind too), builds
@@ -486,6 +487,7 @@ vg_wait_log() {
 
 phase_redis() {
 	local start=$SECONDS sql=$LF_SRC/test/valgrind_redis.sql sql_term=$LF_SRC/test/valgrind_redis_terminate.sql
+	local sql_tls=$LF_SRC/test/valgrind_redis_tls.sql
 	local out=$LF_WORK/redis-steps.out
 	local err=$LF_WORK/redis-steps.err rc bad=0 name pid got
 	local pw_right=$LF_WORK/redis-pw-right pw_wrong=$LF_WORK/redis-pw-wrong pw_badmode=$LF_WORK/redis-pw-badmode
@@ -542,6 +544,39 @@ phase_redis() {
 	vg_step terminate_fatal "$got" 1 "server log of pid $pid" >>"$out"
 	lf_as_user timeout 30 redis-cli -s "$LF_REDIS_SOCK" PING >/dev/null 2>&1   # returns when the pause is over
 
+	# TLS: the same Redis gets a TLS port (CONFIG SET), certificates by openssl
+	local tls=$LF_WORK/tls tls_port
+	lf_as_user mkdir -p "$tls"
+	if ! (cd "$tls" &&
+		for ca in ca otherca; do
+			lf_as_user openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=vg $ca" \
+				-keyout $ca.key -out $ca.crt || exit 1
+		done &&
+		for n in server client; do
+			lf_as_user openssl req -newkey rsa:2048 -nodes -subj "/CN=$n" -keyout $n.key -out $n.csr || exit 1
+		done &&
+		printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' | lf_as_user tee server.ext >/dev/null &&
+		printf 'extendedKeyUsage=clientAuth\n' | lf_as_user tee client.ext >/dev/null &&
+		lf_as_user openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+			-extfile server.ext -out server.crt &&
+		lf_as_user openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+			-extfile client.ext -out client.crt &&
+		lf_as_user cp client.key client-open.key && lf_as_user chmod 600 client.key && lf_as_user chmod 644 client-open.key
+	) >"$tls/openssl.log" 2>&1; then
+		cat "$tls/openssl.log"; R_SUMMARY="redis: could not make the TLS certificates"; return 1
+	fi
+	tls_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	lf_redis_cli CONFIG SET tls-cert-file "$tls/server.crt" tls-key-file "$tls/server.key" \
+		tls-ca-cert-file "$tls/ca.crt" tls-auth-clients optional >/dev/null &&
+		lf_redis_cli CONFIG SET tls-port "$tls_port" | grep -q OK ||
+		{ R_SUMMARY="redis: could not open a TLS port"; return 1; }
+	lf_log "[redis] test/valgrind_redis_tls.sql (TLS port $tls_port)"
+	lf_as_user "${env[@]}" timeout 300 "$PG_BIN/psql" -X -At -v tls_port="$tls_port" -v ca="$tls/ca.crt" \
+		-v otherca="$tls/otherca.crt" -v cert="$tls/client.crt" -v key="$tls/client.key" \
+		-v key_open="$tls/client-open.key" -f "$sql_tls" >>"$out" 2>>"$err"
+	rc=$?
+	vg_step tls_psql_exit_status "$rc" 0 "psql -f test/valgrind_redis_tls.sql" >>"$out"
+
 	# every backend that ran SQL (or connected at all) must have exited, and
 	# valgrind must have written its leak report, before the server stops
 	for pid in $(sed -n 's/.* \[\([0-9]*\)\] .*LOG:  connection received.*/\1/p' "$VG_PGLOG" | sort -un); do
@@ -558,9 +593,9 @@ phase_redis() {
 	echo "-- redis phase steps (name | got | want | verdict | detail)"
 	grep '^STEP|' "$out" | awk -F'|' '{ printf "  %-5s %-32s %-26s %s\n", $5, $2, $3, $6 }'
 	local names
-	names=$( { grep -ho "vg_step('[A-Za-z0-9_]*'" "$sql" "$sql_term" | sed "s/vg_step('//; s/'//"
-		grep -hoE 'redisctl (expect|calls|wait-exit) [A-Za-z0-9_]+' "$sql" "$sql_term" | awk '{ print $3 }'
-		echo psql_exit_status exit_cleanup_redis_down terminate_psql_lost_connection terminate_fatal | tr ' ' '\n'; } |
+	names=$( { grep -ho "vg_step('[A-Za-z0-9_]*'" "$sql" "$sql_term" "$sql_tls" | sed "s/vg_step('//; s/'//"
+		grep -hoE 'redisctl (expect|calls|wait-exit) [A-Za-z0-9_]+' "$sql" "$sql_term" "$sql_tls" | awk '{ print $3 }'
+		echo psql_exit_status exit_cleanup_redis_down terminate_psql_lost_connection terminate_fatal tls_psql_exit_status | tr ' ' '\n'; } |
 		grep -v '_unreached$' | sort -u)
 	local nsteps=0 nfail
 	for name in $names; do

@@ -107,7 +107,11 @@ SELECT vg_step('unknown_renew', r.status || '/' || coalesce(r.renewed::text, 'nu
 	FROM lease_fence.renew('vg:pause-held', :'id_pause', 60000) r;
 \! redisctl wait
 -- release during a pause: unknown, settled at the end of its transaction
--- (fresh connection, still paused: unconfirmed), retried at backend exit
+-- (fresh connection, still paused: unconfirmed), retried at backend exit.
+-- The unknown renew closed its connection: a new one first (a release
+-- nobody holds), or the release's own connection check would wait in the
+-- pause and the release would be unavailable
+SELECT vg_step('warm_release', r.status, 'not_held', r::text) FROM lease_fence.release('vg:warm', repeat('a', 32)) r;
 \! redisctl pause 3000
 SELECT vg_step('unknown_release', r.status || '/' || coalesce(r.released::text, 'null'), 'unknown/null', r::text)
 	FROM lease_fence.release('vg:pause-held', :'id_pause') r;
@@ -249,6 +253,9 @@ SELECT vg_step('auth_wrong_password', a.status, 'unavailable', a::text) FROM lea
 SET lease_fence.redis_password_file = :'pw_badmode';
 SELECT vg_step('auth_file_mode_0644', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
 RESET lease_fence.redis_password_file;
+-- (the cached connection without a password was made before requirepass,
+-- and Redis keeps it authenticated: close it, so a new one meets NOAUTH)
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl cli CLIENT KILL TYPE normal >/dev/null
 SELECT vg_step('auth_noauth_reply', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
 SET lease_fence.redis_password_file = :'pw_right';
 SELECT vg_step('auth_right_password', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:auth', 30000) a;
@@ -265,6 +272,8 @@ SELECT vg_step('auth_reset_release', r.status, 'released', r::text) FROM lease_f
 \! redisctl cli CONFIG SET requirepass "$VG_REDIS_PW" >/dev/null
 SET lease_fence.redis_password_file = :'pw_right';
 SET lease_fence.connect_timeout_ms = 500;
+-- (no cached connection: the acquire's own AUTH is what waits in the pause)
+\! REDISCLI_AUTH="$VG_REDIS_PW" redisctl cli CLIENT KILL TYPE normal >/dev/null
 \! REDISCLI_AUTH="$VG_REDIS_PW" redisctl pause 3000
 SELECT vg_step('auth_paused_unavailable', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:auth-pause', 30000) a;
 SET lease_fence.connect_timeout_ms = 5000;

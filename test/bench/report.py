@@ -195,8 +195,19 @@ def main():
                          ("redispy", "redis-py 4.3 Lock: acquire(blocking=False) + release() ³")):
             lo, hi = rep.rng("cycle", v)
             out(f"   {label:<62} {fmt(rep.med('cycle', v), 'us')}  [{lo:.0f}..{hi:.0f}]")
+        for v, label in (("lease_fence_tcp", "lease_fence over loopback TCP, plain"),
+                         ("lease_fence_tls", "lease_fence over loopback TCP, TLS (verify-full) ⁴")):
+            if ("cycle", v) in rep.data:
+                lo, hi = rep.rng("cycle", v)
+                out(f"   {label:<62} {fmt(rep.med('cycle', v), 'us')}  [{lo:.0f}..{hi:.0f}]")
+        for v, label in (("tcp", "Redis requests per cycle, plain TCP"), ("tls", "Redis requests per cycle, TLS")):
+            if ("commands", v) in rep.data:
+                out(f"   {label:<62} {rep.med('commands', v):9.3f}")
         rep.ratio("3  lease_fence cycle / its floor", cy("lease_fence"), floor, 1.25, "max")
         rep.ratio("3  lease_fence cycle / redis-py Lock cycle", cy("lease_fence"), cy("redispy"))
+        if ("cycle", "lease_fence_tls") in rep.data:
+            rep.ratio("3  lease_fence cycle, TCP plain / unix socket", cy("lease_fence_tcp"), cy("lease_fence"))
+            rep.ratio("3  lease_fence cycle, TLS / TCP plain", cy("lease_fence_tls"), cy("lease_fence_tcp"))
         out("   ¹ pgbench, 2 round trips: SELECT identity FROM lease_fence.acquire('bench-cycle', 30000) \\gset;")
         out("     SELECT status FROM lease_fence.release('bench-cycle', :identity).  Inside: a durable generation")
         out("     (nextval + a WAL flush once per 33 values), a 128-bit random identity, one EVALSHA of the acquire script")
@@ -212,6 +223,8 @@ def main():
             out(f"     {per_flush:.0f} µs here (section 4, in one statement), so about {2 * per_flush / 33:.0f} µs per cycle.")
         out("   ³ Same two Redis commands (SET NX PX with a uuid1 token, EVALSHA compare-and-delete) from")
         out("     Python over the unix socket: no SQL hop, no generation, no durability.")
+        out("   ⁴ The TLS handshake is paid once per backend connection, not per cycle: the requests per")
+        out("     cycle (2 = the acquire and the release script) are the same with and without TLS.")
         out()
 
     # -- 4 --

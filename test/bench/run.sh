@@ -21,7 +21,8 @@
 #      versus a table with external tokens;
 #   3. one acquire + release cycle through SQL versus its floor (two trivial
 #      SQL round trips + SET NX PX + a compare-and-delete script) and versus
-#      redis-py's Lock;
+#      redis-py's Lock; the same cycle over loopback TCP, plain and TLS, and
+#      the Redis commands each cycle sends over both;
 #   4. next_generation() versus nextval();
 #   5. backend memory (RSS) over many acquire/release cycles and fenced
 #      updates.
@@ -205,11 +206,55 @@ redis_us() {	# redis-benchmark, one client, no pipelining: microseconds per requ
 	[ -n "$rps" ] || die "redis-benchmark $1 failed"
 	awk -v r="$rps" 'BEGIN { printf "%.3f", 1e6 / r }'
 }
+# The same cycle over TCP on loopback, plain and TLS, against one more
+# redis-server (a plain port and a TLS port, certificates made here): TLS
+# must add no round trip per command, only the handshake of each new
+# connection (pgbench keeps its session, the session its Redis connection).
+tls=$LF_WORK/tls
+lf_as_user mkdir -p "$tls"
+(cd "$tls" && lf_as_user openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=bench-ca \
+	-keyout ca.key -out ca.crt >/dev/null 2>&1 &&
+	lf_as_user openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout server.key \
+		-out server.csr >/dev/null 2>&1 &&
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' | lf_as_user tee ext.cnf >/dev/null &&
+	lf_as_user openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+		-extfile ext.cnf -out server.crt >/dev/null 2>&1) || die "could not make the TLS certificates"
+tcp_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+tls_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+lf_as_user redis-server --port "$tcp_port" --bind 127.0.0.1 --tls-port "$tls_port" \
+	--tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.crt" \
+	--tls-auth-clients no --save '' --appendonly no --dir "$tls" --daemonize yes \
+	--pidfile "$tls/redis.pid" --logfile "$tls/redis.log" >/dev/null || die "TLS redis-server did not start"
+trap 'lf_as_user redis-cli -p "$tcp_port" SHUTDOWN NOSAVE >/dev/null 2>&1; lf_cleanup' EXIT
+for i in $(seq 1 50); do
+	lf_as_user redis-cli -p "$tcp_port" PING 2>/dev/null | grep -q PONG && break
+	sleep 0.1
+done
+tcp_opts="-c lease_fence.redis_socket= -c lease_fence.redis_host=127.0.0.1 -c lease_fence.redis_port=$tcp_port"
+tls_opts="-c lease_fence.redis_socket= -c lease_fence.redis_host=127.0.0.1 -c lease_fence.redis_port=$tls_port -c lease_fence.redis_sslmode=verify-full -c lease_fence.redis_sslrootcert=$tls/ca.crt"
+# Redis requests per cycle, plain and TLS: the requests the server received
+# over 2,000 cycles of one pgbench session (EVALSHA, EVAL, PING: its
+# connection's check and key-prefix check included; not the commands the
+# scripts run inside Redis), divided by 2,000
+for v in tcp tls; do
+	opts=$tcp_opts
+	[ "$v" = tls ] && opts=$tls_opts
+	lf_as_user redis-cli -p "$tcp_port" CONFIG RESETSTAT >/dev/null
+	(cd "$LF_WORK" && lf_as_user env PGOPTIONS="$opts" "$PGBENCH" -n -M prepared -c 1 -t 2000 \
+		-f "$LF_SRC/test/bench/pgbench/cycle.sql" >"$raw/commands_$v.out" 2>&1) || { cat "$raw/commands_$v.out"; die "pgbench cycle over $v failed"; }
+	n=$(lf_as_user redis-cli -p "$tcp_port" INFO commandstats | tr -d '\r' |
+		sed -n 's/^cmdstat_\(evalsha\|eval\|ping\|auth\|select\):calls=\([0-9]*\),.*/\2/p' | awk '{ n += $1 } END { print n + 0 }')
+	sample commands "$v" 1 "$(awk -v n="$n" 'BEGIN { printf "%.3f", n / 2000 }')" commands
+done
 for ((r = 0; r <= ROUNDS; r++)); do
-	for v in $(rotate "$r" lease_fence sql_floor redis_set redis_eval redispy); do
+	for v in $(rotate "$r" lease_fence lease_fence_tcp lease_fence_tls sql_floor redis_set redis_eval redispy); do
 		case $v in
 		lease_fence)
 			us=$(pgbench_tps cycle 1 "" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
+		lease_fence_tcp)
+			us=$(pgbench_tps cycle 1 "$tcp_opts" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
+		lease_fence_tls)
+			us=$(pgbench_tps cycle 1 "$tls_opts" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
 		sql_floor)
 			us=$(pgbench_tps floor_sql 1 "" | awk '{ printf "%.3f", 1e6 / $1 }') ;;
 		redis_set)
@@ -223,6 +268,7 @@ for ((r = 0; r <= ROUNDS; r++)); do
 		[ "$r" -gt 0 ] && sample cycle "$v" "$r" "$us" us
 	done
 done
+lf_as_user redis-cli -p "$tcp_port" SHUTDOWN NOSAVE >/dev/null 2>&1
 
 fi
 

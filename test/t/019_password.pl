@@ -84,7 +84,7 @@ SELECT name, setting FROM pg_file_settings;});
 	$r = $o eq '' ? {} : $json->decode($o);
 	is($r->{status}, 'unavailable', 'group/world-readable password file: unavailable');
 	like($err,
-		qr/WARNING:.*redis_password_file must be owned by the server's user and have no group or world access/,
+		qr/WARNING:.*redis_password_file must be a regular file owned by the server's user with no group or world access/,
 		'group/world-readable password file: a WARNING says why');
 	is($redis->cli('EXISTS', lkey('r-auth')), '0', 'group/world-readable password file: no lease key');
 	unlike($o . $err, qr/\Q$pw\E/, 'group/world-readable password file: the client sees no password');

@@ -139,17 +139,24 @@ counters_are('renew/release',
 # unknown renew and release: a paused Redis.  An unknown renew leaves nothing
 # to undo; an unknown release is retried at the end of its transaction, and
 # again when its session exits, both within the pause: unconfirmed twice.
+# Each in a session whose connection is made before the pause (a release of
+# a lease nobody holds: not_held): a new connection's check (PING) would
+# wait in the pause, and its request would be unavailable, not unknown
+# (nothing of it sent); and a connection that timed out is never reused.
 reset_stats();
 my $id5 = $node->safe_psql('postgres',
 	q{SELECT identity FROM lease_fence.acquire('a5', 60000)});
-$redis->cli('CLIENT', 'PAUSE', '5000', 'ALL');
-($out) = try_sql(qq{SELECT status FROM lease_fence.renew('a5', '$id5', 60000)});
+my $warm = "SELECT status FROM lease_fence.release('warm', repeat('a', 32)) \\g /dev/null\n"
+  . "\\! $LeaseFenceRedis::REDIS_CLI -s '$sock' CLIENT PAUSE 3000 ALL >/dev/null\n";
+($out) = try_sql($warm . qq{SELECT status FROM lease_fence.renew('a5', '$id5', 60000);});
 is($out, 'unknown', 'renew during CLIENT PAUSE is unknown');
-($out) = try_sql(qq{SELECT status FROM lease_fence.release('a5', '$id5')});
+pause_over();
+($out) = try_sql($warm . qq{SELECT status FROM lease_fence.release('a5', '$id5');});
 is($out, 'unknown', 'release during CLIENT PAUSE is unknown');
 pause_over();
 counters_are('renew/release unknown',
 	'acquire/acquired' => 1,
+	'release/not_held' => 2,
 	'renew/unknown' => 1,
 	'release/unknown' => 1,
 	'cleanup/unconfirmed' => 2);

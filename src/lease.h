@@ -1,0 +1,74 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease.h
+ *	  The session's lease registry (lease_registry.c), used by the SQL
+ *	  functions of the lease helper (lease.c).
+ *
+ * IDENTIFICATION
+ *	  src/lease.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LF_LEASE_H
+#define LF_LEASE_H
+
+#include "datatype/timestamp.h"
+
+#include "compat.h"
+
+/* a resource name longer than this is refused */
+#define LF_MAX_RESOURCE 1024
+
+typedef enum LeaseScope
+{
+	SCOPE_EXPLICIT,
+	SCOPE_SESSION,
+	SCOPE_TRANSACTION
+} LeaseScope;
+
+typedef enum LeaseState
+{
+	STATE_HELD,
+	STATE_UNKNOWN,				/* outcome unknown, cleanup pending */
+	STATE_UNCONFIRMED,			/* cleanup tried, not confirmed */
+	STATE_RELEASED
+} LeaseState;
+
+/* one lease of this session */
+typedef struct LeaseEntry
+{
+	char	   *resource;
+	char		identity[33];
+	int64		generation;		/* 0: a release of another session's lease */
+	LeaseScope	scope;
+	LeaseState	state;
+	TimestampTz acquired_at;
+	TimestampTz expires_at;		/* local estimate: acquired_at + validity */
+	int64		ttl_ms;
+	int64		min_validity_ms;
+	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
+} LeaseEntry;
+
+extern LeaseEntry *lf_find_lease(const char *resource, const char *identity);
+extern LeaseEntry *lf_add_lease(const char *resource, const char *identity, int64 generation,
+								LeaseScope scope, LeaseState state, int64 ttl, int64 minv,
+								int64 validity);
+extern void lf_settle_lease(LeaseEntry *e, bool fresh);
+extern void lf_hold_in_transaction(LeaseEntry *e);
+LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const char *identity,
+													int64 generation, LeaseScope scope,
+													int64 ttl, int64 minv) LF_NORETURN_AFTER;
+extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
+
+/*
+ * Validity left after a request that took elapsed ms, for a lease of ttl
+ * ms: ttl - elapsed - drift, with drift = 1% of ttl + 2 ms (as Redlock
+ * clients allow for clock drift between this host and Redis).
+ */
+static inline int64
+lf_validity_after(int64 ttl, int64 elapsed)
+{
+	return ttl - elapsed - (ttl / 100 + 2);
+}
+
+#endif							/* LF_LEASE_H */

@@ -1,0 +1,510 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_registry.c
+ *	  This session's leases: what it holds, what it must release at the end
+ *	  of a transaction or of the session, and what it could not settle.
+ *
+ * Each acquire, renew and release records its outcome here (lease.c).  The
+ * registry keeps the promises of the scopes: a transaction-scoped lease is
+ * verified at PRE_COMMIT (LF010 if lost) and released at the transaction's
+ * end; a session-scoped one at backend exit.  A lease whose outcome is
+ * unknown is released conditionally, bounded by cleanup_timeout_ms, and
+ * recorded as "unconfirmed" when that is not confirmed either.  The list
+ * is the view lease_fence.leases.
+ *
+ * IDENTIFICATION
+ *	  src/lease_registry.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "lease.h"
+#include "lease_fence.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "redis.h"
+#include "storage/ipc.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(lf_session_leases);
+
+/*
+ * How much of the session's list is kept (see trim_entries): released
+ * leases, and explicit-scope held and unconfirmed ones.  Session- and
+ * transaction-scoped held leases are never forgotten.
+ */
+#define LF_KEEP_RELEASED 64
+#define LF_KEEP_HELD_EXPLICIT 1000
+#define LF_KEEP_UNCONFIRMED 1000
+
+static const char *const scope_names[] = {"explicit", "session", "transaction"};
+static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released"};
+
+/*
+ * The session's leases, oldest first, and everything they use, in a memory
+ * context of their own ("lease_fence leases", a child of TopMemoryContext):
+ * its size shows in pg_backend_memory_contexts.
+ */
+static List *leases = NIL;
+static MemoryContext lease_cxt = NULL;
+static bool exit_hook_registered = false;
+
+/* the highest generation of a transaction-scoped lease of this transaction */
+static bool xact_generation_set = false;
+static int64 xact_generation = 0;
+
+static void release_at_exit(int code, Datum arg);
+
+/*
+ * The session's entry for resource and identity, or NULL.  A linear search,
+ * over a list that trim_entries keeps to a few thousand entries at most.
+ */
+LeaseEntry *
+lf_find_lease(const char *resource, const char *identity)
+{
+	ListCell   *lc;
+
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (strcmp(e->resource, resource) == 0 && strcmp(e->identity, identity) == 0)
+			return e;
+	}
+	return NULL;
+}
+
+/*
+ * Keep the session's list bounded, for a backend that lives for days behind
+ * a pooler, where explicit leases are typically released on another backend
+ * and stay "held" here.  Forget
+ *	- explicit-scope held leases past their expires_at (their key has expired
+ *	  in Redis by itself, or they were renewed elsewhere: either way this
+ *	  backend has nothing to do for them), and the oldest beyond
+ *	  LF_KEEP_HELD_EXPLICIT;
+ *	- the oldest unconfirmed leases beyond LF_KEEP_UNCONFIRMED (their exit
+ *	  retry is lost; they expire by their TTL);
+ *	- the oldest released leases beyond LF_KEEP_RELEASED.
+ * Session- and transaction-scoped held leases are obligations (released at
+ * exit or at transaction end) and never dropped; unknown ones are settled at
+ * transaction end.  keep, if not NULL, is never dropped (an entry a caller
+ * is about to use).
+ */
+static void
+trim_entries(LeaseEntry *keep)
+{
+	int			held = 0;
+	int			unconfirmed = 0;
+	int			released = 0;
+	TimestampTz now;
+	ListCell   *lc;
+
+	if (leases == NIL)
+		return;
+	now = GetCurrentTimestamp();
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT && e->expires_at >= now)
+			held++;
+		else if (e->state == STATE_UNCONFIRMED)
+			unconfirmed++;
+		else if (e->state == STATE_RELEASED)
+			released++;
+	}
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		bool		drop = false;
+
+		if (e == keep)
+			continue;
+		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT)
+		{
+			if (e->expires_at < now)
+				drop = true;
+			else if (held > LF_KEEP_HELD_EXPLICIT)
+			{
+				drop = true;
+				held--;
+			}
+		}
+		else if (e->state == STATE_UNCONFIRMED && unconfirmed > LF_KEEP_UNCONFIRMED)
+		{
+			drop = true;
+			unconfirmed--;
+		}
+		else if (e->state == STATE_RELEASED && released > LF_KEEP_RELEASED)
+		{
+			drop = true;
+			released--;
+		}
+		if (drop)
+		{
+			leases = foreach_delete_current(leases, lc);
+			pfree(e->resource);
+			pfree(e);
+		}
+	}
+}
+
+/* Record a new lease of this session. */
+LeaseEntry *
+lf_add_lease(const char *resource, const char *identity, int64 generation,
+		  LeaseScope scope, LeaseState state, int64 ttl, int64 minv, int64 validity)
+{
+	MemoryContext old;
+	LeaseEntry *e;
+
+	if (!exit_hook_registered)
+	{
+		/* runs before redis_conn.c frees the connection at on_proc_exit */
+		before_shmem_exit(release_at_exit, (Datum) 0);
+		exit_hook_registered = true;
+	}
+	if (lease_cxt == NULL)
+		lease_cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
+										  ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(lease_cxt);
+	e = palloc0(sizeof(LeaseEntry));
+
+	e->resource = pstrdup(resource);
+	strlcpy(e->identity, identity, sizeof(e->identity));
+	e->generation = generation;
+	e->scope = scope;
+	e->state = state;
+	e->acquired_at = GetCurrentTimestamp();
+	e->expires_at = e->acquired_at + (validity > 0 ? validity : 0) * 1000;
+	e->ttl_ms = ttl;
+	e->min_validity_ms = minv;
+	leases = lappend(leases, e);
+	MemoryContextSwitchTo(old);
+	trim_entries(e);
+	return e;
+}
+
+/*
+ * The bounded conditional release: same identity, compare-and-delete,
+ * within cleanup_timeout_ms, never raising an error (it also runs at commit,
+ * abort and backend exit).  fresh: on a new connection.  True when Redis
+ * confirmed that the key no longer holds the identity.
+ */
+static bool
+cleanup_release(const char *resource, const char *identity, bool fresh)
+{
+	char	   *key = lf_lease_key(resource);
+	const char *keys[1];
+	const char *args[1];
+	redisReply *reply = NULL;
+	char		err[LF_ERRLEN];
+	LfRedisOutcome r;
+	bool		confirmed = false;
+
+	keys[0] = key;
+	args[0] = identity;
+	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 1, args, lf_cleanup_timeout_ms,
+					  fresh ? LF_FRESH : 0, &reply, err);
+	if (r == LF_APPLIED)
+	{
+		confirmed = (reply->type == REDIS_REPLY_INTEGER);
+		if (!confirmed)
+			snprintf(err, sizeof(err), "unexpected reply to the release script");
+		freeReplyObject(reply);
+	}
+	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
+	if (!confirmed)
+		ereport(WARNING,
+				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
+				errdetail("%s", err),
+				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
+	pfree(key);
+	return confirmed;
+}
+
+/* Settle an entry whose outcome is unknown: release it, bounded. */
+void
+lf_settle_lease(LeaseEntry *e, bool fresh)
+{
+	e->state = cleanup_release(e->resource, e->identity, fresh) ? STATE_RELEASED : STATE_UNCONFIRMED;
+}
+
+/*
+ * An operation was interrupted with its outcome unknown: record it, so the
+ * end of the transaction cleans it up, then let the interrupt act.
+ */
+void
+lf_lease_interrupted(const char *resource, const char *identity, int64 generation,
+					 LeaseScope scope, int64 ttl, int64 minv)
+{
+	LeaseEntry *e = lf_find_lease(resource, identity);
+
+	if (e == NULL)
+		e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
+	else
+		e->state = STATE_UNKNOWN;
+	CHECK_FOR_INTERRUPTS();
+	/* not reached when the interrupt throws; if it did not, say so */
+	ereport(ERROR,
+			errcode(ERRCODE_QUERY_CANCELED),
+			errmsg("lease_fence: Redis request interrupted"));
+}
+
+/* Say why Redis was unavailable or the outcome unknown, without secrets. */
+void
+lf_report_redis_problem(const char *what, const char *resource, const char *err)
+{
+	ereport(WARNING,
+			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, err));
+}
+
+/* Make the transaction's current generation g (transaction scope). */
+static void
+set_local_generation(int64 g)
+{
+	char		buf[32];
+
+	snprintf(buf, sizeof(buf), INT64_FORMAT, g);
+	(void) set_config_option(LF_GENERATION_GUC, buf,
+							 superuser() ? PGC_SUSET : PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+
+/*
+ * A transaction-scoped lease was granted: its generation is the
+ * transaction's current generation to its end, whatever savepoints roll back
+ * (lease_fence.c); the SET LOCAL only makes SHOW agree.
+ *
+ * The lease fences its resource in this transaction, at its own generation
+ * (resource_fence.c): a holder with a newer one has fenced it already
+ * (LF001, and the transaction rolls back, releasing the lease), or a later
+ * holder's acquire waits here until this transaction ends, so this one never
+ * commits after it.  A fence made in a subtransaction dies with it if that
+ * rolls back, while the lease lives on: it is made again at commit.
+ */
+void
+lf_hold_in_transaction(LeaseEntry *e)
+{
+	Assert(e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD);
+	if (!xact_generation_set || e->generation > xact_generation)
+		xact_generation = e->generation;
+	xact_generation_set = true;
+	lf_set_lease_generation(true, xact_generation);
+	set_local_generation(e->generation);
+
+	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
+	(void) lf_fence_resource_at(e->resource, e->generation);
+}
+
+/* lease_fence.session_leases(): the rows of lease_fence.leases */
+Datum
+lf_session_leases(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	trim_entries(NULL);			/* no expired explicit lease is shown */
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		Datum		values[7];
+		bool		nulls[7];
+
+		memset(nulls, 0, sizeof(nulls));
+		values[0] = CStringGetTextDatum(e->resource);
+		values[1] = CStringGetTextDatum(e->identity);
+		values[2] = Int64GetDatum(e->generation);
+		nulls[2] = (e->generation == 0);	/* a release of another session's lease */
+		values[3] = CStringGetTextDatum(scope_names[e->scope]);
+		values[4] = CStringGetTextDatum(state_names[e->state]);
+		values[5] = TimestampTzGetDatum(e->acquired_at);
+		values[6] = TimestampTzGetDatum(e->expires_at);
+		nulls[6] = (e->state != STATE_HELD);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Transaction and session ends
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * PRE_COMMIT: every transaction-scoped lease must still be ours, with at
+ * least min_validity_ms left, or the commit fails with LF010.  One round
+ * trip per lease.  A lease acquired in a subtransaction fences its resource
+ * again first (LF001 if a newer holder fenced it meanwhile).
+ */
+static void
+verify_at_commit(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		char	   *key;
+		const char *keys[1];
+		const char *args[1];
+		redisReply *reply = NULL;
+		char		err[LF_ERRLEN];
+		LfRedisOutcome r;
+		int64		start;
+		int64		pttl = -3;
+
+		if (e->scope != SCOPE_TRANSACTION || e->state != STATE_HELD)
+			continue;
+		/* a fence a rolled-back subtransaction took with it: again, first */
+		if (e->fenced_in_subxact)
+			(void) lf_fence_resource_at(e->resource, e->generation);
+		key = lf_lease_key(e->resource);
+		keys[0] = key;
+		args[0] = e->identity;
+		start = lf_now_ms();
+		r = lf_run_script(LF_SCRIPT_CHECK, 1, keys, 1, args, lf_command_timeout_ms,
+						  LF_INTERRUPTIBLE, &reply, err);
+		if (r == LF_INTERRUPTED)
+			lf_lease_interrupted(e->resource, e->identity, e->generation, e->scope, e->ttl_ms, e->min_validity_ms);
+		if (r == LF_APPLIED)
+		{
+			if (reply->type == REDIS_REPLY_INTEGER)
+				pttl = reply->integer;
+			else
+			{
+				snprintf(err, sizeof(err), "unexpected reply");
+				r = LF_UNKNOWN;
+			}
+			freeReplyObject(reply);
+		}
+		pfree(key);
+
+		if (r != LF_APPLIED || pttl == -3 || pttl == -2 ||
+			(pttl >= 0 && lf_validity_after(pttl, lf_now_ms() - start) < e->min_validity_ms))
+			lf_count(LF_C_COMMIT_CHECK_LF010);
+		else
+			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
+
+		if (r != LF_APPLIED)
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
+					errdetail("%s", err),
+					errhint("The transaction was rolled back because its lease may have been lost."));
+		if (pttl == -3 || pttl == -2)
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" was lost before commit", e->resource),
+					errdetail("The lease key no longer holds this transaction's identity (generation " INT64_FORMAT ").",
+							  e->generation),
+					errhint("The transaction was rolled back; acquire the lease again and retry."));
+		if (pttl >= 0)
+		{
+			int64		left = lf_validity_after(pttl, lf_now_ms() - start);
+
+			if (left < e->min_validity_ms)
+				ereport(ERROR,
+						errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+						errmsg("lease on resource \"%s\" has too little validity left at commit", e->resource),
+						errdetail("About " INT64_FORMAT " ms are left; min_validity_ms is " INT64_FORMAT ".",
+								  left, e->min_validity_ms),
+						errhint("The transaction was rolled back; use a longer ttl_ms or renew before commit."));
+		}
+	}
+}
+
+/*
+ * End of transaction: release transaction-scoped leases, and settle leases
+ * whose outcome an interrupt left unknown.  Must not throw.
+ */
+static void
+release_at_xact_end(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if ((e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD) ||
+			e->state == STATE_UNKNOWN)
+			lf_settle_lease(e, e->state == STATE_UNKNOWN);
+	}
+	trim_entries(NULL);
+}
+
+static void
+lease_xact_callback(XactEvent event, void *arg)
+{
+	if (xact_generation_set &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		 event == XACT_EVENT_PREPARE))
+	{
+		xact_generation_set = false;
+		xact_generation = 0;
+		lf_set_lease_generation(false, 0);
+	}
+	if (leases == NIL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			verify_at_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			{
+				ListCell   *lc;
+
+				foreach(lc, leases)
+				{
+					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+					if (e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD)
+						ereport(ERROR,
+								errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"));
+				}
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			release_at_xact_end();
+			break;
+		default:
+			break;
+	}
+}
+
+/* Backend exit: release session-scoped leases and settle the unsure ones. */
+static void
+release_at_exit(int code, Datum arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
+			lf_settle_lease(e, false);
+	}
+}
+
+/* Called from _PG_init. */
+void
+lf_registry_init(void)
+{
+	RegisterXactCallback(lease_xact_callback, NULL);
+}

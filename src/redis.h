@@ -1,0 +1,111 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis.h
+ *	  The Redis layer: connections (redis_conn.c), their TLS transport
+ *	  (redis_tls.c), and the lease scripts with the classification of their
+ *	  replies (redis_script.c).  Nothing above this layer knows the Redis
+ *	  protocol.
+ *
+ * IDENTIFICATION
+ *	  src/redis.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LF_REDIS_H
+#define LF_REDIS_H
+
+#include <sys/types.h>
+
+struct redisReply;
+
+/* room for a reason in a WARNING: never a secret */
+#define LF_ERRLEN 256
+
+/* ---------------------------------------------------------------------
+ * redis_conn.c: one cached connection per server
+ * ---------------------------------------------------------------------
+ */
+
+/* the settings that say how long to wait */
+extern int	lf_connect_timeout_ms;
+extern int	lf_command_timeout_ms;
+extern int	lf_cleanup_timeout_ms;
+
+/* what became of one command sent on a connection */
+typedef enum LfSendResult
+{
+	LF_REPLY,					/* a reply arrived (it may be an error reply) */
+	LF_NOT_SENT,				/* not one byte of it left this backend */
+	LF_NO_REPLY,				/* it may have reached Redis; no reply came */
+	LF_SEND_INTERRUPTED			/* as LF_NO_REPLY, with an interrupt pending */
+} LfSendResult;
+
+/* flags of lf_redis_command */
+#define LF_FRESH			0x01	/* on a new connection, connect within the timeout */
+#define LF_INTERRUPTIBLE	0x02	/* cancel and terminate end the wait */
+
+extern int64 lf_now_ms(void);
+extern LfSendResult lf_redis_command(int argc, const char **argv, const size_t *argvlen,
+									 int timeout_ms, int flags,
+									 struct redisReply **reply, char *err);
+extern uint64 lf_redis_connection_serial(void);
+extern void lf_redis_disconnect_all(void);
+extern bool lf_read_secret_file(const char *path, const char *setting,
+								char *buf, size_t buflen, size_t *len,
+								char *err, size_t errlen);
+
+/* ---------------------------------------------------------------------
+ * redis_tls.c: the TLS transport (OpenSSL)
+ * ---------------------------------------------------------------------
+ */
+
+/* what a non-blocking TLS call waits for before it is called again */
+#define LF_WANT_READ	1
+#define LF_WANT_WRITE	2
+
+extern bool lf_tls_wanted(void);
+extern void lf_tls_describe(char *buf, size_t len);
+extern void *lf_tls_start(int fd, const char *host, char *err, size_t errlen);
+extern int	lf_tls_handshake(void *tls, int *want, char *err, size_t errlen);
+extern ssize_t lf_tls_read(void *tls, char *buf, size_t len, int *want, char *err, size_t errlen);
+extern ssize_t lf_tls_write(void *tls, const char *buf, size_t len, int *want, char *err, size_t errlen);
+extern bool lf_tls_pending(void *tls);
+extern bool lf_tls_idle_ok(void *tls);
+extern void lf_tls_free(void *tls);
+
+/* ---------------------------------------------------------------------
+ * redis_script.c: the scripts, their keys, and what their replies mean
+ * ---------------------------------------------------------------------
+ */
+
+/* what became of a script */
+typedef enum LfRedisOutcome
+{
+	LF_APPLIED,					/* it ran: its answer is *reply */
+	LF_NOT_APPLIED,				/* it certainly did not run */
+	LF_UNKNOWN,					/* it may have run; nobody can tell */
+	LF_INTERRUPTED				/* as LF_UNKNOWN, with an interrupt pending */
+} LfRedisOutcome;
+
+typedef enum LfScript
+{
+	LF_SCRIPT_ACQUIRE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
+	LF_SCRIPT_RENEW,			/* KEYS lease; ARGV identity, ttl_ms */
+	LF_SCRIPT_RELEASE,			/* KEYS lease; ARGV identity */
+	LF_SCRIPT_CHECK,			/* KEYS lease; ARGV identity */
+	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
+	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
+	LF_NUM_SCRIPTS
+} LfScript;
+
+extern char *lf_key_prefix;
+extern int	lf_gen_key_ttl_s;
+
+extern LfRedisOutcome lf_run_script(LfScript script, int nkeys, const char **keys,
+									int nargs, const char **args, int timeout_ms,
+									int flags, struct redisReply **reply, char *err);
+extern char *lf_lease_key(const char *resource);
+extern char *lf_generation_key(const char *resource);
+extern char *lf_owner_key(void);
+
+#endif							/* LF_REDIS_H */

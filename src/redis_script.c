@@ -1,0 +1,348 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_script.c
+ *	  The Lua scripts of the lease protocol, the Redis keys they work on, and
+ *	  what each reply means: applied, not applied, or unknown.
+ *
+ * Every operation is one script, so each compare-and-act happens atomically
+ * inside Redis:
+ *
+ *	acquire: busy if the lease key exists; stale if our generation is not
+ *			 above the highest generation ever granted for the resource;
+ *			 otherwise SET key identity PX ttl and store the generation.
+ *	renew:	 PEXPIRE only if the key still holds our identity (never
+ *			 recreates a lost key).
+ *	release: DEL only if the key still holds our identity.
+ *	check:	 PTTL if the key holds our identity (transaction scope, at
+ *			 PRE_COMMIT).
+ *	claim, takeover: the owner of key_prefix (lease.c).
+ *
+ * A script is sent as EVALSHA of its SHA1, a constant below; Redis answers
+ * NOSCRIPT when it has not seen the script since it started (or SCRIPT
+ * FLUSH), a definite "not run", and the script is then sent once with EVAL,
+ * which also loads it.  Builds with assertions check the constants against
+ * the texts at load time.
+ *
+ * IDENTIFICATION
+ *	  src/redis_script.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include <hiredis/hiredis.h>
+#ifdef USE_ASSERT_CHECKING
+#include <openssl/sha.h>
+#endif
+
+#include "lease_fence.h"
+#include "lib/stringinfo.h"
+#include "redis.h"
+#include "utils/guc.h"
+
+/* the key layout (superuser-only settings) */
+char	   *lf_key_prefix = NULL;
+int			lf_gen_key_ttl_s = 604800;
+
+/*
+ * Generations are compared as decimal strings (shorter is smaller), so no
+ * value goes through a Lua double and loses precision above 2^53.
+ * KEYS: lease key, generation key.  ARGV: identity, ttl_ms, generation,
+ * generation key TTL in seconds (0: none).
+ * Returns {1, generation} acquired, {0, ""} busy, {2, stored max} stale.
+ */
+static const char acquire_script[] =
+"local function lt(a, b)\n"
+"  if #a ~= #b then return #a < #b end\n"
+"  return a < b\n"
+"end\n"
+"local ttl = tonumber(ARGV[2])\n"
+"if not ttl or ttl <= 0 or ttl % 1 ~= 0 then\n"
+"  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')\n"
+"end\n"
+"if redis.call('EXISTS', KEYS[1]) == 1 then return {0, ''} end\n"
+"local maxg = redis.call('GET', KEYS[2])\n"
+"if maxg and not lt(maxg, ARGV[3]) then return {2, maxg} end\n"
+"redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
+"if ARGV[4] ~= '0' then\n"
+"  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])\n"
+"else\n"
+"  redis.call('SET', KEYS[2], ARGV[3])\n"
+"end\n"
+"return {1, ARGV[3]}\n";
+
+/* KEYS: lease key.  ARGV: identity, ttl_ms.  1 renewed, 0 lost. */
+static const char renew_script[] =
+"local ttl = tonumber(ARGV[2])\n"
+"if not ttl or ttl <= 0 or ttl % 1 ~= 0 then\n"
+"  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')\n"
+"end\n"
+"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
+"redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+"return 1\n";
+
+/* KEYS: lease key.  ARGV: identity.  1 released, 0 not held. */
+static const char release_script[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  redis.call('DEL', KEYS[1])\n"
+"  return 1\n"
+"end\n"
+"return 0\n";
+
+/* KEYS: lease key.  ARGV: identity.  PTTL if ours, -3 if not. */
+static const char check_script[] =
+"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+"  return redis.call('PTTL', KEYS[1])\n"
+"end\n"
+"return -3\n";
+
+/*
+ * The owner of key_prefix: KEYS: claim key.  ARGV: our owner id
+ * ("<system identifier>:<database OID>"), our claim value (the id, ':' and
+ * the database name, which is only for people reading it).  Claims the
+ * prefix if nobody has.  {2, value} claimed now, {1, value} ours already,
+ * {0, value} another database's.
+ */
+static const char claim_script[] =
+"local cur = redis.call('GET', KEYS[1])\n"
+"if not cur then\n"
+"  redis.call('SET', KEYS[1], ARGV[2])\n"
+"  return {2, ARGV[2]}\n"
+"end\n"
+"if cur == ARGV[1] or string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then\n"
+"  return {1, cur}\n"
+"end\n"
+"return {0, cur}\n";
+
+/* KEYS: claim key.  ARGV: our claim value.  The previous value, or nil. */
+static const char takeover_script[] =
+"local old = redis.call('GET', KEYS[1])\n"
+"redis.call('SET', KEYS[1], ARGV[1])\n"
+"return old\n";
+
+typedef struct LuaScript
+{
+	const char *text;
+	const char *sha1;			/* of text: what EVALSHA names it by */
+} LuaScript;
+
+/* in LfScript order */
+static const LuaScript scripts[LF_NUM_SCRIPTS] = {
+	{acquire_script, "ae6d784a15db7452e45f538d97c72de21366138d"},
+	{renew_script, "87a04a5b60ca339bc6a622cc5c8c22469a296fcf"},
+	{release_script, "7eeb9eb3b72e6836db4af01eacca253a701fa6ed"},
+	{check_script, "9d8e656463cd52674af576d89616dee95b0bf158"},
+	{claim_script, "01d274bc7a7f098fad55af65c2f72bd04296a5f2"},
+	{takeover_script, "53e5a980478e29c6df7b7bfb5150a71a2a2660f7"},
+};
+
+/*
+ * An error reply.  Errors Redis raises before running any of a script
+ * (loading, busy, auth, read-only replica, out of memory, cluster
+ * redirections) mean nothing was applied.  Anything else might have
+ * happened after a write inside the script: unknown.
+ */
+static LfRedisOutcome
+classify_error_reply(const redisReply *reply, char *err)
+{
+	static const char *const not_applied[] = {
+		"NOSCRIPT", "LOADING", "BUSY", "NOAUTH", "NOPERM", "WRONGPASS", "READONLY",
+		"MASTERDOWN", "OOM", "MISCONF", "CLUSTERDOWN", "MOVED", "ASK",
+		"TRYAGAIN", "CROSSSLOT", "NOREPLICAS"
+	};
+	size_t		i;
+
+	snprintf(err, LF_ERRLEN, "Redis answered: %s", reply->str);
+	for (i = 0; i < lengthof(not_applied); i++)
+	{
+		size_t		n = strlen(not_applied[i]);
+
+		if (strncmp(reply->str, not_applied[i], n) == 0 &&
+			(reply->str[n] == ' ' || reply->str[n] == '\0'))
+			return LF_NOT_APPLIED;
+	}
+	return LF_UNKNOWN;
+}
+
+/* What a command's end means for a script that was in it. */
+static LfRedisOutcome
+classify(LfSendResult r, redisReply **reply, char *err)
+{
+	LfRedisOutcome o;
+
+	switch (r)
+	{
+		case LF_REPLY:
+			if ((*reply)->type != REDIS_REPLY_ERROR)
+				return LF_APPLIED;
+			o = classify_error_reply(*reply, err);
+			freeReplyObject(*reply);
+			*reply = NULL;
+			return o;
+		case LF_NOT_SENT:
+			return LF_NOT_APPLIED;
+		case LF_NO_REPLY:
+			return LF_UNKNOWN;
+		case LF_SEND_INTERRUPTED:
+			return LF_INTERRUPTED;
+	}
+	return LF_UNKNOWN;			/* keep compiler quiet */
+}
+
+/*
+ * Run a script: EVALSHA, and EVAL when Redis answers NOSCRIPT.  Both share
+ * one deadline, timeout_ms.  On LF_APPLIED *reply is the script's answer (a
+ * malloc'd hiredis reply, never an error reply) for the caller to check and
+ * free; on anything else there is no reply and err says why.
+ */
+LfRedisOutcome
+lf_run_script(LfScript script, int nkeys, const char **keys,
+			  int nargs, const char **args, int timeout_ms, int flags,
+			  redisReply **reply, char *err)
+{
+	const LuaScript *s = &scripts[script];
+	const char *argv[12];
+	size_t		argvlen[12];
+	char		numkeys[8];
+	int			argc = 0;
+	int			i;
+	int64		start = lf_now_ms();
+	LfSendResult r;
+
+	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
+	snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+	argv[argc++] = "EVALSHA";
+	argv[argc++] = s->sha1;
+	argv[argc++] = numkeys;
+	for (i = 0; i < nkeys; i++)
+		argv[argc++] = keys[i];
+	for (i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	for (i = 0; i < argc; i++)
+		argvlen[i] = strlen(argv[i]);
+
+	r = lf_redis_command(argc, argv, argvlen, timeout_ms, flags, reply, err);
+	if (r == LF_REPLY && (*reply)->type == REDIS_REPLY_ERROR &&
+		strncmp((*reply)->str, "NOSCRIPT", 8) == 0)
+	{
+		int			left = timeout_ms - (int) (lf_now_ms() - start);
+
+		freeReplyObject(*reply);
+		*reply = NULL;
+		if (left <= 0)
+		{
+			snprintf(err, LF_ERRLEN, "timed out before the script could be loaded");
+			return LF_NOT_APPLIED;
+		}
+		argv[0] = "EVAL";
+		argv[1] = s->text;
+		argvlen[0] = 4;
+		argvlen[1] = strlen(s->text);
+		/* the connection that answered NOSCRIPT is fine: not a fresh one */
+		r = lf_redis_command(argc, argv, argvlen, left, flags & ~LF_FRESH, reply, err);
+	}
+	return classify(r, reply, err);
+}
+
+/*
+ * The two keys of a resource: <key_prefix>{<resource>} and
+ * <key_prefix>{<resource>}:gen.  Redis Cluster hashes the text between the
+ * first '{' and the first '}' after it, so both keys share one slot, unless
+ * that text is empty: a resource that starts with '}'.  Such a resource is
+ * named by its hexadecimal spelling instead, <key_prefix>{<hex>}#lease and
+ * <key_prefix>{<hex>}#gen: the tag is never empty, and no other resource's
+ * key can be spelt the same (those end in '}' or ':gen').  The key_prefix
+ * holds no brace (its check hook refuses them), and every other resource
+ * keeps the key names of 1.1, so leases held across an upgrade stay valid.
+ */
+static char *
+resource_key(const char *resource, bool gen)
+{
+	const char *prefix = lf_key_prefix ? lf_key_prefix : "";
+	StringInfoData key;
+
+	if (resource[0] != '}')
+		return psprintf("%s{%s}%s", prefix, resource, gen ? ":gen" : "");
+
+	initStringInfo(&key);
+	appendStringInfo(&key, "%s{", prefix);
+	for (; *resource; resource++)
+		appendStringInfo(&key, "%02x", (unsigned char) *resource);
+	appendStringInfoString(&key, gen ? "}#gen" : "}#lease");
+	return key.data;
+}
+
+char *
+lf_lease_key(const char *resource)
+{
+	return resource_key(resource, false);
+}
+
+char *
+lf_generation_key(const char *resource)
+{
+	return resource_key(resource, true);
+}
+
+/*
+ * <key_prefix>owner: no brace follows the prefix, so it is never a lease key
+ * <key_prefix>{...} or a generation key <key_prefix>{...}:gen.
+ */
+char *
+lf_owner_key(void)
+{
+	return psprintf("%sowner", lf_key_prefix ? lf_key_prefix : "");
+}
+
+/*
+ * GUC check hook of lease_fence.key_prefix: no braces.  The keys of a
+ * resource are <key_prefix>{<resource>}...; a brace in the prefix would move
+ * the Redis Cluster hash tag away from the resource, and the lease key and
+ * the generation key could land in different slots.
+ */
+static bool
+check_key_prefix(char **newval, void **extra, GucSource source)
+{
+	if (*newval && strpbrk(*newval, "{}") != NULL)
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errdetail("A key prefix must not contain '{' or '}'.");
+		GUC_check_errhint("The resource name in braces is the key's Redis Cluster hash tag.");
+		return false;
+	}
+	return true;
+}
+
+/* Called from _PG_init: the settings of the key layout. */
+void
+lf_scripts_init(void)
+{
+#ifdef USE_ASSERT_CHECKING
+	int			n;
+
+	/* the SHA1 constants belong to the texts */
+	for (n = 0; n < LF_NUM_SCRIPTS; n++)
+	{
+		unsigned char digest[SHA_DIGEST_LENGTH];
+		char		hex[2 * SHA_DIGEST_LENGTH + 1];
+		int			i;
+
+		SHA1((const unsigned char *) scripts[n].text, strlen(scripts[n].text), digest);
+		for (i = 0; i < SHA_DIGEST_LENGTH; i++)
+			snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+		Assert(strcmp(hex, scripts[n].sha1) == 0);
+	}
+#endif
+
+	DefineCustomStringVariable("lease_fence.key_prefix",
+							   "Prefix of the Redis keys of leases; two databases must not share one.",
+							   "It must not contain '{' or '}': the resource in braces is the Redis Cluster hash tag.",
+							   &lf_key_prefix, "lease_fence:",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_key_prefix, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.gen_key_ttl_s",
+							"Seconds the highest-generation key of a resource outlives its last grant (0: forever).",
+							NULL, &lf_gen_key_ttl_s, 604800, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+}

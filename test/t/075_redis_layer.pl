@@ -1,0 +1,124 @@
+# 075_redis_layer.pl — the connection cache and the scripts (README,
+# "Connections").
+#
+# One session that switches between two Redis servers and back keeps one
+# connection to each: the first server sees one connection, not two.  Each
+# new connection is checked with exactly one PING before its first request.
+# Scripts go as EVALSHA of their fixed SHA1s: after SCRIPT FLUSH, each script
+# is sent with EVAL once (NOSCRIPT), then only as EVALSHA — were a SHA1
+# constant wrong, every call would be NOSCRIPT and EVAL.  A Redis restarted
+# between two requests costs a new connection, not an error.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $a = LeaseFenceRedis->new;
+my $b = LeaseFenceRedis->new;
+my $node = $a->node('layer');
+
+# calls of a command since CONFIG RESETSTAT
+sub calls
+{
+	my ($redis, $cmd) = @_;
+	my $info = $redis->cli('INFO', 'commandstats');
+	return $info =~ /^cmdstat_\Q$cmd\E:calls=(\d+),/m ? $1 : 0;
+}
+
+sub connections
+{
+	my ($redis) = @_;
+	return $redis->cli('INFO', 'stats') =~ /^total_connections_received:(\d+)/m ? $1 : -1;
+}
+
+# --- the keyed cache: A, then B, then A again, in one session
+{
+	my $s = session($node);
+	sql_ok($s, "LOAD 'lease_fence'");
+	my $a0 = connections($a);
+	my $b0 = connections($b);
+	for my $round (1 .. 2)
+	{
+		for my $server ([ a => $a ], [ b => $b ])
+		{
+			my ($name, $redis) = @$server;
+			sql_ok($s, "SET lease_fence.redis_socket = " . LeaseFenceTest::lit($redis->socket_path));
+			my $r = acquire($s, "r-$name-$round", 30000);
+			is($r->{status}, 'acquired', "round $round, server $name: acquired");
+			is($redis->cli('GET', lkey("r-$name-$round")), $r->{identity}, "round $round, server $name: the key is on $name");
+			is(release($s, "r-$name-$round", $r->{identity})->{status}, 'released', "round $round, server $name: released");
+		}
+	}
+	# (redis-cli's own connections count too: one per call of connections()
+	# and of each GET above, all counted in $a0/$b0 and below alike)
+	my $cli_calls = 2 + 1;    # the GETs of the two rounds, and connections() itself
+	is(connections($a) - $a0 - $cli_calls, 1, 'server a: one connection from the session for both rounds');
+	is(connections($b) - $b0 - $cli_calls, 1, 'server b: one connection from the session for both rounds');
+	$s->quit;
+}
+
+# --- PING once per new connection; EVALSHA of the constant SHA1s
+{
+	$a->cli('SCRIPT', 'FLUSH');
+	$a->cli('CONFIG', 'RESETSTAT');
+	my $s = session($node);
+	for my $i (1 .. 10)
+	{
+		my $r = acquire($s, "r-sha-$i", 30000);
+		need($r->{status}, 'acquired', "acquire $i");
+		need(release($s, "r-sha-$i", $r->{identity})->{status}, 'released', "release $i");
+	}
+	$s->quit;
+	is(calls($a, 'ping'), 1, 'one PING for one new connection');
+	# acquire, release, and the key_prefix owner check once per connection:
+	# each sent as EVAL once, after its NOSCRIPT
+	is(calls($a, 'eval'), 3, 'after SCRIPT FLUSH: each script sent with EVAL once');
+	is(calls($a, 'evalsha'), 1 + 10 + 10,
+		'every call an EVALSHA: the owner check once, 10 acquires, 10 releases');
+	is($a->cli('SCRIPT', 'EXISTS', '7eeb9eb3b72e6836db4af01eacca253a701fa6ed'), '1',
+		'Redis knows the release script by the SHA1 lease_fence names it by');
+}
+
+# --- the same over TCP: one connection, two commands per cycle
+{
+	$a->cli('CONFIG', 'RESETSTAT');
+	my $s = session($node);
+	sql_ok($s, "LOAD 'lease_fence'");
+	sql_ok($s, "SET lease_fence.redis_socket = ''");
+	sql_ok($s, "SET lease_fence.redis_port = " . $a->port);
+	for my $i (1 .. 10)
+	{
+		my $r = acquire($s, "r-tcp-$i", 30000);
+		need($r->{status}, 'acquired', "acquire $i over TCP");
+		need(release($s, "r-tcp-$i", $r->{identity})->{status}, 'released', "release $i over TCP");
+	}
+	$s->quit;
+	note $a->cli('INFO', 'commandstats');
+	is(calls($a, 'ping'), 1, 'over TCP: one PING for one new connection');
+	is(calls($a, 'eval'), 0, 'over TCP: no EVAL (the scripts are loaded)');
+	is(calls($a, 'evalsha'), 1 + 10 + 10, 'over TCP: the owner check once, then one EVALSHA per acquire and per release');
+}
+
+# --- a Redis restarted between two requests: a new connection, no error
+{
+	my $s = session($node);
+	my $r = acquire($s, 'r-before', 30000);
+	is($r->{status}, 'acquired', 'before the restart: acquired');
+	$a->stop;
+	$r = acquire($s, 'r-down', 30000);
+	is($r->{status}, 'unavailable', 'Redis stopped: unavailable, on the cached connection');
+	$a->start;
+	$r = acquire($s, 'r-after', 30000);
+	is($r->{status}, 'acquired', 'after the restart: acquired on a new connection');
+	$s->quit;
+}
+
+done_testing();
