@@ -404,6 +404,8 @@ exchange_argv(LfConn *c, int argc, const char **argv, const size_t *argvlen,
 		return LF_NOT_SENT;
 	}
 	r = exchange(c, cmd, (size_t) len, deadline, interruptible, out, err);
+	/* AUTH carries the password: leave none of it in freed memory */
+	explicit_bzero(cmd, (size_t) len);
 	redisFreeCommand(cmd);
 	return r;
 }
