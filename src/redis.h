@@ -64,6 +64,7 @@ extern bool lf_read_secret_file(const char *path, const char *setting,
 #define LF_WANT_WRITE	2
 
 extern bool lf_tls_wanted(void);
+extern bool lf_tls_has_client_cert(void);
 extern void lf_tls_describe(char *buf, size_t len);
 extern void *lf_tls_start(int fd, const char *host, char *err, size_t errlen);
 extern int	lf_tls_handshake(void *tls, int *want, char *err, size_t errlen);

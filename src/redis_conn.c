@@ -550,9 +550,18 @@ setup_command(LfConn *c, int argc, const char **argv, const char *expected,
 			bool		closed = strstr(why, "closed the connection") != NULL ||
 				strstr(why, "reset by peer") != NULL;
 
+			/*
+			 * Likewise a TLS server that requires a client certificate:
+			 * under TLS 1.3 it says so (an alert) after the handshake, and
+			 * closes the connection; when the reset overtakes the alert, the
+			 * alert is lost, so say where to look here too.
+			 */
 			snprintf(err, LF_ERRLEN, "connection check (PING) failed: %s%s", why,
-					 closed && c->tls == NULL ?
-					 " (a server that expects TLS closes a plaintext connection: see lease_fence.redis_sslmode)" : "");
+					 !closed ? "" :
+					 c->tls == NULL ?
+					 " (a server that expects TLS closes a plaintext connection: see lease_fence.redis_sslmode)" :
+					 !lf_tls_has_client_cert() ?
+					 " (a server that requires a client certificate closes a connection without one: see lease_fence.redis_sslcert)" : "");
 		}
 		else
 			snprintf(err, LF_ERRLEN, "%s failed: %s", argv[0], why);

@@ -79,6 +79,13 @@ lf_tls_wanted(void)
 	return lf_redis_sslmode != LF_SSL_DISABLE;
 }
 
+/* Is a client certificate configured? */
+bool
+lf_tls_has_client_cert(void)
+{
+	return is_set(lf_redis_sslcert);
+}
+
 /* The TLS settings, for the key of a cached connection ("" when disabled). */
 void
 lf_tls_describe(char *buf, size_t len)
