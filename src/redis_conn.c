@@ -319,6 +319,21 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
 }
 
 /*
+ * The system calls of one command on a cached connection, each needed:
+ *	poll()			the idle-connection check before sending (lookup_conn):
+ *					a Redis that closed the connection (restart, stop) is
+ *					seen here, and the command goes on a new connection or
+ *					is "unavailable".  Without it, a write to a closed TCP
+ *					peer succeeds and only the read fails, which would make a
+ *					stopped Redis "unknown".  A cheaper tell does not exist:
+ *					the kernel alone knows the peer has gone.
+ *	send()			the request, whole in one call (it is small);
+ *	epoll_wait()	the wait for the reply, on the latch too (cancel,
+ *					terminate, postmaster death), bounded by the deadline;
+ *	recv()			the reply, usually whole in one call.
+ * No read is tried before the wait (the reply cannot be there before it is
+ * sent), and the wait event set is kept while the socket lives.
+ *
  * Send one formatted command on c and wait for its reply until deadline.
  * On anything but LF_REPLY the connection is in an unknown state: the caller
  * closes it.  On LF_REPLY *out is a malloc'd hiredis reply.
