@@ -260,18 +260,29 @@ def main():
             rep.data[(sec, "floor")] = floor
             for v, label in (("lease_fence", "lease_fence acquire + release (pgbench)"),
                              ("sql", "floor, SQL part: SELECT 1; SELECT 1 (pgbench)"),
-                             ("redis_set", "floor, Redis part: SET NX PX (redis-benchmark)"),
-                             ("redis_eval", "floor, Redis part: EVAL compare-and-delete (redis-benchmark)"),
-                             ("floor", "floor = 1 / (1/sql + 1/set + 1/eval): shared CPUs")):
+                             ("redis_set", "floor, Redis part: the acquire script (redis-benchmark) ⁵"),
+                             ("redis_eval", "floor, Redis part: the release script (redis-benchmark)"),
+                             ("floor", "floor = 1 / (1/sql + 1/acquire + 1/release): shared CPUs")):
                 lo, hi = rep.rng(sec, v)
                 out(f"   {c:2d} clients  {label:<58} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
             rep.ratio(f"6  throughput, {c} client{'s' if c > 1 else ''}: lease_fence / floor", s_("lease_fence"), floor,
                       0.8 if c == 16 else None, "min" if c == 16 else None)
+        if ("clients_1", "lease_fence") in rep.data:
+            out("   ⁵ EVALSHA of lease_fence's own scripts, with the SHA1s it sends: a grant on a fresh lease key")
+            out("     and generation key (random, -r 1e8), and a compare-and-delete that finds no key (GET only; the")
+            out("     cycle's release also deletes).  Each part runs alone at the same client count on the same CPUs.")
         if ("syscalls", "cycle") in rep.data:
             per = {v: rep.med("syscall", v) for (sec, v) in rep.data if sec == "syscall"}
             top = ", ".join(f"{v} {n:.2f}" for v, n in sorted(per.items(), key=lambda x: -x[1])[:8])
             out(f"   system calls per cycle (strace -c -f on one backend)               {rep.med('syscalls', 'cycle'):9.2f}")
             out(f"     of which: {top}")
+        waits = {v: rep.med("waits", v) for (sec, v) in rep.data if sec == "waits"}
+        if waits:
+            top = ", ".join(f"{v} {100 * n:.0f}%" for v, n in sorted(waits.items(), key=lambda x: -x[1])[:6])
+            out("   where the 16 backends are (pg_stat_activity sampled during a run of its own):")
+            out(f"     {top}")
+            out("     (Extension: waiting for Redis' reply, or for a CPU after it came; Client: for pgbench;")
+            out("     LWLock:WALWrite and IO:WALSync: a draw waiting for the WAL flush that makes its generation durable)")
         if ("cycle_ir", "cycle") in rep.data:
             out(f"   instructions per cycle (callgrind, inside the executor, {meta.get('cg_cycles', '?')} cycles)   {rep.med('cycle_ir', 'cycle'):9.0f}")
             ir = rep.med("cycle_ir", "cycle")

@@ -311,10 +311,11 @@ fi
 # ---------------------------------------------------------------------
 # Throughput at 1, 4 and 16 clients (each on a resource of its own) against
 # the floor at the same concurrency: two trivial SQL statements (pgbench)
-# and the two Redis commands (redis-benchmark, SET NX PX and the EVAL of a
-# compare-and-delete), each measured alone.  All of them share the same 2
-# CPUs, so the floor of a cycle is the sum of its parts' times per
-# operation: floor tps = 1 / (1/sql + 1/set + 1/eval).  System calls per
+# and lease_fence's own two scripts (redis-benchmark: EVALSHA of the acquire
+# script and of the release script, with the SHA1s the extension sends),
+# each measured alone.  All of them share the same 2 CPUs, so the floor of
+# a cycle is the sum of its parts' times per operation:
+# floor tps = 1 / (1/sql + 1/acquire script + 1/release script).  System calls per
 # cycle: strace -c -f attached to one pgbench backend, divided by the
 # cycles its session completed meanwhile (lease_fence.stats).
 if want 6; then
@@ -327,15 +328,26 @@ redis_rps() {	# clients, then the command: requests per second
 	[ -n "$rps" ] || die "redis-benchmark $1 failed"
 	echo "$rps"
 }
-release_lua6="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+# the scripts' SHA1s as the extension sends them; one cycle loads both
+sha_of() { sed -n "s/.*{$1_script, \"\([0-9a-f]\{40\}\)\"}.*/\1/p" "$LF_SRC/src/redis_script.c"; }
+acq_sha=$(sha_of acquire)
+rel_sha=$(sha_of release)
+[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/redis_script.c"
+psql_u -c "SELECT lease_fence.release('bench-load', (lease_fence.acquire('bench-load', 1000)).identity)" >/dev/null ||
+	die "a cycle to load the scripts failed"
+[ "$(lf_redis_cli SCRIPT EXISTS "$acq_sha" "$rel_sha" | tr -d '\n')" = 11 ] || die "the scripts are not loaded"
+# the keys and arguments of a grant: a fresh lease key and generation key,
+# a 32-digit identity, a TTL, a generation, no generation-key TTL
+ident6=0123456789abcdef0123456789abcdef
 for ((r = 1; r <= CLIENT_ROUNDS; r++)); do
 	for c in 1 4 16; do
 		for v in $(rotate "$r" lease_fence sql redis_set redis_eval); do
 			case $v in
 			lease_fence) x=$(pgbench_tps cycle_clients "$c" "") ;;
 			sql) x=$(pgbench_tps floor_sql "$c" "") ;;
-			redis_set) x=$(redis_rps "$c" SET 'bench:floor:__rand_int__' v NX PX 30000) ;;
-			redis_eval) x=$(redis_rps "$c" EVAL "$release_lua6" 1 'bench:floor:__rand_int__' v) ;;
+			redis_set) x=$(redis_rps "$c" EVALSHA "$acq_sha" 2 'bench:floor:{__rand_int__}' \
+				'bench:floor:{__rand_int__}:gen' "$ident6" 30000 1000 0) ;;
+			redis_eval) x=$(redis_rps "$c" EVALSHA "$rel_sha" 1 'bench:floor:{__rand_int__}' "$ident6") ;;
 			esac
 			[ -n "$x" ] || die "throughput $v at $c clients failed"
 			sample "clients_$c" "$v" "$r" "$x" tps
@@ -365,6 +377,24 @@ calls=$(awk '$NF == "total" { print $4 }' "$raw/strace.txt")
 sample syscalls cycle 1 "$(awk -v s="$calls" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls
 awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$raw/strace.txt" |
 	while read -r name count; do sample syscall "$name" 1 "$(awk -v s="$count" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls; done
+
+# Where the 16 backends of the cycle spend their time: pg_stat_activity's
+# wait event of each, sampled by psql in a loop during a run of its own (the
+# sampling takes CPU, so this run's throughput is not reported).  CPU means
+# running or runnable; Extension is lease_fence waiting for Redis.
+(cd "$LF_WORK" && lf_as_user env PGAPPNAME=bench_waits "$PGBENCH" -n -M prepared -c 16 -j 16 -T 5 \
+	-f "$LF_SRC/test/bench/pgbench/cycle_clients.sql" >"$raw/pgbench_waits.out" 2>&1) &
+bg=$!
+sleep 1
+for i in $(seq 1 150); do
+	psql_u -c "SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') FROM pg_stat_activity WHERE application_name = 'bench_waits'"
+done >"$raw/waits.txt"
+wait "$bg"
+n=$(wc -l <"$raw/waits.txt")
+[ "$n" -gt 0 ] || die "no wait events sampled"
+sort "$raw/waits.txt" | uniq -c | while read -r count name; do
+	sample waits "$name" 1 "$(awk -v s="$count" -v n="$n" 'BEGIN { printf "%.3f", s / n }')" share
+done
 fi
 
 # ---------------------------------------------------------------------
