@@ -106,9 +106,24 @@ outcome_row(FunctionCallInfo fcinfo, const LfOutcome *o)
 	int			n = 0;
 
 	Assert(o->status <= LF_C_RELEASE_UNKNOWN);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	tupdesc = BlessTupleDesc(tupdesc);
+
+	/*
+	 * The row type, built once per call site and kept with it (fn_extra,
+	 * in the memory context of the call's FmgrInfo): building it costs
+	 * more than the rest of the row.
+	 */
+	tupdesc = (TupleDesc) fcinfo->flinfo->fn_extra;
+	if (tupdesc == NULL)
+	{
+		MemoryContext old;
+
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = tupdesc;
+	}
 	lf_count(o->status);
 
 	memset(nulls, 0, sizeof(nulls));
@@ -489,6 +504,48 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
  */
 
 /*
+ * A new lease identity: 128 bits from the strong random source, as 32
+ * lower-case hex digits.  The bits are drawn 32 kB at a time: each call
+ * into the random source first asks OpenSSL whether it is seeded
+ * (RAND_status), which costs as much as generating tens of kB
+ * and every byte is handed out once: each identity takes the next 16 bytes,
+ * and the bytes are wiped as they go.  The buffer belongs to the process
+ * that filled it: a child of a fork (a background worker, say) would share
+ * its parent's unread bytes, so a process that did not fill it draws anew
+ * (MyProcPid: every PostgreSQL process sets it after its fork, and reading
+ * it costs no system call, unlike getpid()).
+ */
+#define LF_RANDOM_BLOCK 32768
+
+static void
+new_identity(char *identity)
+{
+	static uint8 block[LF_RANDOM_BLOCK];
+	static size_t used = LF_RANDOM_BLOCK;
+	static int	filled_by = 0;
+	static const char hex[] = "0123456789abcdef";
+	int			i;
+
+	if (used + 16 > LF_RANDOM_BLOCK || filled_by != MyProcPid)
+	{
+		if (!pg_strong_random(block, sizeof(block)))
+			ereport(ERROR,
+					errcode(ERRCODE_INTERNAL_ERROR),
+					errmsg("could not generate a random lease identity"));
+		used = 0;
+		filled_by = MyProcPid;
+	}
+	for (i = 0; i < 16; i++)
+	{
+		identity[2 * i] = hex[block[used + i] >> 4];
+		identity[2 * i + 1] = hex[block[used + i] & 0x0f];
+	}
+	identity[32] = '\0';
+	memset(block + used, 0, 16);
+	used += 16;
+}
+
+/*
  * An acquire whose outcome is unknown: recorded, and released at once,
  * bounded, on a fresh connection (the one that lost the reply may still
  * deliver it late).
@@ -517,7 +574,6 @@ lf_acquire(PG_FUNCTION_ARGS)
 	int64		ttl = check_ttl(fcinfo, 1);
 	int64		minv = check_min_validity(fcinfo, 2, ttl);
 	LeaseScope	scope = check_scope(fcinfo, 3);
-	uint8		random[16];
 	char		identity[33];
 	int64		generation;
 	char		genbuf[32];
@@ -532,7 +588,6 @@ lf_acquire(PG_FUNCTION_ARGS)
 	int64		validity;
 	long long	code;
 	LeaseEntry *e;
-	int			i;
 
 	if (scope == SCOPE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,
@@ -541,12 +596,7 @@ lf_acquire(PG_FUNCTION_ARGS)
 				errdetail("It would be released as soon as this statement ends."),
 				errhint("Use BEGIN first, or scope 'explicit'."));
 
-	if (!pg_strong_random(random, sizeof(random)))
-		ereport(ERROR,
-				errcode(ERRCODE_INTERNAL_ERROR),
-				errmsg("could not generate a random lease identity"));
-	for (i = 0; i < 16; i++)
-		snprintf(identity + 2 * i, 3, "%02x", random[i]);
+	new_identity(identity);
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
 	if (!key_prefix_is_ours(resource))
@@ -554,9 +604,10 @@ lf_acquire(PG_FUNCTION_ARGS)
 
 	/* the generation: durable before it leaves the backend */
 	generation = lf_draw_generation();
-	snprintf(genbuf, sizeof(genbuf), INT64_FORMAT, generation);
-	snprintf(ttlbuf, sizeof(ttlbuf), INT64_FORMAT, ttl);
-	snprintf(genttl, sizeof(genttl), "%d", lf_gen_key_ttl_s);
+	/* (pg_lltoa: printf-style formatting cost more than the rest of the args) */
+	pg_lltoa(generation, genbuf);
+	pg_lltoa(ttl, ttlbuf);
+	pg_ltoa(lf_gen_key_ttl_s, genttl);
 
 	keys[0] = lf_lease_key(resource);
 	keys[1] = lf_generation_key(resource);
@@ -694,7 +745,7 @@ lf_renew(PG_FUNCTION_ARGS)
 	LfOutcome	o = {LF_C_RENEW_RENEWED};
 	LeaseEntry *e = lf_find_lease(resource, identity);
 
-	snprintf(ttlbuf, sizeof(ttlbuf), INT64_FORMAT, ttl);
+	pg_lltoa(ttl, ttlbuf);
 
 	start = lf_now_ms();
 	r = run_identity_script(LF_SCRIPT_RENEW, "renew", resource, identity, ttlbuf, e, ttl, minv, &answer);

@@ -70,13 +70,18 @@ static void release_at_exit(int code, Datum arg);
 LeaseEntry *
 lf_find_lease(const char *resource, const char *identity)
 {
-	ListCell   *lc;
+	int			i;
 
-	foreach(lc, leases)
+	/*
+	 * Newest first: the lease a session renews or releases is usually the
+	 * one it took last.  An identity is unique, so the order does not change
+	 * the answer; it is compared first, as it differs soonest.
+	 */
+	for (i = list_length(leases) - 1; i >= 0; i--)
 	{
-		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+		LeaseEntry *e = (LeaseEntry *) list_nth(leases, i);
 
-		if (strcmp(e->resource, resource) == 0 && strcmp(e->identity, identity) == 0)
+		if (strcmp(e->identity, identity) == 0 && strcmp(e->resource, resource) == 0)
 			return e;
 	}
 	return NULL;
@@ -97,7 +102,17 @@ lf_find_lease(const char *resource, const char *identity)
  * exit or at transaction end) and never dropped; unknown ones are settled at
  * transaction end.  keep, if not NULL, is never dropped (an entry a caller
  * is about to use).
+ *
+ * The view trims before it shows anything, so it always shows the caps
+ * exactly.  Adding a lease and ending a transaction trim only every
+ * LF_TRIM_EVERY additions (maybe_trim): a walk over the whole list per
+ * acquire cost more than the rest of the bookkeeping, and the list then
+ * holds at most LF_TRIM_EVERY entries beyond the caps.
  */
+#define LF_TRIM_EVERY 32
+
+static int	added_since_trim = 0;
+
 static void
 trim_entries(LeaseEntry *keep)
 {
@@ -107,6 +122,7 @@ trim_entries(LeaseEntry *keep)
 	TimestampTz now;
 	ListCell   *lc;
 
+	added_since_trim = 0;
 	if (leases == NIL)
 		return;
 	now = GetCurrentTimestamp();
@@ -157,6 +173,14 @@ trim_entries(LeaseEntry *keep)
 	}
 }
 
+/* Trim when LF_TRIM_EVERY leases were added since the last trim. */
+static void
+maybe_trim(LeaseEntry *keep)
+{
+	if (added_since_trim >= LF_TRIM_EVERY)
+		trim_entries(keep);
+}
+
 /* Record a new lease of this session. */
 LeaseEntry *
 lf_add_lease(const char *resource, const char *identity, int64 generation,
@@ -188,7 +212,8 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->min_validity_ms = minv;
 	leases = lappend(leases, e);
 	MemoryContextSwitchTo(old);
-	trim_entries(e);
+	added_since_trim++;
+	maybe_trim(e);
 	return e;
 }
 
@@ -440,7 +465,7 @@ release_at_xact_end(void)
 			e->state == STATE_UNKNOWN)
 			lf_settle_lease(e, e->state == STATE_UNKNOWN);
 	}
-	trim_entries(NULL);
+	maybe_trim(NULL);
 }
 
 static void

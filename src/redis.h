@@ -49,6 +49,9 @@ extern LfSendResult lf_redis_command(int argc, const char **argv, const size_t *
 									 int timeout_ms, int flags,
 									 struct redisReply **reply, char *err);
 extern uint64 lf_redis_connection_serial(void);
+/* assign hooks of the settings that decide the server */
+extern void lf_redis_string_changed(const char *newval, void *extra);
+extern void lf_redis_int_changed(int newval, void *extra);
 extern void lf_redis_disconnect_all(void);
 extern bool lf_read_secret_file(const char *path, const char *setting,
 								char *buf, size_t buflen, size_t *len,

@@ -2,9 +2,9 @@
  *
  * redis_conn.c
  *	  Connections to Redis: one cached connection per server, on a socket of
- *	  our own (plain, or TLS through redis_tls.c), with hiredis as the
- *	  protocol codec only: its formatter builds each request, its reader
- *	  parses each reply.  Every wait is bounded and interruptible.
+ *	  our own (plain, or TLS through redis_tls.c).  Requests are formatted
+ *	  here (RESP arrays of bulk strings); hiredis's reader parses every
+ *	  reply.  Every wait is bounded and interruptible.
  *
  * The whole point of the lease helper is to tell "no" from "unknown", so each
  * command ends in one of four ways (LfSendResult):
@@ -56,6 +56,7 @@
 
 #include "compat.h"
 #include "lease_fence.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "redis.h"
 #include "storage/ipc.h"
@@ -95,6 +96,28 @@ typedef struct LfConn
 
 static HTAB *connections = NULL;
 static uint64 last_serial = 0;
+
+/*
+ * Bumped by the assign hook of every setting that decides the server
+ * (here and in redis_tls.c): while it stays, the entry lookup_conn found
+ * last is the one it would find again, without building the key.  Entries
+ * are never removed, and dynahash never moves them.
+ */
+static uint64 settings_version = 1;
+static LfConn *last_conn = NULL;
+static uint64 last_conn_version = 0;
+
+void
+lf_redis_string_changed(const char *newval, void *extra)
+{
+	settings_version++;
+}
+
+void
+lf_redis_int_changed(int newval, void *extra)
+{
+	settings_version++;
+}
 
 /*
  * One wait event set, for the socket last waited on, kept while that socket
@@ -296,6 +319,21 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
 }
 
 /*
+ * The system calls of one command on a cached connection, each needed:
+ *	poll()			the idle-connection check before sending (lookup_conn):
+ *					a Redis that closed the connection (restart, stop) is
+ *					seen here, and the command goes on a new connection or
+ *					is "unavailable".  Without it, a write to a closed TCP
+ *					peer succeeds and only the read fails, which would make a
+ *					stopped Redis "unknown".  A cheaper tell does not exist:
+ *					the kernel alone knows the peer has gone.
+ *	send()			the request, whole in one call (it is small);
+ *	epoll_wait()	the wait for the reply, on the latch too (cancel,
+ *					terminate, postmaster death), bounded by the deadline;
+ *	recv()			the reply, usually whole in one call.
+ * No read is tried before the wait (the reply cannot be there before it is
+ * sent), and the wait event set is kept while the socket lives.
+ *
  * Send one formatted command on c and wait for its reply until deadline.
  * On anything but LF_REPLY the connection is in an unknown state: the caller
  * closes it.  On LF_REPLY *out is a malloc'd hiredis reply.
@@ -387,26 +425,72 @@ exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 	}
 }
 
-/* Format argv with hiredis and exchange it. */
+/* Write n as decimal digits at p; returns the end. */
+static char *
+put_decimal(char *p, size_t n)
+{
+	char		digits[24];
+	int			i = sizeof(digits);
+
+	do
+	{
+		digits[--i] = '0' + n % 10;
+		n /= 10;
+	} while (n > 0);
+	memcpy(p, digits + i, sizeof(digits) - i);
+	return p + sizeof(digits) - i;
+}
+
+/*
+ * Format argv as a RESP request (an array of bulk strings: *argc, then
+ * $len and the bytes of each argument) and exchange it.  The request is
+ * built in one buffer kept for the backend's life, sized once per request,
+ * without printf (it runs for every argument of every command).
+ */
 static LfSendResult
 exchange_argv(LfConn *c, int argc, const char **argv, const size_t *argvlen,
 			  int64 deadline, bool interruptible, redisReply **out, char *err)
 {
-	char	   *cmd = NULL;
-	long long	len;
+	static StringInfoData request = {NULL, 0, 0, 0};
+	size_t		need = 16;
+	char	   *p;
+	int			i;
 	LfSendResult r;
 
-	len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-	if (len < 0 || cmd == NULL)
+	for (i = 0; i < argc; i++)
+		need += argvlen[i] + 26;	/* $, up to 20 digits, 2 CRLFs, the bytes */
+	if (request.data == NULL)
 	{
-		*out = NULL;
-		snprintf(err, LF_ERRLEN, "could not format the command (out of memory)");
-		return LF_NOT_SENT;
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		initStringInfo(&request);
+		MemoryContextSwitchTo(old);
 	}
-	r = exchange(c, cmd, (size_t) len, deadline, interruptible, out, err);
-	/* AUTH carries the password: leave none of it in freed memory */
-	explicit_bzero(cmd, (size_t) len);
-	redisFreeCommand(cmd);
+	resetStringInfo(&request);
+	enlargeStringInfo(&request, (int) need);
+
+	p = request.data;
+	*p++ = '*';
+	p = put_decimal(p, (size_t) argc);
+	*p++ = '\r';
+	*p++ = '\n';
+	for (i = 0; i < argc; i++)
+	{
+		*p++ = '$';
+		p = put_decimal(p, argvlen[i]);
+		*p++ = '\r';
+		*p++ = '\n';
+		memcpy(p, argv[i], argvlen[i]);
+		p += argvlen[i];
+		*p++ = '\r';
+		*p++ = '\n';
+	}
+	request.len = (int) (p - request.data);
+	Assert((size_t) request.len < need);
+	r = exchange(c, request.data, (size_t) request.len, deadline, interruptible,
+				 out, err);
+	/* AUTH carries the password: leave none of it in the kept buffer */
+	explicit_bzero(request.data, (size_t) request.len);
 	return r;
 }
 
@@ -846,16 +930,23 @@ lookup_conn(void)
 								  HASH_ELEM | HASH_STRINGS);
 		on_proc_exit(disconnect_at_exit, (Datum) 0);
 	}
-	describe_target(key, sizeof(key));
-	c = hash_search(connections, key, HASH_ENTER, &found);
-	if (!found)
+	if (last_conn != NULL && last_conn_version == settings_version)
+		c = last_conn;
+	else
 	{
-		c->fd = PGINVALID_SOCKET;
-		c->tls = NULL;
-		c->reader = NULL;
-		c->serial = 0;
+		describe_target(key, sizeof(key));
+		c = hash_search(connections, key, HASH_ENTER, &found);
+		if (!found)
+		{
+			c->fd = PGINVALID_SOCKET;
+			c->tls = NULL;
+			c->reader = NULL;
+			c->serial = 0;
+		}
+		last_conn = c;
+		last_conn_version = settings_version;
 	}
-	else if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
+	if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
 		close_conn(c);
 	return c;
 }
@@ -931,28 +1022,28 @@ lf_redis_conn_init(void)
 	DefineCustomStringVariable("lease_fence.redis_host",
 							   "Host name or IP address of the Redis server for the lease helper.",
 							   NULL, &lf_redis_host, "127.0.0.1",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 	DefineCustomIntVariable("lease_fence.redis_port",
 							"TCP port of the Redis server.",
 							NULL, &lf_redis_port, 6379, 1, 65535,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_socket",
 							   "Unix socket of the Redis server; when set, used instead of host and port.",
 							   NULL, &lf_redis_socket, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 	DefineCustomIntVariable("lease_fence.redis_db",
 							"Redis database number (SELECT).",
 							NULL, &lf_redis_db, 0, 0, 1000000,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_user",
 							   "Redis ACL user name for AUTH; empty for the default user.",
 							   NULL, &lf_redis_user, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_password_file",
 							   "File holding the Redis password (owned by the server's user, mode 0600).",
 							   "The password itself is never a setting: settings are visible to pg_read_all_settings.",
 							   &lf_redis_password_file, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 
 	/* how long to wait: each user may choose, within bounds */
 	DefineCustomIntVariable("lease_fence.connect_timeout_ms",

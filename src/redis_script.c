@@ -40,6 +40,7 @@
 #include "lease_fence.h"
 #include "lib/stringinfo.h"
 #include "redis.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 
 /* the key layout (superuser-only settings) */
@@ -205,14 +206,14 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	const LuaScript *s = &scripts[script];
 	const char *argv[12];
 	size_t		argvlen[12];
-	char		numkeys[8];
+	char		numkeys[12];
 	int			argc = 0;
 	int			i;
 	int64		start = lf_now_ms();
 	LfSendResult r;
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
-	snprintf(numkeys, sizeof(numkeys), "%d", nkeys);
+	pg_ltoa(nkeys, numkeys);
 	argv[argc++] = "EVALSHA";
 	argv[argc++] = s->sha1;
 	argv[argc++] = numkeys;
@@ -264,7 +265,27 @@ resource_key(const char *resource, bool gen)
 	StringInfoData key;
 
 	if (resource[0] != '}')
-		return psprintf("%s{%s}%s", prefix, resource, gen ? ":gen" : "");
+	{
+		/* <prefix>{<resource>}[:gen], without printf: it runs twice per acquire */
+		size_t		plen = strlen(prefix);
+		size_t		rlen = strlen(resource);
+		char	   *k = palloc(plen + rlen + 7);
+		char	   *p = k;
+
+		memcpy(p, prefix, plen);
+		p += plen;
+		*p++ = '{';
+		memcpy(p, resource, rlen);
+		p += rlen;
+		*p++ = '}';
+		if (gen)
+		{
+			memcpy(p, ":gen", 4);
+			p += 4;
+		}
+		*p = '\0';
+		return k;
+	}
 
 	initStringInfo(&key);
 	appendStringInfo(&key, "%s{", prefix);

@@ -429,17 +429,17 @@ lf_tls_init(void)
 							 "Whether to use TLS to Redis, and how to verify the server: disable, require, verify-ca, verify-full.",
 							 "Not used over lease_fence.redis_socket.",
 							 &lf_redis_sslmode, LF_SSL_DISABLE, sslmode_options,
-							 PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							 PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_sslrootcert",
 							   "File of the certificate authorities that Redis's certificate must chain to; empty for the system's.",
 							   NULL, &lf_redis_sslrootcert, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_sslcert",
 							   "File of the client certificate sent to Redis (mutual TLS).",
 							   NULL, &lf_redis_sslcert, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 	DefineCustomStringVariable("lease_fence.redis_sslkey",
 							   "File of the client certificate's private key (owned by the server's user, mode 0600).",
 							   NULL, &lf_redis_sslkey, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, NULL, NULL);
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
 }

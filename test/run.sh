@@ -10,6 +10,7 @@
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
 #   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
 #   - demo         (demo/run.sh from a directory the postgres user cannot enter)
+#   - valgrind     test/valgrind.sh (memcheck), on Debian's 15 only
 #   - logs         no TRAP (failed Assert) or PANIC in the server logs of the
 #                  run (its server's and the TAP clusters')
 # then stops everything and prints "N passed, N failed".
@@ -19,7 +20,8 @@
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: regress
-#                                  isolation server tap clients demo logs)
+#                                  isolation server tap clients demo
+#                                  valgrind logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
@@ -36,7 +38,11 @@ lf_log "$("$PG_BIN/postgres" --version), assertions: $(lf_as_user "$PG_BIN/psql"
 
 passed=0
 failed=0
-suites=${LF_SUITES:-regress isolation server tap clients demo logs}
+# valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
+# written for; on the others only when LF_SUITES names it
+default_suites="regress isolation server tap clients demo logs"
+[ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind"
+suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
 # one test point: name, then a command whose success is the behaviour
 check() {
@@ -188,6 +194,23 @@ if want demo; then
 	demo_check "no command complains about its directory" \
 		bash -c "! grep -qiE 'could not change directory|permission denied' \"\$1\"" _ "$LF_WORK/demo.out"
 	lf_log "demo: done"
+fi
+
+# valgrind memcheck over the pg_regress suite and every Redis path of the
+# helper (test/valgrind.sh, servers of its own): one test point per phase,
+# read off its closing line ("regress: N passed, 0 failed, 0 lease_fence error
+# reports" and "redis: ... 0 with a lease_fence/hiredis frame ... OK")
+if want valgrind; then
+	lf_log "valgrind"
+	bash "$top/test/valgrind.sh" >"$LF_WORK/valgrind.out" 2>&1
+	rc=$?
+	tail -n 30 "$LF_WORK/valgrind.out"
+	last=$(grep '^valgrind.sh: ' "$LF_WORK/valgrind.out" | tail -n 1)
+	check "valgrind: the pg_regress suite, no error report with a lease_fence frame" \
+		bash -c '[ "$1" -eq 0 ] && [[ "$2" =~ regress:\ [0-9]+\ passed,\ 0\ failed,\ 0\ lease_fence\ error ]]' _ "$rc" "$last"
+	check "valgrind: every Redis path, no error or definite leak with a lease_fence or hiredis frame" \
+		bash -c '[ "$1" -eq 0 ] && [[ "$2" =~ redis:\ [0-9]+\ steps,\ 0\ failed.*OK$ ]]' _ "$rc" "$last"
+	lf_log "valgrind: done"
 fi
 
 # A failed Assert prints "TRAP:" to the server log and a PANIC aborts the

@@ -244,6 +244,51 @@ def main():
                       rep.series(sec, "next_generation"), rep.series(sec, "nextval"), 0.9, "min")
         out()
 
+    # -- 6 --
+    if ("clients_1", "lease_fence") not in rep.data and ("cycle_ir", "cycle") not in rep.data:
+        out("6. (not run)")
+        out()
+    else:
+        out("6. the cycle under concurrency (each client on its own resource), and what one cycle costs")
+        for c in (1, 4, 16):
+            sec = f"clients_{c}"
+            if (sec, "lease_fence") not in rep.data:
+                continue
+            s_ = lambda v: rep.series(sec, v)
+            floor = {r: 1.0 / (1.0 / s_("sql")[r] + 1.0 / s_("redis_set")[r] + 1.0 / s_("redis_eval")[r])
+                     for r in s_("sql") if r in s_("redis_set") and r in s_("redis_eval")}
+            rep.data[(sec, "floor")] = floor
+            for v, label in (("lease_fence", "lease_fence acquire + release (pgbench)"),
+                             ("sql", "floor, SQL part: SELECT 1; SELECT 1 (pgbench)"),
+                             ("redis_set", "floor, Redis part: the acquire script (redis-benchmark) ⁵"),
+                             ("redis_eval", "floor, Redis part: the release script (redis-benchmark)"),
+                             ("floor", "floor = 1 / (1/sql + 1/acquire + 1/release): shared CPUs")):
+                lo, hi = rep.rng(sec, v)
+                out(f"   {c:2d} clients  {label:<58} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]")
+            rep.ratio(f"6  throughput, {c} client{'s' if c > 1 else ''}: lease_fence / floor", s_("lease_fence"), floor,
+                      0.8 if c == 16 else None, "min" if c == 16 else None)
+        if ("clients_1", "lease_fence") in rep.data:
+            out("   ⁵ EVALSHA of lease_fence's own scripts, with the SHA1s it sends: a grant on a fresh lease key")
+            out("     and generation key (random, -r 1e8), and a compare-and-delete that finds no key (GET only; the")
+            out("     cycle's release also deletes).  Each part runs alone at the same client count on the same CPUs.")
+        if ("syscalls", "cycle") in rep.data:
+            per = {v: rep.med("syscall", v) for (sec, v) in rep.data if sec == "syscall"}
+            top = ", ".join(f"{v} {n:.2f}" for v, n in sorted(per.items(), key=lambda x: -x[1])[:8])
+            out(f"   system calls per cycle (strace -c -f on one backend)               {rep.med('syscalls', 'cycle'):9.2f}")
+            out(f"     of which: {top}")
+        waits = {v: rep.med("waits", v) for (sec, v) in rep.data if sec == "waits"}
+        if waits:
+            top = ", ".join(f"{v} {100 * n:.0f}%" for v, n in sorted(waits.items(), key=lambda x: -x[1])[:6])
+            out("   where the 16 backends are (pg_stat_activity sampled during a run of its own):")
+            out(f"     {top}")
+            out("     (Extension: waiting for Redis' reply, or for a CPU after it came; Client: for pgbench;")
+            out("     LWLock:WALWrite and IO:WALSync: a draw waiting for the WAL flush that makes its generation durable)")
+        if ("cycle_ir", "cycle") in rep.data:
+            out(f"   instructions per cycle (callgrind, inside the executor, {meta.get('cg_cycles', '?')} cycles)   {rep.med('cycle_ir', 'cycle'):9.0f}")
+            ir = rep.med("cycle_ir", "cycle")
+            rep.ratios.append(("6  instructions per acquire + release cycle", ir, ir, ir, 35000, "max", ir <= 35000))
+        out()
+
     # -- 5 --
     if True:
         out("5. backend memory (kB; RssAnon = the backend's private memory, VmRSS also counts shared buffers it touched)")
@@ -286,7 +331,7 @@ def main():
     with open(f"{outdir}/ratios.dat", "w") as f:
         f.write("# i label value lo hi target\n")
         for i, (label, value, lo, hi, target, sense, met) in enumerate(
-                r for r in rep.ratios if not r[0].startswith("5 ")):
+                r for r in rep.ratios if not r[0].startswith("5 ") and "instructions" not in r[0]):
             f.write(f'{i} "{label[3:]}" {value:.4f} {lo:.4f} {hi:.4f} {target if target is not None else "NaN"}\n')
 
 

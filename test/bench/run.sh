@@ -25,7 +25,10 @@
 #      the Redis commands each cycle sends over both;
 #   4. next_generation() versus nextval();
 #   5. backend memory (RSS) over many acquire/release cycles and fenced
-#      updates.
+#      updates;
+#   6. the cycle at 1, 4 and 16 clients against the floor at the same
+#      concurrency, system calls per cycle (strace), and instructions per
+#      cycle (callgrind, a single-user backend).
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
@@ -42,6 +45,8 @@
 #   LF_BENCH_CG_ROWS=20000     rows of the UPDATE counted under callgrind
 #   LF_BENCH_CG_TXNS=2000      transactions of the issued check's worst case
 #                              counted under callgrind
+#   LF_BENCH_CG_CYCLES=3000    acquire + release cycles counted under callgrind
+#   LF_BENCH_CLIENT_ROUNDS=3   interleaved rounds of section 6's throughput
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
@@ -62,10 +67,12 @@ MEM_CYCLES=${LF_BENCH_MEM_CYCLES:-400000}
 MEM_UPDATES=${LF_BENCH_MEM_UPDATES:-1000000}
 CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
 CG_TXNS=${LF_BENCH_CG_TXNS:-2000}
+CG_CYCLES=${LF_BENCH_CG_CYCLES:-3000}
+CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
-lf_need_packages gnuplot-nox python3-redis valgrind || exit 1
+lf_need_packages gnuplot-nox python3-redis valgrind strace || exit 1
 
 started=$(date +%s)
 # the commit measured: the tree is copied now
@@ -300,6 +307,97 @@ done
 fi
 
 # ---------------------------------------------------------------------
+# 6. the cycle under concurrency, and what one cycle costs the backend
+# ---------------------------------------------------------------------
+# Throughput at 1, 4 and 16 clients (each on a resource of its own) against
+# the floor at the same concurrency: two trivial SQL statements (pgbench)
+# and lease_fence's own two scripts (redis-benchmark: EVALSHA of the acquire
+# script and of the release script, with the SHA1s the extension sends),
+# each measured alone.  All of them share the same 2 CPUs, so the floor of
+# a cycle is the sum of its parts' times per operation:
+# floor tps = 1 / (1/sql + 1/acquire script + 1/release script).  System calls per
+# cycle: strace -c -f attached to one pgbench backend, divided by the
+# cycles its session completed meanwhile (lease_fence.stats).
+if want 6; then
+lf_log "6. throughput at 1, 4, 16 clients, and system calls per cycle"
+redis_rps() {	# clients, then the command: requests per second
+	local c=$1; shift
+	local rps
+	rps=$(cd "$LF_WORK" && lf_as_user redis-benchmark -s "$LF_REDIS_SOCK" -c "$c" -n "$REDIS_N" \
+		-r 100000000 --csv "$@" | tail -1 | awk -F'","' '{ print $2 }')
+	[ -n "$rps" ] || die "redis-benchmark $1 failed"
+	echo "$rps"
+}
+# the scripts' SHA1s as the extension sends them; one cycle loads both
+sha_of() { sed -n "s/.*{$1_script, \"\([0-9a-f]\{40\}\)\"}.*/\1/p" "$LF_SRC/src/redis_script.c"; }
+acq_sha=$(sha_of acquire)
+rel_sha=$(sha_of release)
+[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/redis_script.c"
+psql_u -c "SELECT lease_fence.release('bench-load', (lease_fence.acquire('bench-load', 1000)).identity)" >/dev/null ||
+	die "a cycle to load the scripts failed"
+[ "$(lf_redis_cli SCRIPT EXISTS "$acq_sha" "$rel_sha" | tr -d '\n')" = 11 ] || die "the scripts are not loaded"
+# the keys and arguments of a grant: a fresh lease key and generation key,
+# a 32-digit identity, a TTL, a generation, no generation-key TTL
+ident6=0123456789abcdef0123456789abcdef
+for ((r = 1; r <= CLIENT_ROUNDS; r++)); do
+	for c in 1 4 16; do
+		for v in $(rotate "$r" lease_fence sql redis_set redis_eval); do
+			case $v in
+			lease_fence) x=$(pgbench_tps cycle_clients "$c" "") ;;
+			sql) x=$(pgbench_tps floor_sql "$c" "") ;;
+			redis_set) x=$(redis_rps "$c" EVALSHA "$acq_sha" 2 'bench:floor:{__rand_int__}' \
+				'bench:floor:{__rand_int__}:gen' "$ident6" 30000 1000 0) ;;
+			redis_eval) x=$(redis_rps "$c" EVALSHA "$rel_sha" 1 'bench:floor:{__rand_int__}' "$ident6") ;;
+			esac
+			[ -n "$x" ] || die "throughput $v at $c clients failed"
+			sample "clients_$c" "$v" "$r" "$x" tps
+		done
+	done
+done
+
+command -v strace >/dev/null || die "strace is missing"
+acquired() { psql_u -c "SELECT count FROM lease_fence.stats WHERE operation = 'acquire' AND outcome = 'acquired'"; }
+(cd "$LF_WORK" && lf_as_user env PGAPPNAME=bench_strace "$PGBENCH" -n -M prepared -c 1 -T 8 \
+	-f "$LF_SRC/test/bench/pgbench/cycle.sql" >"$raw/pgbench_strace.out" 2>&1) &
+bg=$!
+pid=""
+for i in $(seq 1 100); do
+	pid=$(psql_u -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'bench_strace'" 2>/dev/null)
+	[ -n "$pid" ] && break
+	sleep 0.05
+done
+[ -n "$pid" ] || die "no pgbench backend to trace"
+sleep 1		# past the connection's set-up
+a0=$(acquired)
+timeout -s INT 4 strace -c -f -p "$pid" -o "$raw/strace.txt" >/dev/null 2>&1
+a1=$(acquired)
+wait "$bg"
+calls=$(awk '$NF == "total" { print $4 }' "$raw/strace.txt")
+[ -n "$calls" ] && [ "$a1" -gt "$a0" ] || { cat "$raw/strace.txt"; die "strace counted nothing"; }
+sample syscalls cycle 1 "$(awk -v s="$calls" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls
+awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$raw/strace.txt" |
+	while read -r name count; do sample syscall "$name" 1 "$(awk -v s="$count" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls; done
+
+# Where the 16 backends of the cycle spend their time: pg_stat_activity's
+# wait event of each, sampled by psql in a loop during a run of its own (the
+# sampling takes CPU, so this run's throughput is not reported).  CPU means
+# running or runnable; Extension is lease_fence waiting for Redis.
+(cd "$LF_WORK" && lf_as_user env PGAPPNAME=bench_waits "$PGBENCH" -n -M prepared -c 16 -j 16 -T 5 \
+	-f "$LF_SRC/test/bench/pgbench/cycle_clients.sql" >"$raw/pgbench_waits.out" 2>&1) &
+bg=$!
+sleep 1
+for i in $(seq 1 150); do
+	psql_u -c "SELECT coalesce(wait_event_type, 'CPU') || ':' || coalesce(wait_event, '-') FROM pg_stat_activity WHERE application_name = 'bench_waits'"
+done >"$raw/waits.txt"
+wait "$bg"
+n=$(wc -l <"$raw/waits.txt")
+[ "$n" -gt 0 ] || die "no wait events sampled"
+sort "$raw/waits.txt" | uniq -c | while read -r count name; do
+	sample waits "$name" 1 "$(awk -v s="$count" -v n="$n" 'BEGIN { printf "%.3f", s / n }')" share
+done
+fi
+
+# ---------------------------------------------------------------------
 # 5. backend memory over many cycles and fenced updates
 # ---------------------------------------------------------------------
 # rss_series NAME PGBENCH-ARGS...: run pgbench with one client, sample the
@@ -403,6 +501,23 @@ if want 1; then
 	done
 fi
 
+# 6, again: instructions per cycle, counted by callgrind inside the executor
+# of a single-user backend that runs CG_CYCLES acquire + release cycles in
+# one statement (the lateral calls are correlated with the series, so each
+# row calls both functions)
+if want 6; then
+	lf_log "6. instructions per acquire + release cycle (callgrind, $CG_CYCLES cycles)"
+	lf_stop_pg
+	echo "SELECT count(r.status) FROM generate_series(1, $CG_CYCLES) g, LATERAL lease_fence.acquire('bench-cg', 30000 + 0 * g) a, LATERAL lease_fence.release('bench-cg', a.identity) r WHERE r.status = 'released';" |
+		(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.cycle" \
+			--toggle-collect=standard_ExecutorRun "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+		>"$raw/callgrind_cycle.log" 2>&1 || { tail -20 "$raw/callgrind_cycle.log"; die "callgrind of the cycle failed"; }
+	grep -q "count = \"$CG_CYCLES\"" "$raw/callgrind_cycle.log" || { tail -20 "$raw/callgrind_cycle.log"; die "the callgrind cycles did not all release"; }
+	ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_cycle.log")
+	[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_cycle.log"; die "no instruction count for the cycle"; }
+	sample cycle_ir cycle 1 "$(awk -v i="$ir" -v n="$CG_CYCLES" 'BEGIN { printf "%.0f", i / n }')" Ir
+fi
+
 # ---------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------
@@ -427,6 +542,7 @@ elapsed=$(( $(date +%s) - started ))
 	echo "load=${load_start} at the start, ${load_end:-?} at the end (1, 5, 15 min)"
 	echo "cg_rows=$CG_ROWS"
 	echo "cg_txns=$CG_TXNS"
+	echo "cg_cycles=$CG_CYCLES"
 } >"$raw/meta.txt"
 
 mkdir -p "$OUT"

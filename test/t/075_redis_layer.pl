@@ -6,8 +6,10 @@
 # new connection is checked with exactly one PING before its first request.
 # Scripts go as EVALSHA of their fixed SHA1s: after SCRIPT FLUSH, each script
 # is sent with EVAL once (NOSCRIPT), then only as EVALSHA — were a SHA1
-# constant wrong, every call would be NOSCRIPT and EVAL.  A Redis restarted
-# between two requests costs a new connection, not an error.
+# constant wrong, every call would be NOSCRIPT and EVAL.  Identities never
+# repeat, within a session (across a refill of its random block) or across
+# sessions.  A Redis restarted between two requests costs a new connection,
+# not an error.
 
 use strict;
 use warnings;
@@ -105,6 +107,27 @@ sub connections
 	is(calls($a, 'ping'), 1, 'over TCP: one PING for one new connection');
 	is(calls($a, 'eval'), 0, 'over TCP: no EVAL (the scripts are loaded)');
 	is(calls($a, 'evalsha'), 1 + 10 + 10, 'over TCP: the owner check once, then one EVALSHA per acquire and per release');
+}
+
+# --- identities: 128 random bits each, drawn in blocks of 2,048, never one
+# twice: 3,000 in one session (across a refill of the block) and 3,000 in
+# another, all distinct, all 32 hex digits
+{
+	$a->cli('FLUSHALL');
+	my $sql = q{SELECT string_agg(a.identity, ',') FROM generate_series(1, 3000) g,
+		LATERAL lease_fence.acquire('uniq-' || g, 30000) a WHERE a.status = 'acquired'};
+	my @ids = split /,/, $node->safe_psql('postgres', $sql);
+	$a->cli('FLUSHALL');
+	push @ids, split /,/, $node->safe_psql('postgres', $sql);
+	is(scalar(@ids), 6000, 'identities: 6,000 acquired in two sessions');
+	my %seen = map { $_ => 1 } @ids;
+	is(scalar(keys %seen), 6000, 'identities: all 6,000 distinct');
+	is(scalar(grep { !/^[0-9a-f]{32}$/ } @ids), 0, 'identities: each 32 lower-case hex digits');
+	# no 16-byte identity shares its first 8 bytes with another: a block
+	# handed out twice, or shifted, would repeat them
+	my %half = map { substr($_, 0, 16) => 1 } @ids;
+	is(scalar(keys %half), 6000, 'identities: no two share their first 64 bits');
+	$a->cli('FLUSHALL');
 }
 
 # --- a Redis restarted between two requests: a new connection, no error
