@@ -505,11 +505,11 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
 
 /*
  * A new lease identity: 128 bits from the strong random source, as 32
- * lower-case hex digits.  The bits are drawn 32 kB at a time: each call
- * into the random source first asks OpenSSL whether it is seeded
- * (RAND_status), which costs as much as generating tens of kB
- * and every byte is handed out once: each identity takes the next 16 bytes,
- * and the bytes are wiped as they go.  The buffer belongs to the process
+ * lower-case hex digits.  The bits are drawn 32 kB at a time, because each
+ * call into the random source first asks OpenSSL whether it is seeded
+ * (RAND_status), which costs as much as generating tens of kB.  Every byte
+ * is handed out once: each identity takes the next 16 bytes, and the bytes
+ * are wiped as they go.  The buffer belongs to the process
  * that filled it: a child of a fork (a background worker, say) would share
  * its parent's unread bytes, so a process that did not fill it draws anew
  * (MyProcPid: every PostgreSQL process sets it after its fork, and reading
