@@ -69,6 +69,7 @@ sub new
 		extra => $opts{extra} || [],
 		pid => undef,
 		proxies => [],
+		opts => \%opts,
 	}, $class;
 	push @live, $self;
 	weaken($live[-1]);
