@@ -198,17 +198,32 @@ sentinel_mode(void)
 }
 
 /*
+ * The deadline of finding the server (asking the sentinels, loading the
+ * slot map): connect_timeout_ms, and no later than a request's own
+ * deadline when its connect shares its timeout (a cleanup's
+ * cleanup_timeout_ms bounds all of it).
+ */
+static int64
+discovery_deadline(int flags, int64 overall)
+{
+	int64		deadline = lf_now_ms() + lf_connect_timeout_ms;
+
+	if ((flags & (LF_FRESH | LF_WITHIN)) && overall < deadline)
+		deadline = overall;
+	return deadline;
+}
+
+/*
  * Ask the sentinels where the master is: the first that answers, all
- * within connect_timeout_ms.  False with a message in err when none could
- * say.  Nothing of a lease has been sent, so an interrupt acts at once.
+ * before deadline.  False with a message in err when none could say.
+ * Nothing of a lease has been sent, so an interrupt acts at once.
  */
 static bool
-ask_sentinels(int flags, char *err)
+ask_sentinels(int flags, int64 deadline, char *err)
 {
 	LfNode		list[LF_MAX_SENTINELS];
 	int			n;
 	int			i;
-	int64		deadline = lf_now_ms() + lf_connect_timeout_ms;
 	char		why[LF_ERRLEN];
 
 	master.known = false;
@@ -306,7 +321,7 @@ sentinel_command(int argc, const char **argv, const size_t *argvlen,
 
 		if (master_needs_asking())
 		{
-			if (!ask_sentinels(flags, err))
+			if (!ask_sentinels(flags, discovery_deadline(flags, overall), err))
 				return LF_NOT_SENT;
 			asked = true;
 		}
@@ -314,7 +329,7 @@ sentinel_command(int argc, const char **argv, const size_t *argvlen,
 		ep.host = master.host;
 		ep.port = master.port;
 		ep.check_role = true;
-		if (attempt > 0 && (flags & (LF_FRESH | LF_WITHIN)))
+		if ((attempt > 0 || asked) && (flags & (LF_FRESH | LF_WITHIN)))
 		{
 			left = (int) (overall - lf_now_ms());
 			if (left <= 0)
@@ -461,12 +476,11 @@ load_slot_map(const redisReply *reply, const LfNode *asked)
 /*
  * Load the slot map from the first node that answers CLUSTER SLOTS: the
  * seed redis_host:redis_port first, then every node seen before (the seed
- * may be the node that failed), all within connect_timeout_ms.
+ * may be the node that failed), all before deadline.
  */
 static bool
-refresh_slot_map(int flags, char *err)
+refresh_slot_map(int flags, int64 deadline, char *err)
 {
-	int64		deadline = lf_now_ms() + lf_connect_timeout_ms;
 	const char *seed = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
 	char		why[LF_ERRLEN];
 	int			seed_idx;
@@ -566,7 +580,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 	*reply = NULL;
 	if (!map_valid || map_version != lf_redis_settings_version())
 	{
-		if (!refresh_slot_map(flags, err))
+		if (!refresh_slot_map(flags, discovery_deadline(flags, deadline), err))
 			return LF_NOT_SENT;
 	}
 	idx = slot_node[slot];
@@ -584,13 +598,13 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		int			cflags = flags;
 		LfSendResult r;
 
-		if (tries++ > 0 && left <= 0)
+		if (tries++ == 0 && !(flags & (LF_FRESH | LF_WITHIN)))
+			left = timeout_ms;	/* as on one server: the first try has all of it */
+		else if (left <= 0)
 		{
-			snprintf(err, LF_ERRLEN, "timed out following Redis Cluster redirections");
+			snprintf(err, LF_ERRLEN, "timed out before the request could be sent to the Redis Cluster");
 			return LF_NOT_SENT;
 		}
-		if (tries == 1)
-			left = timeout_ms;
 		if (asking)
 		{
 			/* ASKING, then the command, on one connection */
