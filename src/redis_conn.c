@@ -2,9 +2,11 @@
  *
  * redis_conn.c
  *	  Connections to Redis: one cached connection per server, on a socket of
- *	  our own (plain, or TLS through redis_tls.c).  Requests are formatted
- *	  here (RESP arrays of bulk strings); hiredis's reader parses every
- *	  reply.  Every wait is bounded and interruptible.
+ *	  our own (plain, or TLS through redis_tls.c).  A server is an endpoint
+ *	  (LfEndpoint): the one the settings name, a master Sentinel named, a
+ *	  Cluster node, or a sentinel; redis_topology.c picks it.  Requests are
+ *	  formatted here (RESP arrays of bulk strings); hiredis's reader parses
+ *	  every reply.  Every wait is bounded and interruptible.
  *
  * The whole point of the lease helper is to tell "no" from "unknown", so each
  * command ends in one of four ways (LfSendResult):
@@ -25,8 +27,8 @@
  *
  * Connections are cached in a hash keyed by everything that decides where
  * and how we connect (as postgres_fdw's connection hash is keyed by server
- * and user): a session that switches between servers keeps one connection
- * to each.  A connection that saw any error, or timed out, is closed and
+ * and user): a session that switches between servers, or talks to several
+ * Cluster nodes, keeps one connection to each.  A connection that saw any error, or timed out, is closed and
  * never reused: a late reply would otherwise be read as the answer to the
  * next command.
  *
