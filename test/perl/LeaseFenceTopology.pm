@@ -18,6 +18,7 @@ use strict;
 use warnings;
 
 use Carp;
+use IPC::Run;
 use LeaseFenceRedis;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep time);
@@ -154,7 +155,6 @@ use warnings;
 
 use Carp;
 use File::Spec;
-use IPC::Run;
 use POSIX ();
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
@@ -221,18 +221,6 @@ sub start
 }
 
 # a sentinel is reached over TCP
-sub _run_cli
-{
-	my ($self, $timeout, @args) = @_;
-	my @cmd = ($LeaseFenceRedis::REDIS_CLI, '-h', '127.0.0.1', '-p', $self->{port});
-	my ($in, $out, $err) = ('', '', '');
-	my $ok = eval {
-		IPC::Run::run([ @cmd, @args ], '<', \$in,
-			'>', \$out, '2>', \$err, IPC::Run::timeout($timeout));
-	};
-	$err .= $@ if $@;
-	$out =~ s/\n\z//;
-	return ($out, $err, $ok ? 1 : 0);
-}
+sub _cli_target { return ('-h', '127.0.0.1', '-p', $_[0]->{port}); }
 
 1;

@@ -103,7 +103,12 @@ sub acquire_through_failover
 		my ($ip, $port) = split /\n/, $sentinels[0]->cli('SENTINEL', 'get-master-addr-by-name', 'lf');
 		$switched //= time() if $port != $old_port;
 		my $got = acquire($s, $resource, 600000);
-		return (time() - $switched, @seen) if $got->{status} eq 'acquired' && defined $switched;
+		if ($got->{status} eq 'acquired')
+		{
+			# the backend asked a sentinel between this loop's look and now
+			$switched //= time();
+			return (time() - $switched, @seen);
+		}
 		push @seen, $got->{status};
 		usleep(50_000);
 	}
