@@ -16,6 +16,7 @@ OBJS = \
 	src/generation.o \
 	src/redis_conn.o \
 	src/redis_tls.o \
+	src/redis_topology.o \
 	src/redis_script.o \
 	src/lease_registry.o \
 	src/lease.o \

@@ -80,6 +80,14 @@ SELECT try($$SET lease_fence.redis_user = 'x'$$);
 SELECT try($$SET lease_fence.redis_password_file = '/tmp/x'$$);
 SELECT try($$SET lease_fence.key_prefix = 'other:'$$);
 SELECT try($$SET lease_fence.gen_key_ttl_s = 1$$);
+SELECT try($$SET lease_fence.redis_sentinels = '127.0.0.1:26379'$$);
+SELECT try($$SET lease_fence.redis_sentinel_master = 'm'$$);
+SELECT try($$SET lease_fence.redis_sentinel_user = 'x'$$);
+SELECT try($$SET lease_fence.redis_sentinel_password_file = '/tmp/x'$$);
+SELECT try($$SET lease_fence.redis_cluster = on$$);
+SELECT try($$SET lease_fence.redis_min_replicas = 0$$);
+SELECT try($$SET lease_fence.redis_replica_timeout_ms = 5000$$);
+SELECT try($$SHOW lease_fence.redis_sentinels$$);
 SELECT try($$SHOW lease_fence.redis_password_file$$);
 SELECT try($$SHOW lease_fence.redis_socket$$);
 SELECT try($$SET lease_fence.command_timeout_ms = 250$$);
@@ -113,6 +121,30 @@ REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
 DROP ROLE regress_lf_client;
 -- a superuser without a Redis: an ERROR, never a silent success
 SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
+
+-- the topology settings: a malformed sentinel list is refused when set,
+-- and changes nothing
+SELECT try($$SET lease_fence.redis_sentinels = '127.0.0.1'$$);
+SELECT try($$SET lease_fence.redis_sentinels = '127.0.0.1:0'$$);
+SELECT try($$SET lease_fence.redis_sentinels = 'a:1,b:65536'$$);
+SELECT try($$SET lease_fence.redis_sentinels = ':26379'$$);
+SHOW lease_fence.redis_sentinels;
+SELECT try($$SET lease_fence.redis_min_replicas = -1$$);
+SELECT try($$SET lease_fence.redis_replica_timeout_ms = 0$$);
+-- no sentinel listening, no master name, both topologies at once: each is
+-- "unavailable" with a WARNING that says why (port 1: nothing listens there)
+SET lease_fence.redis_port = 1;
+SET lease_fence.redis_sentinels = '[::1]:1, 127.0.0.1:1';
+SELECT acquired, status FROM lease_fence.acquire('r', 1000);
+SET lease_fence.redis_sentinel_master = 'm';
+SELECT acquired, status FROM lease_fence.acquire('r', 1000);
+SET lease_fence.redis_cluster = on;
+SELECT acquired, status FROM lease_fence.acquire('r', 1000);
+RESET lease_fence.redis_sentinels;
+RESET lease_fence.redis_sentinel_master;
+SELECT acquired, status FROM lease_fence.acquire('r', 1000);
+RESET lease_fence.redis_cluster;
+RESET lease_fence.redis_port;
 RESET lease_fence.redis_socket;
 RESET lease_fence.connect_timeout_ms;
 DROP FUNCTION public.try(text);

@@ -22,6 +22,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include <hiredis/hiredis.h>
 
 #include "access/htup_details.h"
@@ -70,6 +72,7 @@ static const struct
 	[LF_C_ACQUIRE_INSUFFICIENT_VALIDITY] = {OP_ACQUIRE, 0},
 	[LF_C_ACQUIRE_UNAVAILABLE] = {OP_ACQUIRE, 0},
 	[LF_C_ACQUIRE_UNKNOWN] = {OP_ACQUIRE, LF_NULL},
+	[LF_C_ACQUIRE_UNREPLICATED] = {OP_ACQUIRE, 0},
 	[LF_C_RENEW_RENEWED] = {OP_RENEW, 1},
 	[LF_C_RENEW_LOST] = {OP_RENEW, 0},
 	[LF_C_RENEW_INSUFFICIENT_VALIDITY] = {OP_RENEW, 0},
@@ -326,11 +329,14 @@ describe_owner(const char *value)
 	return psprintf("\"%s\"", value);
 }
 
-/* Remember that on the current connection key_prefix is ours. */
+/*
+ * Remember that on the current connection key_prefix is ours (the
+ * connection to the server of the owner key: on a Redis Cluster, a node).
+ */
 static void
-remember_claim(void)
+remember_claim(const char *owner_key)
 {
-	claim_checked_serial = lf_redis_connection_serial();
+	claim_checked_serial = lf_redis_connection_serial(owner_key);
 	if (claim_checked_prefix)
 		pfree(claim_checked_prefix);
 	claim_checked_prefix = MemoryContextStrdup(TopMemoryContext,
@@ -365,14 +371,14 @@ key_prefix_is_ours(const char *resource)
 	 * Redis has closed is replaced here, before the acquire, so that its
 	 * successor is checked too.
 	 */
-	serial = lf_redis_connection_serial();
+	key = lf_owner_key();
+	serial = lf_redis_connection_serial(key);
 	if (claim_checked_prefix != NULL &&
 		strcmp(claim_checked_prefix, lf_key_prefix ? lf_key_prefix : "") == 0 &&
 		serial != 0 && claim_checked_serial == serial)
 		return true;
 
 	owner_identity(id, sizeof(id), &value);
-	key = lf_owner_key();
 	keys[0] = key;
 	args[0] = id;
 	args[1] = value;
@@ -431,7 +437,7 @@ key_prefix_is_ours(const char *resource)
 		ereport(LOG,
 				errmsg("lease_fence: key_prefix \"%s\" claimed for %s",
 					   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)));
-	remember_claim();
+	remember_claim(key);
 	return true;
 }
 
@@ -492,7 +498,7 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
 				   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)),
 			old ? errdetail("It belonged to %s.", describe_owner(old))
 			: errdetail("It had no owner."));
-	remember_claim();
+	remember_claim(key);
 	if (old == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(old));
@@ -561,6 +567,78 @@ acquire_unknown(FunctionCallInfo fcinfo, const char *resource, const char *ident
 	e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
 	lf_settle_lease(e, true);
 	return outcome_row(fcinfo, &o);
+}
+
+/*
+ * After a grant, with lease_fence.redis_min_replicas set: how many replicas
+ * acknowledged it (WAIT, on the connection that granted it: WAIT counts
+ * the replicas that have its own connection's writes), or -1 when WAIT
+ * gave no answer (err says why).  An interrupt records the lease as unknown,
+ * to be released at the end of the transaction, and acts.
+ */
+static int
+replicas_acknowledged(const char *resource, const char *identity, int64 generation,
+					  LeaseScope scope, int64 ttl, int64 minv, char *err)
+{
+	char		want[16];
+	char		timeout[16];
+	const char *argv[3] = {"WAIT", want, timeout};
+	size_t		lens[3];
+	redisReply *reply = NULL;
+	LfSendResult r;
+	int			acked = -1;
+
+	pg_ltoa(lf_min_replicas, want);
+	pg_ltoa(lf_replica_timeout_ms, timeout);
+	lens[0] = 4;
+	lens[1] = strlen(want);
+	lens[2] = strlen(timeout);
+	r = lf_redis_command(NULL, 3, argv, lens, lf_replica_timeout_ms + lf_command_timeout_ms,
+						 LF_INTERRUPTIBLE | LF_SAME_CONN, &reply, err);
+	if (r == LF_SEND_INTERRUPTED)
+		lf_lease_interrupted(resource, identity, generation, scope, ttl, minv);
+	if (r == LF_REPLY)
+	{
+		if (reply->type == REDIS_REPLY_INTEGER)
+			acked = reply->integer > INT_MAX ? INT_MAX : (int) reply->integer;
+		else
+			snprintf(err, LF_ERRLEN, "WAIT answered: %s",
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+		freeReplyObject(reply);
+	}
+	return acked;
+}
+
+/*
+ * A grant fewer replicas than lease_fence.redis_min_replicas acknowledged:
+ * a failover could lose it, so it is never reported as held.  It is
+ * released at once (on a fresh connection when WAIT lost its own): status
+ * unreplicated when that is confirmed, unknown when it is not.
+ */
+static Datum
+acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *identity,
+					 int64 generation, LeaseScope scope, int64 ttl, int64 minv,
+					 int acked, const char *err)
+{
+	LeaseEntry *e;
+
+	if (acked >= 0)
+		ereport(WARNING,
+				errmsg("lease_fence: acquire of resource \"%s\": %d of %d replicas acknowledged the grant within %d ms; releasing it",
+					   resource, acked, lf_min_replicas, lf_replica_timeout_ms));
+	else
+		ereport(WARNING,
+				errmsg("lease_fence: acquire of resource \"%s\": could not learn whether replicas have the grant (%s); releasing it",
+					   resource, err));
+	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, 0);
+	lf_settle_lease(e, acked < 0);
+	if (e->state == STATE_RELEASED)
+		return status_only(fcinfo, LF_C_ACQUIRE_UNREPLICATED, resource);
+	{
+		LfOutcome	o = {LF_C_ACQUIRE_UNKNOWN, resource, identity, true, generation};
+
+		return outcome_row(fcinfo, &o);
+	}
 }
 
 /*
@@ -664,6 +742,18 @@ lf_acquire(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_ACQUIRE_BUSY, resource));
 	if (code != 1)
 		elog(ERROR, "lease_fence: unexpected code from the acquire script");
+
+	if (lf_min_replicas > 0)
+	{
+		int			acked = replicas_acknowledged(resource, identity, generation, scope,
+												  ttl, minv, err);
+
+		if (acked < lf_min_replicas)
+			PG_RETURN_DATUM(acquire_unreplicated(fcinfo, resource, identity, generation,
+												 scope, ttl, minv, acked, err));
+		/* the lease is held from when it was asked for: WAIT took some of it */
+		validity = lf_validity_after(ttl, lf_now_ms() - start);
+	}
 
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, validity);
 	if (validity < minv)

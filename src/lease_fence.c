@@ -226,6 +226,7 @@ _PG_init(void)
 
 	lf_redis_conn_init();
 	lf_tls_init();
+	lf_topology_init();
 	lf_scripts_init();
 	MarkGUCPrefixReserved("lease_fence");
 

@@ -71,6 +71,7 @@ extern int64 lf_fence_resource_at(const char *resource, int64 g);
 	X(ACQUIRE_INSUFFICIENT_VALIDITY, "acquire", "insufficient_validity") \
 	X(ACQUIRE_UNAVAILABLE, "acquire", "unavailable") \
 	X(ACQUIRE_UNKNOWN, "acquire", "unknown") \
+	X(ACQUIRE_UNREPLICATED, "acquire", "unreplicated") \
 	X(RENEW_RENEWED, "renew", "renewed") \
 	X(RENEW_LOST, "renew", "lost") \
 	X(RENEW_INSUFFICIENT_VALIDITY, "renew", "insufficient_validity") \
@@ -93,7 +94,9 @@ extern int64 lf_fence_resource_at(const char *resource, int64 g);
 	X(RESOURCE_FENCE_ACCEPTED, "resource_fence", "accepted") \
 	X(RESOURCE_FENCE_LF001, "resource_fence", "LF001") \
 	X(RESOURCE_FENCE_LF002, "resource_fence", "LF002") \
-	X(RESOURCE_FENCE_LF004, "resource_fence", "LF004")
+	X(RESOURCE_FENCE_LF004, "resource_fence", "LF004") \
+	X(CLUSTER_REDIRECT_FOLLOWED, "cluster", "redirect_followed") \
+	X(SENTINEL_MASTER_DISCOVERED, "sentinel", "master_discovered")
 
 typedef enum LfCounter
 {
@@ -122,6 +125,7 @@ extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
 /* each module defines its settings and hooks, called from _PG_init */
 extern void lf_redis_conn_init(void);	/* redis_conn.c */
 extern void lf_tls_init(void);			/* redis_tls.c */
+extern void lf_topology_init(void);		/* redis_topology.c */
 extern void lf_scripts_init(void);		/* redis_script.c */
 extern void lf_registry_init(void);		/* lease_registry.c */
 

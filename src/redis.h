@@ -40,22 +40,62 @@ typedef enum LfSendResult
 	LF_SEND_INTERRUPTED			/* as LF_NO_REPLY, with an interrupt pending */
 } LfSendResult;
 
-/* flags of lf_redis_command */
+/* flags of lf_redis_command and lf_conn_command */
 #define LF_FRESH			0x01	/* on a new connection, connect within the timeout */
 #define LF_INTERRUPTIBLE	0x02	/* cancel and terminate end the wait */
+#define LF_WITHIN			0x04	/* a new connection's connect shares the timeout */
+#define LF_SAME_CONN		0x08	/* on the connection of the previous command */
+
+/* one server to talk to */
+typedef enum LfEndpointKind
+{
+	LF_EP_SETTINGS,				/* the server redis_host/port/socket name */
+	LF_EP_NODE,					/* a master Sentinel named, or a Cluster node */
+	LF_EP_SENTINEL				/* a sentinel of redis_sentinels */
+} LfEndpointKind;
+
+typedef struct LfEndpoint
+{
+	LfEndpointKind kind;
+	const char *host;			/* LF_EP_NODE, LF_EP_SENTINEL */
+	int			port;
+	bool		check_role;		/* a new connection asks ROLE: must be master */
+} LfEndpoint;
+
+/* where Redis is, and as whom (redis_conn.c; sentinels: redis_topology.c) */
+extern char *lf_redis_host;
+extern int	lf_redis_port;
+extern char *lf_sentinel_user;
+extern char *lf_sentinel_password_file;
 
 extern int64 lf_now_ms(void);
-extern LfSendResult lf_redis_command(int argc, const char **argv, const size_t *argvlen,
-									 int timeout_ms, int flags,
-									 struct redisReply **reply, char *err);
-extern uint64 lf_redis_connection_serial(void);
+extern LfSendResult lf_conn_command(const LfEndpoint *ep, int argc, const char **argv,
+									const size_t *argvlen, int timeout_ms, int flags,
+									struct redisReply **reply, char *err);
+extern uint64 lf_conn_serial(const LfEndpoint *ep);
+extern uint64 lf_redis_settings_version(void);
 /* assign hooks of the settings that decide the server */
 extern void lf_redis_string_changed(const char *newval, void *extra);
 extern void lf_redis_int_changed(int newval, void *extra);
+extern void lf_redis_bool_changed(bool newval, void *extra);
 extern void lf_redis_disconnect_all(void);
 extern bool lf_read_secret_file(const char *path, const char *setting,
 								char *buf, size_t buflen, size_t *len,
 								char *err, size_t errlen);
+
+/* ---------------------------------------------------------------------
+ * redis_topology.c: which server a command goes to (the one the settings
+ * name, the master Sentinel names, or the Cluster node of the key's slot)
+ * ---------------------------------------------------------------------
+ */
+extern int	lf_min_replicas;
+extern int	lf_replica_timeout_ms;
+
+extern LfSendResult lf_redis_command(const char *route_key, int argc, const char **argv,
+									 const size_t *argvlen, int timeout_ms, int flags,
+									 struct redisReply **reply, char *err);
+extern uint64 lf_redis_connection_serial(const char *route_key);
+extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 
 /* ---------------------------------------------------------------------
  * redis_tls.c: the TLS transport (OpenSSL)

@@ -2,9 +2,11 @@
  *
  * redis_conn.c
  *	  Connections to Redis: one cached connection per server, on a socket of
- *	  our own (plain, or TLS through redis_tls.c).  Requests are formatted
- *	  here (RESP arrays of bulk strings); hiredis's reader parses every
- *	  reply.  Every wait is bounded and interruptible.
+ *	  our own (plain, or TLS through redis_tls.c).  A server is an endpoint
+ *	  (LfEndpoint): the one the settings name, a master Sentinel named, a
+ *	  Cluster node, or a sentinel; redis_topology.c picks it.  Requests are
+ *	  formatted here (RESP arrays of bulk strings); hiredis's reader parses
+ *	  every reply.  Every wait is bounded and interruptible.
  *
  * The whole point of the lease helper is to tell "no" from "unknown", so each
  * command ends in one of four ways (LfSendResult):
@@ -25,8 +27,8 @@
  *
  * Connections are cached in a hash keyed by everything that decides where
  * and how we connect (as postgres_fdw's connection hash is keyed by server
- * and user): a session that switches between servers keeps one connection
- * to each.  A connection that saw any error, or timed out, is closed and
+ * and user): a session that switches between servers, or talks to several
+ * Cluster nodes, keeps one connection to each.  A connection that saw any error, or timed out, is closed and
  * never reused: a late reply would otherwise be read as the answer to the
  * next command.
  *
@@ -67,8 +69,8 @@
 #include "utils/wait_event.h"
 
 /* where Redis is (superuser-only settings) */
-static char *lf_redis_host = NULL;
-static int	lf_redis_port = 6379;
+char	   *lf_redis_host = NULL;
+int			lf_redis_port = 6379;
 static char *lf_redis_socket = NULL;
 static int	lf_redis_db = 0;
 static char *lf_redis_user = NULL;
@@ -91,11 +93,14 @@ typedef struct LfConn
 	pgsocket	fd;				/* PGINVALID_SOCKET: none */
 	void	   *tls;			/* SSL *, or NULL on a plain connection */
 	redisReader *reader;		/* hiredis's reply parser, malloc'd */
-	uint64		serial;			/* lf_redis_connection_serial() */
+	uint64		serial;			/* lf_conn_serial() */
 } LfConn;
 
 static HTAB *connections = NULL;
 static uint64 last_serial = 0;
+
+/* the connection the last command ran on (LF_SAME_CONN), if still open */
+static LfConn *last_used = NULL;
 
 /*
  * Bumped by the assign hook of every setting that decides the server
@@ -119,6 +124,19 @@ lf_redis_int_changed(int newval, void *extra)
 	settings_version++;
 }
 
+void
+lf_redis_bool_changed(bool newval, void *extra)
+{
+	settings_version++;
+}
+
+/* changes whenever a setting that decides the server does */
+uint64
+lf_redis_settings_version(void)
+{
+	return settings_version;
+}
+
 /*
  * One wait event set, for the socket last waited on, kept while that socket
  * lives: building one per wait costs an epoll instance and four system
@@ -139,24 +157,53 @@ lf_now_ms(void)
 	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The key of the server the settings name, with its TLS settings. */
+/* Does ep mean the unix socket lease_fence.redis_socket names? */
+static bool
+uses_unix_socket(const LfEndpoint *ep)
+{
+	return ep->kind == LF_EP_SETTINGS && lf_redis_socket && lf_redis_socket[0] != '\0';
+}
+
+/* The host and port of ep (a TCP endpoint). */
+static const char *
+endpoint_host(const LfEndpoint *ep)
+{
+	if (ep->kind != LF_EP_SETTINGS)
+		return ep->host;
+	return lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+}
+
+static int
+endpoint_port(const LfEndpoint *ep)
+{
+	return ep->kind == LF_EP_SETTINGS ? lf_redis_port : ep->port;
+}
+
+/*
+ * The key of ep's cached connection: every setting that decides where and
+ * how it connects, TLS settings included.  A sentinel is a server of its
+ * own kind, with its own credentials.
+ */
 static void
-describe_target(char *buf, size_t len)
+describe_target(const LfEndpoint *ep, char *buf, size_t len)
 {
 	char		tls[MAXPGPATH * 3 + 32];
-	bool		unix_socket = lf_redis_socket && lf_redis_socket[0] != '\0';
+	bool		unix_socket = uses_unix_socket(ep);
+	bool		sentinel = ep->kind == LF_EP_SENTINEL;
+	const char *user = sentinel ? lf_sentinel_user : lf_redis_user;
+	const char *pwfile = sentinel ? lf_sentinel_password_file : lf_redis_password_file;
 
 	/* TLS is not used over a unix socket (as libpq) */
 	tls[0] = '\0';
 	if (!unix_socket)
 		lf_tls_describe(tls, sizeof(tls));
-	snprintf(buf, len, "%s|%s|%d|%d|%s|%s|%s",
+	snprintf(buf, len, "%c|%s|%s|%d|%d|%s|%s|%s",
+			 sentinel ? 'S' : ep->check_role ? 'M' : 'R',
 			 unix_socket ? lf_redis_socket : "",
-			 unix_socket ? "" : (lf_redis_host ? lf_redis_host : ""),
-			 unix_socket ? 0 : lf_redis_port, lf_redis_db,
-			 lf_redis_user ? lf_redis_user : "",
-			 lf_redis_password_file ? lf_redis_password_file : "",
-			 tls);
+			 unix_socket ? "" : endpoint_host(ep),
+			 unix_socket ? 0 : endpoint_port(ep),
+			 sentinel ? 0 : lf_redis_db,
+			 user ? user : "", pwfile ? pwfile : "", tls);
 }
 
 /*
@@ -185,6 +232,8 @@ close_socket(LfConn *c)
 static void
 close_conn(LfConn *c)
 {
+	if (c == last_used)
+		last_used = NULL;
 	close_socket(c);
 	if (c->reader)
 		redisReaderFree(c->reader);
@@ -709,17 +758,18 @@ new_socket(int family, char *err)
 }
 
 /*
- * The socket: the unix socket, or each address of host:port in turn.  On
- * success c->fd is connected; returns false with a message in err, and
+ * The socket: the unix socket, or each address of ep's host:port in turn.
+ * On success c->fd is connected; returns false with a message in err, and
  * sets *interrupted when it gave up for an interrupt.
  */
 static bool
-open_socket(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+open_socket(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
+			bool *interrupted, char *err)
 {
 	char		why[LF_ERRLEN];
 	int			rc;
 
-	if (lf_redis_socket && lf_redis_socket[0] != '\0')
+	if (uses_unix_socket(ep))
 	{
 		struct sockaddr_un sun;
 
@@ -742,14 +792,15 @@ open_socket(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, ch
 	}
 	else
 	{
-		const char *host = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+		const char *host = endpoint_host(ep);
+		const char *what = ep->kind == LF_EP_SENTINEL ? "Redis Sentinel" : "Redis";
 		char		port[16];
 		struct addrinfo hints;
 		struct addrinfo *res = NULL;
 		struct addrinfo *ai;
 		int			gai;
 
-		snprintf(port, sizeof(port), "%d", lf_redis_port);
+		snprintf(port, sizeof(port), "%d", endpoint_port(ep));
 		memset(&hints, 0, sizeof(hints));
 		hints.ai_family = AF_UNSPEC;
 		hints.ai_socktype = SOCK_STREAM;
@@ -757,7 +808,7 @@ open_socket(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, ch
 		gai = getaddrinfo(host, port, &hints, &res);
 		if (gai != 0)
 		{
-			snprintf(err, LF_ERRLEN, "could not resolve Redis host \"%s\": %s", host, gai_strerror(gai));
+			snprintf(err, LF_ERRLEN, "could not resolve %s host \"%s\": %s", what, host, gai_strerror(gai));
 			return false;
 		}
 		snprintf(why, sizeof(why), "no address");
@@ -784,16 +835,18 @@ open_socket(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, ch
 			}
 		}
 		freeaddrinfo(res);
-		snprintf(err, LF_ERRLEN, "could not connect to Redis at %s:%d: %s", host, lf_redis_port, why);
+		snprintf(err, LF_ERRLEN, "could not connect to %s at %s:%s: %s", what, host, port, why);
 		return false;
 	}
 }
 
 /* The TLS handshake on c->fd, within the deadline. */
 static bool
-tls_handshake(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+tls_handshake(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
+			  bool *interrupted, char *err)
 {
-	const char *host = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+	const char *host = endpoint_host(ep);
+	int			port = endpoint_port(ep);
 	char		why[LF_ERRLEN];
 
 	c->tls = lf_tls_start(c->fd, host, why, sizeof(why));
@@ -812,30 +865,75 @@ tls_handshake(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 			return true;
 		if (rc < 0)
 		{
-			snprintf(err, LF_ERRLEN, "TLS handshake with Redis at %s:%d failed: %s",
-					 host, lf_redis_port, why);
+			snprintf(err, LF_ERRLEN, "TLS handshake with %s at %s:%d failed: %s",
+					 ep->kind == LF_EP_SENTINEL ? "Redis Sentinel" : "Redis", host, port, why);
 			return false;
 		}
 		w = wait_socket(c->fd, want, deadline, interruptible);
 		if (w <= 0)
 		{
 			*interrupted = (w < 0);
-			snprintf(err, LF_ERRLEN, "TLS handshake with Redis at %s:%d %s",
-					 host, lf_redis_port, w < 0 ? "interrupted" : "timed out");
+			snprintf(err, LF_ERRLEN, "TLS handshake with %s at %s:%d %s",
+					 ep->kind == LF_EP_SENTINEL ? "Redis Sentinel" : "Redis", host, port,
+					 w < 0 ? "interrupted" : "timed out");
 			return false;
 		}
 	}
 }
 
 /*
- * Make c a ready connection, within the deadline: socket, TLS, AUTH,
- * SELECT, PING.  Returns false with a message in err (c is closed then);
- * *interrupted is set when it gave up for a pending interrupt.
+ * A master that Sentinel named must say it is one (ROLE) before anything
+ * of a lease is sent to it: Sentinel's answer may be older than a failover,
+ * and a demoted master would refuse the writes anyway (READONLY), but only
+ * after we sent them.
  */
 static bool
-connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, char *err)
+check_role(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
+		   bool *interrupted, char *err)
 {
-	bool		unix_socket = lf_redis_socket && lf_redis_socket[0] != '\0';
+	const char *argv[1] = {"ROLE"};
+	size_t		len[1] = {4};
+	redisReply *reply;
+	char		why[LF_ERRLEN];
+	LfSendResult r;
+	bool		master;
+
+	r = exchange_argv(c, 1, argv, len, deadline, interruptible, &reply, why);
+	if (r == LF_SEND_INTERRUPTED)
+		*interrupted = true;
+	if (r != LF_REPLY)
+	{
+		snprintf(err, LF_ERRLEN, "ROLE failed: %s", why);
+		return false;
+	}
+	master = reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+		reply->element[0]->type == REDIS_REPLY_STRING &&
+		strcmp(reply->element[0]->str, "master") == 0;
+	if (!master)
+		snprintf(err, LF_ERRLEN, "Redis at %s:%d is not a master (ROLE says %s)",
+				 ep->host, ep->port,
+				 reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+				 reply->element[0]->type == REDIS_REPLY_STRING ?
+				 reply->element[0]->str :
+				 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+	freeReplyObject(reply);
+	return master;
+}
+
+/*
+ * Make c a ready connection to ep, within the deadline: socket, TLS, AUTH,
+ * SELECT (not on a sentinel), PING, and ROLE on a master Sentinel named.
+ * Returns false with a message in err (c is closed then); *interrupted is
+ * set when it gave up for a pending interrupt.
+ */
+static bool
+connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
+			  bool *interrupted, char *err)
+{
+	bool		unix_socket = uses_unix_socket(ep);
+	bool		sentinel = ep->kind == LF_EP_SENTINEL;
+	const char *user = sentinel ? lf_sentinel_user : lf_redis_user;
+	const char *pwfile = sentinel ? lf_sentinel_password_file : lf_redis_password_file;
 	const char *ping[1] = {"PING"};
 
 	*interrupted = false;
@@ -844,10 +942,11 @@ connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 	c->reader = NULL;
 	c->serial = 0;
 
-	if (lf_redis_user && lf_redis_user[0] != '\0' &&
-		!(lf_redis_password_file && lf_redis_password_file[0] != '\0'))
+	if (user && user[0] != '\0' && !(pwfile && pwfile[0] != '\0'))
 	{
-		snprintf(err, LF_ERRLEN, "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
+		snprintf(err, LF_ERRLEN, sentinel ?
+				 "lease_fence.redis_sentinel_user is set but lease_fence.redis_sentinel_password_file is not" :
+				 "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
 		return false;
 	}
 	c->reader = redisReaderCreate();
@@ -856,13 +955,13 @@ connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 		snprintf(err, LF_ERRLEN, "could not allocate a Redis reply reader");
 		return false;
 	}
-	if (!open_socket(c, deadline, interruptible, interrupted, err))
+	if (!open_socket(c, ep, deadline, interruptible, interrupted, err))
 		goto fail;
 	if (!unix_socket && lf_tls_wanted() &&
-		!tls_handshake(c, deadline, interruptible, interrupted, err))
+		!tls_handshake(c, ep, deadline, interruptible, interrupted, err))
 		goto fail;
 
-	if (lf_redis_password_file && lf_redis_password_file[0] != '\0')
+	if (pwfile && pwfile[0] != '\0')
 	{
 		char		password[LF_MAX_PASSWORD];
 		size_t		len;
@@ -870,14 +969,15 @@ connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 		int			argc = 0;
 		bool		ok;
 
-		if (!lf_read_secret_file(lf_redis_password_file, "lease_fence.redis_password_file",
+		if (!lf_read_secret_file(pwfile, sentinel ? "lease_fence.redis_sentinel_password_file" :
+								 "lease_fence.redis_password_file",
 								 password, sizeof(password), &len, err, LF_ERRLEN))
 			goto fail;
 		while (len > 0 && (password[len - 1] == '\n' || password[len - 1] == '\r'))
 			password[--len] = '\0';
 		argv[argc++] = "AUTH";
-		if (lf_redis_user && lf_redis_user[0] != '\0')
-			argv[argc++] = lf_redis_user;
+		if (user && user[0] != '\0')
+			argv[argc++] = user;
 		argv[argc++] = password;
 		ok = setup_command(c, argc, argv, "OK", deadline, interruptible, interrupted, err);
 		explicit_bzero(password, sizeof(password));
@@ -885,7 +985,7 @@ connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 			goto fail;
 	}
 
-	if (lf_redis_db != 0)
+	if (!sentinel && lf_redis_db != 0)
 	{
 		char		db[16];
 		const char *argv[2];
@@ -900,6 +1000,8 @@ connect_redis(LfConn *c, int64 deadline, bool interruptible, bool *interrupted, 
 	/* the connection check: after it, nothing stands between us and Redis */
 	if (!setup_command(c, 1, ping, "PONG", deadline, interruptible, interrupted, err))
 		goto fail;
+	if (ep->check_role && !check_role(c, ep, deadline, interruptible, interrupted, err))
+		goto fail;
 
 	c->serial = ++last_serial;
 	return true;
@@ -910,11 +1012,12 @@ fail:
 }
 
 /*
- * The cache entry of the server the settings name, created empty if new.
- * A cached connection that looks dead is closed here.
+ * The cache entry of ep, created empty if new.  A cached connection that
+ * looks dead is closed here.  The server the settings name is found
+ * without building its key while no setting changed.
  */
 static LfConn *
-lookup_conn(void)
+lookup_conn(const LfEndpoint *ep)
 {
 	char		key[LF_CONN_KEYLEN];
 	LfConn	   *c;
@@ -930,11 +1033,12 @@ lookup_conn(void)
 								  HASH_ELEM | HASH_STRINGS);
 		on_proc_exit(disconnect_at_exit, (Datum) 0);
 	}
-	if (last_conn != NULL && last_conn_version == settings_version)
+	if (ep->kind == LF_EP_SETTINGS && last_conn != NULL &&
+		last_conn_version == settings_version)
 		c = last_conn;
 	else
 	{
-		describe_target(key, sizeof(key));
+		describe_target(ep, key, sizeof(key));
 		c = hash_search(connections, key, HASH_ENTER, &found);
 		if (!found)
 		{
@@ -943,8 +1047,11 @@ lookup_conn(void)
 			c->reader = NULL;
 			c->serial = 0;
 		}
-		last_conn = c;
-		last_conn_version = settings_version;
+		if (ep->kind == LF_EP_SETTINGS)
+		{
+			last_conn = c;
+			last_conn_version = settings_version;
+		}
 	}
 	if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
 		close_conn(c);
@@ -952,32 +1059,37 @@ lookup_conn(void)
 }
 
 /*
- * The serial number of the live cached connection to the server the
- * settings name, or 0 when there is none (a dead one is closed first).
- * lease.c keeps its once-per-connection answer under this number.
+ * The serial number of ep's live cached connection, or 0 when there is none
+ * (a dead one is closed first).  lease.c keeps its once-per-connection
+ * answer under this number.
  */
 uint64
-lf_redis_connection_serial(void)
+lf_conn_serial(const LfEndpoint *ep)
 {
-	LfConn	   *c = lookup_conn();
+	LfConn	   *c = lookup_conn(ep);
 
 	return c->fd == PGINVALID_SOCKET ? 0 : c->serial;
 }
 
 /*
- * Run one command on the server the settings name.  With LF_FRESH a new
- * connection is opened for it (the cleanup after an unknown outcome must not
- * share the connection that timed out), and its connect and command share
- * timeout_ms; otherwise the cached connection is used if it still looks
- * alive, and a new one is bounded by connect_timeout_ms.  On LF_REPLY
- * *reply is a malloc'd hiredis reply the caller must freeReplyObject().
+ * Run one command on ep (redis_topology.c decides which).  With LF_FRESH a
+ * new connection is opened for it (the cleanup after an unknown outcome
+ * must not share the connection that timed out); with LF_FRESH or
+ * LF_WITHIN a new connection and the command share timeout_ms; otherwise
+ * the cached connection is used if it still looks alive, and a new one is
+ * bounded by connect_timeout_ms.  With LF_SAME_CONN (ep NULL) the command
+ * goes on the connection the previous one ran on, or is not sent when that
+ * one is gone (WAIT counts the replicas of its own connection's writes).
+ * On LF_REPLY *reply is a malloc'd hiredis reply the caller must
+ * freeReplyObject().
  */
 LfSendResult
-lf_redis_command(int argc, const char **argv, const size_t *argvlen,
-				 int timeout_ms, int flags, redisReply **reply, char *err)
+lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t *argvlen,
+				int timeout_ms, int flags, redisReply **reply, char *err)
 {
 	bool		interruptible = (flags & LF_INTERRUPTIBLE) != 0;
 	bool		fresh = (flags & LF_FRESH) != 0;
+	bool		within = (flags & (LF_FRESH | LF_WITHIN)) != 0;
 	LfConn	   *c;
 	LfSendResult r;
 	int64		overall;
@@ -985,16 +1097,30 @@ lf_redis_command(int argc, const char **argv, const size_t *argvlen,
 	*reply = NULL;
 	err[0] = '\0';
 
-	c = lookup_conn();
-	if (fresh && c->fd != PGINVALID_SOCKET)
-		close_conn(c);
+	if (flags & LF_SAME_CONN)
+	{
+		c = last_used;
+		if (c == NULL || c->fd == PGINVALID_SOCKET || !connection_looks_alive(c))
+		{
+			if (c != NULL)
+				close_conn(c);
+			snprintf(err, LF_ERRLEN, "the connection of the previous command is gone");
+			return LF_NOT_SENT;
+		}
+	}
+	else
+	{
+		c = lookup_conn(ep);
+		if (fresh && c->fd != PGINVALID_SOCKET)
+			close_conn(c);
+	}
 
 	overall = lf_now_ms() + timeout_ms;
 	if (c->fd == PGINVALID_SOCKET)
 	{
 		bool		interrupted;
 
-		if (!connect_redis(c, fresh ? overall : lf_now_ms() + lf_connect_timeout_ms,
+		if (!connect_redis(c, ep, within ? overall : lf_now_ms() + lf_connect_timeout_ms,
 						   interruptible, &interrupted, err))
 		{
 			/* nothing of the command was sent: a cancel can act right away */
@@ -1004,10 +1130,12 @@ lf_redis_command(int argc, const char **argv, const size_t *argvlen,
 		}
 	}
 
-	r = exchange_argv(c, argc, argv, argvlen, fresh ? overall : lf_now_ms() + timeout_ms,
+	r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,
 					  interruptible, reply, err);
 	if (r != LF_REPLY)
 		close_conn(c);			/* dead or timed out: never reuse */
+	else
+		last_used = c;
 	return r;
 }
 

@@ -224,7 +224,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	for (i = 0; i < argc; i++)
 		argvlen[i] = strlen(argv[i]);
 
-	r = lf_redis_command(argc, argv, argvlen, timeout_ms, flags, reply, err);
+	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, reply, err);
 	if (r == LF_REPLY && (*reply)->type == REDIS_REPLY_ERROR &&
 		strncmp((*reply)->str, "NOSCRIPT", 8) == 0)
 	{
@@ -242,7 +242,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 		argvlen[0] = 4;
 		argvlen[1] = strlen(s->text);
 		/* the connection that answered NOSCRIPT is fine: not a fresh one */
-		r = lf_redis_command(argc, argv, argvlen, left, flags & ~LF_FRESH, reply, err);
+		r = lf_redis_command(keys[0], argc, argv, argvlen, left, flags & ~LF_FRESH, reply, err);
 	}
 	return classify(r, reply, err);
 }

@@ -9,7 +9,7 @@
 # copy, and is stopped by lf_cleanup.  Two runs at once cannot swap
 # lease_fence.so under each other.
 
-LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev libssl-dev openssl redis-server redis-tools libipc-run-perl rsync"
+LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev libssl-dev openssl redis-server redis-sentinel redis-tools libipc-run-perl rsync"
 # the PostgreSQL installation a run copies: Debian's 15 unless told otherwise
 # (lf_make_workdir sets PG_BIN and PG_CONFIG to the private copy)
 LF_PG_ROOT=${LF_PG_ROOT:-}

@@ -69,6 +69,7 @@ sub new
 		extra => $opts{extra} || [],
 		pid => undef,
 		proxies => [],
+		opts => \%opts,
 	}, $class;
 	push @live, $self;
 	weaken($live[-1]);
@@ -184,11 +185,14 @@ sub cli
 	return wantarray ? ($out, $err) : $out;
 }
 
+# where redis-cli connects: this server's unix socket
+sub _cli_target { return ('-s', $_[0]->{socket}); }
+
 # (stdout, stderr, success) of one redis-cli run, never dies
 sub _run_cli
 {
 	my ($self, $timeout, @args) = @_;
-	my @cmd = ($REDIS_CLI, '-s', $self->{socket});
+	my @cmd = ($REDIS_CLI, $self->_cli_target);
 	push @cmd, '--no-auth-warning', '-a', $self->{password}
 	  if defined $self->{password};
 	my ($in, $out, $err) = ('', '', '');

@@ -1,0 +1,770 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_topology.c
+ *	  Which server each command goes to: the one the settings name
+ *	  (standalone), the master the sentinels name (Sentinel), or the node
+ *	  that serves the hash slot of the command's first key (Cluster).
+ *
+ * Sentinel: the master's address is asked of the sentinels in
+ * lease_fence.redis_sentinels, in order, the first that answers
+ * (SENTINEL get-master-addr-by-name), all within connect_timeout_ms.  A new
+ * connection to it must say it is a master (ROLE) before anything of a
+ * lease is sent.  The address is asked again after a connect failure, a
+ * timeout or lost reply, a READONLY reply, and when it is older than
+ * LF_SENTINEL_RECHECK_MS.  A command that was certainly not applied (the
+ * connection failed, READONLY) on an address known from before this call is
+ * tried once more on the address the sentinels give now.
+ *
+ * Cluster: redis_host:redis_port, and every node learnt since, only seed
+ * the slot map (CLUSTER SLOTS).  Each key's slot is computed here (CRC16 of
+ * its hash tag, as Redis does), and its command goes to that slot's master,
+ * one cached connection per node.  MOVED updates the slot, marks the map
+ * for a refresh, and is followed; ASK is followed with ASKING on the
+ * target; TRYAGAIN and CLUSTERDOWN are retried until command_timeout_ms.
+ * A redirection is an answer that nothing was applied, so following it
+ * never makes an outcome unknown: only a lost reply does.
+ *
+ * IDENTIFICATION
+ *	  src/redis_topology.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+#include <netdb.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lease_fence.h"
+#include "miscadmin.h"
+#include "redis.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+/* the topology (superuser-only settings) */
+static char *lf_sentinels = NULL;
+static char *lf_sentinel_master = NULL;
+char	   *lf_sentinel_user = NULL;
+char	   *lf_sentinel_password_file = NULL;
+static bool lf_cluster = false;
+
+/* replication safety of a grant (superuser-only, per database) */
+int			lf_min_replicas = 0;
+int			lf_replica_timeout_ms = 1000;
+
+/* how long an address the sentinels gave is used before asking again */
+#define LF_SENTINEL_RECHECK_MS 5000
+/* redirections followed for one command before giving up */
+#define LF_MAX_REDIRECTS 16
+/* pause between tries of a command a cluster answered TRYAGAIN or CLUSTERDOWN */
+#define LF_CLUSTER_RETRY_MS 20
+/* the sentinels and the cluster nodes a backend keeps track of */
+#define LF_MAX_SENTINELS 16
+#define LF_MAX_NODES 1024
+#define LF_SLOTS 16384
+
+/* the master the sentinels named last */
+static struct
+{
+	bool		known;
+	char		host[NI_MAXHOST];
+	int			port;
+	int64		asked_at;
+	uint64		version;		/* lf_redis_settings_version() when asked */
+}			master;
+
+/* the cluster: nodes seen, and which serves each slot (index + 1; 0: none) */
+typedef struct LfNode
+{
+	char		host[256];		/* an address or a DNS name (at most 253) */
+	int			port;
+} LfNode;
+
+static LfNode *nodes = NULL;
+static int	nnodes = 0;
+static uint16 *slot_node = NULL;
+static bool map_valid = false;
+static uint64 map_version = 0;
+
+/* Is reply an error reply whose code (first word) is code? */
+bool
+lf_redis_is_error(const redisReply *reply, const char *code)
+{
+	size_t		n = strlen(code);
+
+	return reply->type == REDIS_REPLY_ERROR &&
+		strncmp(reply->str, code, n) == 0 &&
+		(reply->str[n] == ' ' || reply->str[n] == '\0');
+}
+
+/*
+ * Split "host:port" (the port after the last colon; a host may be an IPv6
+ * address in brackets) into host and *port.  False if it is not one.
+ */
+static bool
+parse_host_port(const char *s, size_t len, char *host, size_t hostlen, int *port)
+{
+	const char *colon = NULL;
+	const char *h = s;
+	size_t		hlen;
+	long		p = 0;
+	size_t		i;
+
+	for (i = 0; i < len; i++)
+		if (s[i] == ':')
+			colon = s + i;
+	if (colon == NULL || colon == s || colon == s + len - 1)
+		return false;
+	for (i = colon - s + 1; i < len; i++)
+	{
+		if (s[i] < '0' || s[i] > '9' || p > 65535)
+			return false;
+		p = p * 10 + (s[i] - '0');
+	}
+	if (p < 1 || p > 65535)
+		return false;
+	hlen = colon - s;
+	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']')
+	{
+		h++;
+		hlen -= 2;
+	}
+	if (hlen == 0 || hlen >= hostlen)
+		return false;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	*port = (int) p;
+	return true;
+}
+
+/* ---------------------------------------------------------------------
+ * Sentinel
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The sentinels of lease_fence.redis_sentinels, in order.  Returns how many;
+ * -1 if the list is malformed (the check hook refuses that, so only a
+ * placeholder set before the library loaded can be).
+ */
+static int
+parse_sentinels(const char *list, LfNode *out)
+{
+	const char *p = list;
+	int			n = 0;
+
+	while (*p)
+	{
+		const char *end;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (*p == '\0')
+			break;
+		end = p;
+		while (*end && *end != ',' && *end != ' ')
+			end++;
+		if (n == LF_MAX_SENTINELS ||
+			!parse_host_port(p, end - p, out[n].host, sizeof(out[n].host), &out[n].port))
+			return -1;
+		n++;
+		p = end;
+	}
+	return n;
+}
+
+static bool
+check_sentinels(char **newval, void **extra, GucSource source)
+{
+	LfNode		list[LF_MAX_SENTINELS];
+
+	if (*newval && parse_sentinels(*newval, list) < 0)
+	{
+		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
+		GUC_check_errdetail("The list must be host:port entries separated by commas, at most %d.",
+							LF_MAX_SENTINELS);
+		return false;
+	}
+	return true;
+}
+
+static bool
+sentinel_mode(void)
+{
+	return lf_sentinels && lf_sentinels[0] != '\0';
+}
+
+/*
+ * The deadline of finding the server (asking the sentinels, loading the
+ * slot map): connect_timeout_ms, and no later than a request's own
+ * deadline when its connect shares its timeout (a cleanup's
+ * cleanup_timeout_ms bounds all of it).
+ */
+static int64
+discovery_deadline(int flags, int64 overall)
+{
+	int64		deadline = lf_now_ms() + lf_connect_timeout_ms;
+
+	if ((flags & (LF_FRESH | LF_WITHIN)) && overall < deadline)
+		deadline = overall;
+	return deadline;
+}
+
+/*
+ * Ask the sentinels where the master is: the first that answers, all
+ * before deadline.  False with a message in err when none could say.
+ * Nothing of a lease has been sent, so an interrupt acts at once.
+ */
+static bool
+ask_sentinels(int flags, int64 deadline, char *err)
+{
+	LfNode		list[LF_MAX_SENTINELS];
+	int			n;
+	int			i;
+	char		why[LF_ERRLEN];
+
+	master.known = false;
+	if (!lf_sentinel_master || lf_sentinel_master[0] == '\0')
+	{
+		snprintf(err, LF_ERRLEN, "lease_fence.redis_sentinels is set but lease_fence.redis_sentinel_master is not");
+		return false;
+	}
+	n = parse_sentinels(lf_sentinels, list);
+	if (n <= 0)
+	{
+		snprintf(err, LF_ERRLEN, "lease_fence.redis_sentinels names no sentinel");
+		return false;
+	}
+	snprintf(why, sizeof(why), "no time left");
+	for (i = 0; i < n; i++)
+	{
+		LfEndpoint	ep = {LF_EP_SENTINEL, list[i].host, list[i].port, false};
+		const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", lf_sentinel_master};
+		size_t		lens[3] = {8, 23, strlen(lf_sentinel_master)};
+		redisReply *reply;
+		int			left = (int) (deadline - lf_now_ms());
+		LfSendResult r;
+
+		if (left <= 0)
+			break;
+		r = lf_conn_command(&ep, 3, argv, lens, left,
+							(flags & LF_INTERRUPTIBLE) | LF_WITHIN, &reply, why);
+		if (r == LF_SEND_INTERRUPTED)
+			CHECK_FOR_INTERRUPTS();
+		if (r != LF_REPLY)
+			continue;
+		if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
+			reply->element[0]->type == REDIS_REPLY_STRING &&
+			reply->element[1]->type == REDIS_REPLY_STRING)
+		{
+			char		host[NI_MAXHOST];
+			char	   *end;
+			long		port = strtol(reply->element[1]->str, &end, 10);
+			bool		ok = *end == '\0' && port >= 1 && port <= 65535 &&
+				strlcpy(host, reply->element[0]->str, sizeof(host)) < sizeof(host);
+
+			freeReplyObject(reply);
+			if (!ok)
+			{
+				snprintf(why, sizeof(why), "sentinel %s:%d gave an address that is not one",
+						 list[i].host, list[i].port);
+				continue;
+			}
+			if (strcmp(host, master.host) != 0 || port != master.port)
+			{
+				lf_count(LF_C_SENTINEL_MASTER_DISCOVERED);
+				strlcpy(master.host, host, sizeof(master.host));
+				master.port = (int) port;
+			}
+			master.known = true;
+			master.asked_at = lf_now_ms();
+			master.version = lf_redis_settings_version();
+			return true;
+		}
+		if (reply->type == REDIS_REPLY_NIL)
+			snprintf(why, sizeof(why), "sentinel %s:%d does not monitor a master named \"%s\"",
+					 list[i].host, list[i].port, lf_sentinel_master);
+		else
+			snprintf(why, sizeof(why), "sentinel %s:%d answered: %s", list[i].host, list[i].port,
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+		freeReplyObject(reply);
+	}
+	snprintf(err, LF_ERRLEN, "no sentinel could name master \"%s\": %s", lf_sentinel_master, why);
+	return false;
+}
+
+/* Is the master's address to be asked of the sentinels (again)? */
+static bool
+master_needs_asking(void)
+{
+	return !master.known || master.version != lf_redis_settings_version() ||
+		lf_now_ms() - master.asked_at >= LF_SENTINEL_RECHECK_MS;
+}
+
+static LfSendResult
+sentinel_command(int argc, const char **argv, const size_t *argvlen,
+				 int timeout_ms, int flags, redisReply **reply, char *err)
+{
+	int64		overall = lf_now_ms() + timeout_ms;
+	int			attempt;
+
+	*reply = NULL;
+	for (attempt = 0;; attempt++)
+	{
+		bool		asked = false;
+		LfEndpoint	ep;
+		LfSendResult r;
+		int			left = timeout_ms;
+
+		if (master_needs_asking())
+		{
+			if (!ask_sentinels(flags, discovery_deadline(flags, overall), err))
+				return LF_NOT_SENT;
+			asked = true;
+		}
+		ep.kind = LF_EP_NODE;
+		ep.host = master.host;
+		ep.port = master.port;
+		ep.check_role = true;
+		if ((attempt > 0 || asked) && (flags & (LF_FRESH | LF_WITHIN)))
+		{
+			left = (int) (overall - lf_now_ms());
+			if (left <= 0)
+			{
+				snprintf(err, LF_ERRLEN, "timed out before the new master could be tried");
+				return LF_NOT_SENT;
+			}
+		}
+		r = lf_conn_command(&ep, argc, argv, argvlen, left, flags, reply, err);
+		if (r == LF_REPLY && lf_redis_is_error(*reply, "READONLY"))
+		{
+			/* a master demoted since we asked: certainly not applied */
+			master.known = false;
+			if (attempt == 0 && !asked)
+			{
+				freeReplyObject(*reply);
+				*reply = NULL;
+				continue;
+			}
+		}
+		else if (r == LF_NOT_SENT)
+		{
+			master.known = false;
+			if (attempt == 0 && !asked)
+				continue;
+		}
+		else if (r != LF_REPLY)
+			master.known = false;
+		return r;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Cluster
+ * ---------------------------------------------------------------------
+ */
+
+/* CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), as Redis Cluster. */
+static uint16
+crc16(const char *buf, size_t len)
+{
+	uint16		crc = 0;
+	size_t		i;
+	int			bit;
+
+	for (i = 0; i < len; i++)
+	{
+		crc ^= (uint16) ((unsigned char) buf[i]) << 8;
+		for (bit = 0; bit < 8; bit++)
+			crc = (crc & 0x8000) ? (uint16) ((crc << 1) ^ 0x1021) : (uint16) (crc << 1);
+	}
+	return crc;
+}
+
+/*
+ * The hash slot of key: the CRC16 of its hash tag (the text between the
+ * first '{' and the first '}' after it, when not empty), else of the key.
+ */
+static int
+key_slot(const char *key)
+{
+	size_t		len = strlen(key);
+	const char *open = memchr(key, '{', len);
+
+	if (open != NULL)
+	{
+		const char *close = memchr(open + 1, '}', len - (open + 1 - key));
+
+		if (close != NULL && close > open + 1)
+			return crc16(open + 1, close - open - 1) & (LF_SLOTS - 1);
+	}
+	return crc16(key, len) & (LF_SLOTS - 1);
+}
+
+/* The index + 1 of node host:port, added if new; 0 when the table is full. */
+static int
+node_index(const char *host, int port)
+{
+	int			i;
+
+	if (nodes == NULL)
+	{
+		nodes = MemoryContextAlloc(TopMemoryContext, sizeof(LfNode) * LF_MAX_NODES);
+		slot_node = MemoryContextAllocZero(TopMemoryContext, sizeof(uint16) * LF_SLOTS);
+	}
+	for (i = 0; i < nnodes; i++)
+		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+			return i + 1;
+	if (nnodes == LF_MAX_NODES || strlen(host) >= sizeof(nodes[0].host))
+		return 0;
+	strlcpy(nodes[nnodes].host, host, sizeof(nodes[nnodes].host));
+	nodes[nnodes].port = port;
+	return ++nnodes;
+}
+
+/*
+ * Read one CLUSTER SLOTS reply into the slot map.  asked is the node that
+ * answered (a node that does not know its own address names it "").
+ */
+static bool
+load_slot_map(const redisReply *reply, const LfNode *asked)
+{
+	size_t		i;
+
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return false;
+	memset(slot_node, 0, sizeof(uint16) * LF_SLOTS);
+	for (i = 0; i < reply->elements; i++)
+	{
+		const redisReply *range = reply->element[i];
+		const redisReply *m;
+		const char *host;
+		long long	lo,
+					hi,
+					s;
+		int			idx;
+
+		if (range->type != REDIS_REPLY_ARRAY || range->elements < 3 ||
+			range->element[0]->type != REDIS_REPLY_INTEGER ||
+			range->element[1]->type != REDIS_REPLY_INTEGER ||
+			range->element[2]->type != REDIS_REPLY_ARRAY ||
+			range->element[2]->elements < 2 ||
+			range->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+			range->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
+			return false;
+		lo = range->element[0]->integer;
+		hi = range->element[1]->integer;
+		m = range->element[2];
+		if (lo < 0 || hi >= LF_SLOTS || lo > hi)
+			return false;
+		host = m->element[0]->str[0] != '\0' && strcmp(m->element[0]->str, "?") != 0 ?
+			m->element[0]->str : asked->host;
+		if (m->element[1]->integer < 1 || m->element[1]->integer > 65535)
+			return false;
+		idx = node_index(host, (int) m->element[1]->integer);
+		if (idx == 0)
+			return false;
+		for (s = lo; s <= hi; s++)
+			slot_node[s] = (uint16) idx;
+	}
+	return true;
+}
+
+/*
+ * Load the slot map from the first node that answers CLUSTER SLOTS: the
+ * seed redis_host:redis_port first, then every node seen before (the seed
+ * may be the node that failed), all before deadline.
+ */
+static bool
+refresh_slot_map(int flags, int64 deadline, char *err)
+{
+	const char *seed = lf_redis_host && lf_redis_host[0] ? lf_redis_host : "127.0.0.1";
+	char		why[LF_ERRLEN];
+	int			seed_idx;
+	int			k;
+
+	map_valid = false;
+	seed_idx = node_index(seed, lf_redis_port);
+	if (seed_idx == 0)
+	{
+		snprintf(err, LF_ERRLEN, "too many Redis Cluster nodes (the limit is %d)", LF_MAX_NODES);
+		return false;
+	}
+	snprintf(why, sizeof(why), "no time left");
+	for (k = 0; k < nnodes; k++)
+	{
+		/* the seed first, then the others in the order they were seen */
+		int			i = k == 0 ? seed_idx - 1 : k <= seed_idx - 1 ? k - 1 : k;
+		LfNode		asked = nodes[i];
+		LfEndpoint	ep = {LF_EP_NODE, asked.host, asked.port, false};
+		const char *argv[2] = {"CLUSTER", "SLOTS"};
+		size_t		lens[2] = {7, 5};
+		redisReply *reply;
+		int			left = (int) (deadline - lf_now_ms());
+		LfSendResult r;
+		bool		ok;
+
+		if (left <= 0)
+			break;
+		r = lf_conn_command(&ep, 2, argv, lens, left,
+							(flags & LF_INTERRUPTIBLE) | LF_WITHIN, &reply, why);
+		if (r == LF_SEND_INTERRUPTED)
+			CHECK_FOR_INTERRUPTS();
+		if (r != LF_REPLY)
+			continue;
+		ok = load_slot_map(reply, &asked);
+		if (!ok)
+			snprintf(why, sizeof(why), "%s:%d answered CLUSTER SLOTS with %s", asked.host, asked.port,
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+		freeReplyObject(reply);
+		if (ok)
+		{
+			map_valid = true;
+			map_version = lf_redis_settings_version();
+			return true;
+		}
+	}
+	snprintf(err, LF_ERRLEN, "could not load the Redis Cluster slot map: %s", why);
+	return false;
+}
+
+/*
+ * Parse the target of a MOVED or ASK error ("MOVED <slot> <host>:<port>")
+ * into a node index.  0 when it does not parse.
+ */
+static int
+redirect_target(const char *str)
+{
+	const char *p = strchr(str, ' ');
+	char		host[NI_MAXHOST];
+	int			port;
+
+	if (p == NULL || (p = strchr(p + 1, ' ')) == NULL)
+		return 0;
+	p++;
+	if (!parse_host_port(p, strlen(p), host, sizeof(host), &port))
+		return 0;
+	return node_index(host, port);
+}
+
+/*
+ * Sleep ms.  When interruptible, a cancel acts at once: the last answer
+ * said nothing ran, so nothing is held.
+ */
+static void
+cluster_pause(int ms, bool interruptible)
+{
+	int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							   ms, PG_WAIT_EXTENSION);
+
+	if (rc & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	if (interruptible)
+		CHECK_FOR_INTERRUPTS();
+}
+
+static LfSendResult
+cluster_command(const char *route_key, int argc, const char **argv, const size_t *argvlen,
+				int timeout_ms, int flags, redisReply **reply, char *err)
+{
+	int64		deadline = lf_now_ms() + timeout_ms;
+	int			slot = key_slot(route_key);
+	int			idx;
+	bool		asking = false;
+	int			redirects = 0;
+	int			tries = 0;
+
+	*reply = NULL;
+	if (!map_valid || map_version != lf_redis_settings_version())
+	{
+		if (!refresh_slot_map(flags, discovery_deadline(flags, deadline), err))
+			return LF_NOT_SENT;
+	}
+	idx = slot_node[slot];
+	if (idx == 0)
+	{
+		map_valid = false;
+		snprintf(err, LF_ERRLEN, "no Redis Cluster node serves hash slot %d", slot);
+		return LF_NOT_SENT;
+	}
+
+	for (;;)
+	{
+		LfEndpoint	ep = {LF_EP_NODE, nodes[idx - 1].host, nodes[idx - 1].port, false};
+		int			left = (int) (deadline - lf_now_ms());
+		int			cflags = flags;
+		LfSendResult r;
+
+		if (tries++ == 0 && !(flags & (LF_FRESH | LF_WITHIN)))
+			left = timeout_ms;	/* as on one server: the first try has all of it */
+		else if (left <= 0)
+		{
+			snprintf(err, LF_ERRLEN, "timed out before the request could be sent to the Redis Cluster");
+			return LF_NOT_SENT;
+		}
+		if (asking)
+		{
+			/* ASKING, then the command, on one connection */
+			const char *ask[1] = {"ASKING"};
+			size_t		asklen[1] = {6};
+			bool		ok;
+
+			r = lf_conn_command(&ep, 1, ask, asklen, left, flags, reply, err);
+			if (r == LF_SEND_INTERRUPTED)
+				CHECK_FOR_INTERRUPTS();
+			if (r != LF_REPLY)
+				return LF_NOT_SENT; /* nothing of the command was sent */
+			ok = (*reply)->type == REDIS_REPLY_STATUS;
+			if (!ok)
+				snprintf(err, LF_ERRLEN, "ASKING failed: %s",
+						 (*reply)->type == REDIS_REPLY_ERROR ? (*reply)->str : "unexpected reply");
+			freeReplyObject(*reply);
+			*reply = NULL;
+			if (!ok)
+				return LF_NOT_SENT;
+			cflags = (flags & ~LF_FRESH) | LF_SAME_CONN;
+		}
+		r = lf_conn_command(asking ? NULL : &ep, argc, argv, argvlen, left, cflags, reply, err);
+		if (r != LF_REPLY)
+		{
+			/* a node gone or silent: learn the map again next time */
+			map_valid = false;
+			return r;
+		}
+		if ((*reply)->type != REDIS_REPLY_ERROR)
+			return r;
+		if (lf_redis_is_error(*reply, "MOVED") || lf_redis_is_error(*reply, "ASK"))
+		{
+			int			target = redirect_target((*reply)->str);
+
+			if (target == 0 || redirects++ >= LF_MAX_REDIRECTS)
+				return r;
+			lf_count(LF_C_CLUSTER_REDIRECT_FOLLOWED);
+			asking = (*reply)->str[0] == 'A';
+			if (!asking)
+			{
+				/* the slot has moved for good: the map is out of date */
+				slot_node[slot] = (uint16) target;
+				map_valid = false;
+			}
+			idx = target;
+			freeReplyObject(*reply);
+			*reply = NULL;
+			continue;
+		}
+		if (lf_redis_is_error(*reply, "TRYAGAIN") || lf_redis_is_error(*reply, "CLUSTERDOWN"))
+		{
+			/* the same command to the same node (with ASKING again), a little later */
+			if (lf_now_ms() + LF_CLUSTER_RETRY_MS >= deadline)
+				return r;
+			freeReplyObject(*reply);
+			*reply = NULL;
+			cluster_pause(LF_CLUSTER_RETRY_MS, (flags & LF_INTERRUPTIBLE) != 0);
+			continue;
+		}
+		return r;
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * The entry points
+ * ---------------------------------------------------------------------
+ */
+
+static const LfEndpoint settings_endpoint = {LF_EP_SETTINGS, NULL, 0, false};
+
+/*
+ * Run one command on the server that serves route_key (the command's first
+ * key; with LF_SAME_CONN, NULL: the connection of the previous command).
+ * What the flags and the result mean: lf_conn_command.
+ */
+LfSendResult
+lf_redis_command(const char *route_key, int argc, const char **argv,
+				 const size_t *argvlen, int timeout_ms, int flags,
+				 redisReply **reply, char *err)
+{
+	if (flags & LF_SAME_CONN)
+		return lf_conn_command(NULL, argc, argv, argvlen, timeout_ms, flags, reply, err);
+	if (lf_cluster && sentinel_mode())
+	{
+		*reply = NULL;
+		snprintf(err, LF_ERRLEN, "lease_fence.redis_cluster and lease_fence.redis_sentinels cannot both be set");
+		return LF_NOT_SENT;
+	}
+	if (lf_cluster)
+		return cluster_command(route_key, argc, argv, argvlen, timeout_ms, flags, reply, err);
+	if (sentinel_mode())
+		return sentinel_command(argc, argv, argvlen, timeout_ms, flags, reply, err);
+	return lf_conn_command(&settings_endpoint, argc, argv, argvlen, timeout_ms, flags, reply, err);
+}
+
+/*
+ * The serial number of the live cached connection that a command on
+ * route_key would use now, or 0 when there is none (or it is not known yet:
+ * the command itself will find out).
+ */
+uint64
+lf_redis_connection_serial(const char *route_key)
+{
+	if (lf_cluster)
+	{
+		int			idx;
+
+		if (!map_valid || map_version != lf_redis_settings_version())
+			return 0;
+		idx = slot_node[key_slot(route_key)];
+		if (idx == 0)
+			return 0;
+		{
+			LfEndpoint	ep = {LF_EP_NODE, nodes[idx - 1].host, nodes[idx - 1].port, false};
+
+			return lf_conn_serial(&ep);
+		}
+	}
+	if (sentinel_mode())
+	{
+		LfEndpoint	ep = {LF_EP_NODE, master.host, master.port, true};
+
+		if (master_needs_asking())
+			return 0;
+		return lf_conn_serial(&ep);
+	}
+	return lf_conn_serial(&settings_endpoint);
+}
+
+/* Called from _PG_init: the settings of the topology. */
+void
+lf_topology_init(void)
+{
+	DefineCustomStringVariable("lease_fence.redis_sentinels",
+							   "Redis Sentinels to ask where the master is, as host:port,...; when set, redis_host, redis_port and redis_socket are not used.",
+							   NULL, &lf_sentinels, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_sentinels, lf_redis_string_changed, NULL);
+	DefineCustomStringVariable("lease_fence.redis_sentinel_master",
+							   "Name of the master the sentinels monitor.",
+							   NULL, &lf_sentinel_master, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
+	DefineCustomStringVariable("lease_fence.redis_sentinel_user",
+							   "ACL user name for AUTH on the sentinels; empty for the default user.",
+							   NULL, &lf_sentinel_user, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
+	DefineCustomStringVariable("lease_fence.redis_sentinel_password_file",
+							   "File holding the sentinels' password (owned by the server's user, mode 0600).",
+							   NULL, &lf_sentinel_password_file, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
+	DefineCustomBoolVariable("lease_fence.redis_cluster",
+							 "Talk to a Redis Cluster: redis_host and redis_port only seed its slot map.",
+							 NULL, &lf_cluster, false,
+							 PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_bool_changed, NULL);
+	DefineCustomIntVariable("lease_fence.redis_min_replicas",
+							"Replicas that must acknowledge a grant (WAIT) before acquire reports it; 0: none.",
+							NULL, &lf_min_replicas, 0, 0, 100,
+							PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("lease_fence.redis_replica_timeout_ms",
+							"How long to wait for lease_fence.redis_min_replicas to acknowledge a grant.",
+							NULL, &lf_replica_timeout_ms, 1000, 1, 60000,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+}

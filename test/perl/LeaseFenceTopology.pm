@@ -1,0 +1,226 @@
+# LeaseFenceTopology.pm — Redis as deployed for availability and scale, for
+# lease_fence's TAP tests: a master with replicas watched by redis-sentinel,
+# and a Redis Cluster, all real servers on 127.0.0.1, private to one test.
+#
+#   my $s = LeaseFenceTopology::Sentinel->new(master_name => 'm',
+#       master_port => $master->port);          # one redis-sentinel
+#   $s->cli('SENTINEL', 'get-master-addr-by-name', 'm');
+#   my @nodes = LeaseFenceTopology::cluster(masters => 3, replicas => 1);
+#   LeaseFenceTopology::kill9($redis);          # SIGKILL, reaped
+#
+# Data nodes are LeaseFenceRedis servers; a sentinel is one too (same
+# start, stop and clean-up), started as redis-sentinel with a config file of
+# its own (Sentinel rewrites it) and reached over TCP.
+
+package LeaseFenceTopology;
+
+use strict;
+use warnings;
+
+use Carp;
+use IPC::Run;
+use LeaseFenceRedis;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(usleep time);
+
+# wait until $cond->() is true, polling every 50 ms; dies after the TAP timeout
+sub wait_for
+{
+	my ($what, $cond) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	until ($cond->())
+	{
+		croak "timed out waiting for $what" if time() > $deadline;
+		usleep(50_000);
+	}
+	return;
+}
+
+# kill -9 a LeaseFenceRedis server and reap it: it stops mid-flight, as a
+# crashed host does (start() brings it back, empty)
+sub kill9
+{
+	my ($redis) = @_;
+	my $pid = $redis->pid or croak "not running";
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	$redis->{pid} = undef;
+	unlink $redis->socket_path;
+	return;
+}
+
+# A Redis Cluster of $opts{masters} masters with $opts{replicas} replicas
+# each, fast to fail over (cluster-node-timeout 1000 ms).  Returns the
+# LeaseFenceRedis servers, once every node says cluster_state:ok.
+sub cluster
+{
+	my (%opts) = @_;
+	my $n = $opts{masters} * (1 + ($opts{replicas} || 0));
+	my @nodes = map {
+		LeaseFenceRedis->new(extra => [
+			'--cluster-enabled', 'yes',
+			'--cluster-config-file', 'nodes.conf',
+			'--cluster-node-timeout', '1000',
+			# a replica takes over however long it was cut off
+			'--cluster-replica-validity-factor', '0' ])
+	} 1 .. $n;
+	my @cmd = ($LeaseFenceRedis::REDIS_CLI, '--cluster', 'create',
+		(map { '127.0.0.1:' . $_->port } @nodes),
+		'--cluster-replicas', $opts{replicas} || 0, '--cluster-yes');
+	my ($out, $err) = ('', '');
+	IPC::Run::run(\@cmd, '<', \'', '>', \$out, '2>', \$err,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default))
+	  or croak "redis-cli --cluster create failed:\n$out$err";
+	for my $node (@nodes)
+	{
+		wait_for('cluster_state:ok on ' . $node->port,
+			sub { $node->cli('CLUSTER', 'INFO') =~ /cluster_state:ok/ });
+	}
+	# every node knows every other one's role
+	wait_for('all nodes to agree on the masters', sub {
+		my @masters = grep { /master/ && !/fail/ } split /\n/,
+		  $nodes[0]->cli('CLUSTER', 'NODES');
+		scalar(@masters) == $opts{masters};
+	});
+	return @nodes;
+}
+
+# The node id of a cluster node, from its own CLUSTER NODES line
+sub node_id
+{
+	my ($node) = @_;
+	my ($self) = grep { /myself/ } split /\n/, $node->cli('CLUSTER', 'NODES');
+	croak "no myself line in CLUSTER NODES" unless defined $self;
+	return (split / /, $self)[0];
+}
+
+sub is_master
+{
+	my ($node) = @_;
+	my ($self) = grep { /myself/ } split /\n/, $node->cli('CLUSTER', 'NODES');
+	return defined $self && $self =~ /\bmaster\b/;
+}
+
+# The cluster node (of @nodes) that serves $key's slot as master, as the
+# first running node of @nodes sees it; undef if it names none of @nodes
+sub owner_of
+{
+	my ($key, @nodes) = @_;
+	my ($ask) = grep { $_->pid } @nodes;
+	return owner_seen_by($ask, $key, @nodes);
+}
+
+# The same, as node $ask sees it
+sub owner_seen_by
+{
+	my ($ask, $key, @nodes) = @_;
+	my $slot = $ask->cli('CLUSTER', 'KEYSLOT', $key);
+	for my $line (split /\n/, $ask->cli('CLUSTER', 'NODES'))
+	{
+		my @f = split / /, $line;
+		next unless $f[2] =~ /master/ && $f[2] !~ /fail/;
+		for my $range (@f[ 8 .. $#f ])
+		{
+			next if $range =~ /^\[/;
+			my ($lo, $hi) = split /-/, $range;
+			$hi //= $lo;
+			next unless $slot >= $lo && $slot <= $hi;
+			my ($port) = $f[1] =~ /:(\d+)/;
+			my ($node) = grep { $_->port == $port } @nodes;
+			return $node;
+		}
+	}
+	return undef;
+}
+
+# redis-cli on $node with ASKING first, on one connection: a key of a slot
+# being imported is read on the importing node.  Returns the last reply.
+sub asking_cli
+{
+	my ($node, @cmd) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $LeaseFenceRedis::REDIS_CLI, '-s', $node->socket_path ],
+		'<', \("ASKING\n" . join(' ', @cmd) . "\n"), '>', \$out, '2>', \$err,
+		IPC::Run::timeout(60))
+	  or croak "redis-cli ASKING; @cmd failed: $err";
+	my @lines = split /\n/, $out;
+	return $lines[-1];
+}
+
+
+package LeaseFenceTopology::Sentinel;
+
+use strict;
+use warnings;
+
+use Carp;
+use File::Spec;
+use POSIX ();
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(usleep);
+
+our @ISA = ('LeaseFenceRedis');
+
+# LeaseFenceTopology::Sentinel->new(master_name => 'm', master_port => N):
+# a redis-sentinel on a free 127.0.0.1 port that monitors 127.0.0.1:N
+# under that name (quorum 2), and calls it down after 1000 ms (a second
+# failover of the same name can start 6 s after the first: twice the
+# failover-timeout)
+sub new
+{
+	my ($class, %opts) = @_;
+	return LeaseFenceRedis::new($class, %opts);
+}
+
+sub start
+{
+	my ($self) = @_;
+	croak "redis-sentinel already running (pid $self->{pid})" if $self->{pid};
+	my $conf = "$self->{dir}/sentinel.conf";
+	unless (-f $conf)
+	{
+		my ($name, $port) = @{ $self->{opts} }{qw(master_name master_port)};
+		open my $fh, '>', $conf or croak "$conf: $!";
+		print $fh join("\n",
+			"port $self->{port}",
+			'bind 127.0.0.1',
+			"dir $self->{dir}",
+			"logfile $self->{logfile}",
+			'daemonize no',
+			"sentinel monitor $name 127.0.0.1 $port 2",
+			"sentinel down-after-milliseconds $name 1000",
+			"sentinel failover-timeout $name 3000",
+			"sentinel parallel-syncs $name 1"), "\n";
+		close $fh;
+	}
+	my $pid = fork();
+	croak "fork failed: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		open(STDIN, '<', File::Spec->devnull);
+		open(STDOUT, '>>', $self->{logfile});
+		open(STDERR, '>&', \*STDOUT);
+		exec('/usr/bin/redis-sentinel', $conf) or POSIX::_exit(127);
+	}
+	$self->{pid} = $pid;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (1)
+	{
+		if (waitpid($pid, POSIX::WNOHANG()) == $pid)
+		{
+			$self->{pid} = undef;
+			croak "redis-sentinel exited at start (status $?), see $self->{logfile}";
+		}
+		my ($out) = $self->_run_cli(5, 'PING');
+		last if defined $out && $out =~ /^PONG/;
+		croak "redis-sentinel did not answer PING" if time() > $deadline;
+		usleep(50_000);
+	}
+	Test::More::note "redis-sentinel pid $pid on 127.0.0.1:$self->{port}";
+	return $self;
+}
+
+# a sentinel is reached over TCP
+sub _cli_target { return ('-h', '127.0.0.1', '-p', $_[0]->{port}); }
+
+1;

@@ -1,0 +1,156 @@
+# 080_sentinel.pl — the lease helper follows a Sentinel failover by itself.
+# A master, an asynchronous replica and three redis-sentinels, all real
+# servers on 127.0.0.1.  One backend, whose settings never change, acquires
+# before and after the master is killed (kill -9) and, once that is over,
+# after the new master is frozen (SIGSTOP): each time an acquire succeeds
+# within 2 s of the sentinels naming the new master.  A lease replicated
+# before the failover is busy on the new master.  With
+# lease_fence.redis_min_replicas = 1, a grant the replica did not
+# acknowledge is "unreplicated" and leaves no key behind.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use LeaseFenceTopology;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $master = LeaseFenceRedis->new;
+my $replica = LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ]);
+LeaseFenceTopology::wait_for('the replica to sync',
+	sub { $replica->cli('INFO', 'replication') =~ /master_link_status:up/ });
+my @sentinels = map {
+	LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $master->port)
+} 1 .. 3;
+
+# every sentinel knows the replica and the two other sentinels, and sees
+# nobody down
+sub settled
+{
+	for my $s (@sentinels)
+	{
+		my $m = $s->cli('SENTINEL', 'master', 'lf');
+		return 0 unless $m =~ /\nnum-slaves\n1\n/ && $m =~ /\nnum-other-sentinels\n2\n/
+		  && $m =~ /\nflags\nmaster\n/;
+		return 0 unless $s->cli('SENTINEL', 'replicas', 'lf') =~ /\nflags\nslave\n/;
+	}
+	return 1;
+}
+LeaseFenceTopology::wait_for('the sentinels to settle', \&settled);
+
+# the first sentinel listed is down: the next one that answers is asked
+my $dead_port = PostgreSQL::Test::Cluster::get_free_port();
+my $list = join ',', "127.0.0.1:$dead_port", map { '127.0.0.1:' . $_->port } @sentinels;
+my $node = $master->node('sentinel',
+	"shared_preload_libraries = 'lease_fence'",
+	"lease_fence.redis_sentinels = '$list'",
+	"lease_fence.redis_sentinel_master = 'lf'",
+	'lease_fence.connect_timeout_ms = 500');
+# (the node's redis_socket, the master's, is not used with sentinels)
+my $s = session($node);
+my $pid = sql_ok($s, 'SELECT pg_backend_pid()');
+
+sub counter
+{
+	my ($op, $outcome) = @_;
+	return sql_ok($s, "SELECT count FROM lease_fence.stats WHERE operation = '$op' AND outcome = '$outcome'");
+}
+
+my $r = acquire($s, 'first', 600000);
+is($r->{status}, 'acquired', 'acquire through Sentinel');
+is($master->cli('GET', lkey('first')), $r->{identity}, 'the lease key is on the master');
+is(counter('sentinel', 'master_discovered'), '1', 'the master was discovered once');
+
+# replication safety
+sql_ok($s, 'SET lease_fence.redis_min_replicas = 1; SET lease_fence.redis_replica_timeout_ms = 300');
+my $rep = acquire($s, 'replicated', 600000);
+is($rep->{status}, 'acquired', 'min_replicas 1, the replica up: acquired');
+is($replica->cli('GET', lkey('replicated')), $rep->{identity},
+	'and the replica has the lease key');
+
+kill 'STOP', $replica->pid;
+my ($out, $err) = run_sql($s, q{SELECT row_to_json(r) FROM lease_fence.acquire('cut', 600000) r});
+kill 'CONT', $replica->pid;
+like($out, qr/"acquired":false,"status":"unreplicated","resource":"cut","identity":null,"generation":null/,
+	'the replica cut off: unreplicated, acquired false, no identity');
+like($err, qr/0 of 1 replicas acknowledged the grant within 300 ms; releasing it/,
+	'the WARNING says how many replicas acknowledged');
+is($master->cli('EXISTS', lkey('cut')), '0', 'no lease key left on the master');
+is(counter('acquire', 'unreplicated'), '1', 'counted as unreplicated');
+sql_ok($s, 'RESET lease_fence.redis_min_replicas');
+LeaseFenceTopology::wait_for('the replica to catch up', sub {
+	$replica->cli('EXISTS', lkey('cut')) eq '0'
+	  && $replica->cli('INFO', 'replication') =~ /master_link_status:up/ });
+LeaseFenceTopology::wait_for('the sentinels to settle again', \&settled);
+
+# Acquire a new resource every 50 ms until acquired, watching the first
+# sentinel meanwhile.  Returns (seconds from the sentinel naming the new
+# master to the acquire, every status seen before it).
+sub acquire_through_failover
+{
+	my ($resource, $old_port) = @_;
+	my ($switched, @seen);
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		my ($ip, $port) = split /\n/, $sentinels[0]->cli('SENTINEL', 'get-master-addr-by-name', 'lf');
+		$switched //= time() if $port != $old_port;
+		my $got = acquire($s, $resource, 600000);
+		if ($got->{status} eq 'acquired')
+		{
+			# the backend asked a sentinel between this loop's look and now
+			$switched //= time();
+			return (time() - $switched, @seen);
+		}
+		push @seen, $got->{status};
+		usleep(50_000);
+	}
+	return (undef, @seen);
+}
+
+# 1. the master killed
+LeaseFenceTopology::kill9($master);
+my ($after, @seen) = acquire_through_failover('after_kill', $master->port);
+ok(defined $after, 'master killed: an acquire succeeds after the failover, no setting changed');
+cmp_ok($after // 99, '<=', 2, 'within 2 s of the sentinels naming the new master');
+is(scalar(grep { $_ ne 'unavailable' } @seen), 0,
+	'until then every acquire was unavailable (' . scalar(@seen) . ' of them)');
+is($replica->cli('EXISTS', lkey('after_kill')), '1', 'the lease is on the promoted replica');
+is(acquire($s, 'replicated', 600000)->{status}, 'busy',
+	'a lease replicated before the failover is busy on the new master');
+cmp_ok(counter('sentinel', 'master_discovered'), '>=', 2, 'the new master was discovered');
+
+# 2. once every sentinel names the new master and none is failing over, the
+# old master comes back as a replica of the new one; then the new master is
+# frozen
+LeaseFenceTopology::wait_for('every sentinel to name the new master', sub {
+	!grep {
+		my ($ip, $port) = split /\n/, $_->cli('SENTINEL', 'get-master-addr-by-name', 'lf');
+		$port != $replica->port
+		  || $_->cli('SENTINEL', 'master', 'lf') !~ /\nflags\n[^\n]*\n/
+		  || $_->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress|s_down|o_down/
+	} @sentinels });
+$master->start;
+LeaseFenceTopology::wait_for('the old master to become a replica', sub {
+	$master->cli('INFO', 'replication') =~ /role:slave.*master_link_status:up/s });
+LeaseFenceTopology::wait_for('the sentinels to settle after the failover', \&settled);
+kill 'STOP', $replica->pid;
+($after, @seen) = acquire_through_failover('after_stop', $replica->port);
+kill 'CONT', $replica->pid;
+ok(defined $after, 'master frozen: an acquire succeeds after the failover, no setting changed');
+cmp_ok($after // 99, '<=', 2, 'within 2 s of the sentinels naming the new master');
+is(scalar(grep { $_ ne 'unavailable' && $_ ne 'unknown' } @seen), 0,
+	'until then every acquire was unavailable or unknown, never refused: ' . join(',', @seen));
+is($master->cli('EXISTS', lkey('after_stop')), '1', 'the lease is on the master promoted again');
+is(sql_ok($s, 'SELECT pg_backend_pid()'), $pid, 'all in one backend');
+
+$s->quit;
+$node->stop;
+done_testing();

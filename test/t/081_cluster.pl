@@ -1,0 +1,170 @@
+# 081_cluster.pl — the lease helper talks to a Redis Cluster through one
+# seed.  Three masters with a replica each, real servers on 127.0.0.1.
+# Every resource's slot is computed in the backend, so 1,000 resources are
+# acquired and released without one redirection.  While a slot migrates,
+# one-key scripts (renew, release) follow ASK to the importing node, and an
+# acquire (two keys, which Redis answers TRYAGAIN then) is retried until
+# the migration ends or command_timeout_ms passes; once the slot has moved,
+# MOVED is followed once and the map refreshed.  A killed master's slots
+# are unavailable, never unknown, until its replica takes over, and
+# acquirable after.
+
+use strict;
+use warnings;
+
+use FindBin;
+use IPC::Run;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use LeaseFenceTopology;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @nodes = LeaseFenceTopology::cluster(masters => 3, replicas => 1);
+my @masters = grep { LeaseFenceTopology::is_master($_) } @nodes;
+is(scalar(@masters), 3, 'three masters');
+my $seed = $masters[0];
+
+my $node = $seed->node('cluster',
+	"shared_preload_libraries = 'lease_fence'",
+	'lease_fence.redis_cluster = on',
+	"lease_fence.redis_host = '127.0.0.1'",
+	'lease_fence.redis_port = ' . $seed->port,
+	'lease_fence.command_timeout_ms = 1000');
+my $s = session($node);
+
+sub counter
+{
+	my ($op, $outcome) = @_;
+	return sql_ok($s, "SELECT count FROM lease_fence.stats WHERE operation = '$op' AND outcome = '$outcome'");
+}
+
+sub keys_in_slot
+{
+	my ($redis, $slot) = @_;
+	return $redis->cli('CLUSTER', 'COUNTKEYSINSLOT', $slot);
+}
+
+# 1,000 resources through one seed.  The first acquire loads the slot map
+# and claims the key_prefix (its owner key has a slot of its own).
+is(acquire($s, 'warm-up', 60000)->{status}, 'acquired', 'a first acquire through the seed');
+my $redirects = counter('cluster', 'redirect_followed');
+sql_ok($s, q{
+CREATE TABLE held AS
+SELECT a.* FROM generate_series(1, 1000) i, LATERAL lease_fence.acquire('res-' || i, 60000) a
+});
+is(sql_ok($s, q{SELECT count(*) FILTER (WHERE status = 'acquired') || ' of ' || count(*) FROM held}),
+	'1000 of 1000', '1000 resources acquired through one seed');
+is(counter('cluster', 'redirect_followed'), $redirects,
+	'without one redirection: every slot was computed right');
+for my $m (@masters)
+{
+	cmp_ok($m->cli('DBSIZE'), '>', 200, 'master ' . $m->port . ' holds its share of the keys');
+}
+my $one = sql_ok($s, q{SELECT identity FROM held WHERE resource = 'res-77'});
+my $owner77 = LeaseFenceTopology::owner_of(lkey('res-77'), @masters);
+is($owner77->cli('GET', lkey('res-77')), $one, "res-77's key is on the master of its slot");
+is(sql_ok($s, q{
+SELECT count(*) FILTER (WHERE r.status = 'released') FROM held h, LATERAL lease_fence.release(h.resource, h.identity) r
+}), '1000', 'and all 1000 released');
+is(counter('cluster', 'redirect_followed'), $redirects, 'still without a redirection');
+
+# A slot in migration.  The lease was granted before it began, and its keys
+# have been moved to the importing node: the migrating node answers ASK,
+# and the importing node serves a one-key script after ASKING.
+my $res = 'moving';
+my $slot = $seed->cli('CLUSTER', 'KEYSLOT', lkey($res));
+my $from = LeaseFenceTopology::owner_of(lkey($res), @masters);
+my ($to) = grep { $_ != $from } @masters;
+my ($from_id, $to_id) = map { LeaseFenceTopology::node_id($_) } $from, $to;
+my $m = acquire($s, $res, 60000);
+is($m->{status}, 'acquired', 'acquired before the migration');
+is(keys_in_slot($from, $slot), '2', 'its two keys on the node that owns the slot');
+need($to->cli('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from_id), 'OK', 'IMPORTING');
+need($from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to_id), 'OK', 'MIGRATING');
+need($from->cli('MIGRATE', '127.0.0.1', $to->port, '', '0', '5000', 'KEYS', lkey($res), gkey($res)),
+	'OK', 'MIGRATE the two keys');
+$redirects = counter('cluster', 'redirect_followed');
+is(renew($s, $res, $m->{identity}, 90000)->{status}, 'renewed', 'slot in migration: renewed');
+cmp_ok(counter('cluster', 'redirect_followed'), '>', $redirects, 'by following ASK');
+cmp_ok(LeaseFenceTopology::asking_cli($to, 'PTTL', lkey($res)), '>', 60000,
+	'the key on the importing node has the new TTL');
+is(release($s, $res, $m->{identity})->{status}, 'released', 'released through ASK too');
+is(keys_in_slot($to, $slot), '1', 'only the generation key is left, on the importing node');
+is(keys_in_slot($from, $slot), '0', 'and nothing on the migrating node');
+
+# An acquire names two keys; while the slot migrates, Redis serves it on
+# neither node (TRYAGAIN): it is retried until command_timeout_ms, then
+# unavailable: not applied, not unknown.
+my ($out, $err) = run_sql($s, qq{SET lease_fence.command_timeout_ms = 300;
+SELECT status FROM lease_fence.acquire('$res', 60000); RESET lease_fence.command_timeout_ms});
+is($out, 'unavailable', 'acquire in a migrating slot, short timeout: unavailable');
+like($err, qr/TRYAGAIN/, 'the WARNING says Redis answered TRYAGAIN');
+
+# The same acquire, with time to wait, from a new backend: it is still
+# being retried when the migration ends, and then granted on the new owner.
+my ($bg_out, $bg_err) = ('', '');
+my $bg = IPC::Run::start(
+	[ 'psql', '-X', '-At', '-d', $node->connstr('postgres'), '-c',
+	  "SET lease_fence.command_timeout_ms = 20000; SELECT status || ' ' || identity FROM lease_fence.acquire('$res', 60000)" ],
+	'>', \$bg_out, '2>', \$bg_err);
+LeaseFenceTopology::wait_for('the acquire to be retried', sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%20000; SELECT status%' AND wait_event IS NOT NULL}) eq '1' });
+usleep(300_000);
+for my $n (@masters)
+{
+	need($n->cli('CLUSTER', 'SETSLOT', $slot, 'NODE', $to_id), 'OK', 'SETSLOT NODE');
+}
+$bg->finish;
+like($bg_out, qr/^acquired [0-9a-f]{32}$/m, 'retried through the migration: acquired once it ended');
+my ($bg_id) = $bg_out =~ /([0-9a-f]{32})/;
+is($to->cli('GET', lkey($res)), $bg_id // '', 'on the new owner of the slot');
+
+# This backend's map still names the old owner: MOVED, followed once.
+LeaseFenceTopology::wait_for('every node to agree on the moved slot', sub {
+	!grep { (LeaseFenceTopology::owner_seen_by($_, lkey($res), @masters) // 0) != $to } @masters });
+$redirects = counter('cluster', 'redirect_followed');
+is(release($s, $res, $bg_id // '0' x 32)->{status}, 'released', 'slot moved: released');
+is(counter('cluster', 'redirect_followed'), $redirects + 1, 'by following one MOVED');
+$m = acquire($s, $res, 60000);
+is($m->{status}, 'acquired', 'acquired again');
+is($to->cli('GET', lkey($res)), $m->{identity}, 'on the new owner');
+is(release($s, $res, $m->{identity})->{status}, 'released', 'released');
+is(counter('cluster', 'redirect_followed'), $redirects + 1, 'the map was refreshed: no redirect since');
+
+# A master killed: its slots are unavailable until its replica takes over.
+my ($victim) = grep { $_ != $seed } @masters;
+my $vres;
+for my $i (1 .. 1000)
+{
+	next unless LeaseFenceTopology::owner_of(lkey("victim-$i"), @masters) == $victim;
+	$vres = "victim-$i";
+	last;
+}
+my $before = acquire($s, $vres, 60000);
+is($before->{status}, 'acquired', "$vres acquired on its master before the kill");
+is(release($s, $vres, $before->{identity})->{status}, 'released', 'and released');
+LeaseFenceTopology::kill9($victim);
+my (@seen, $got);
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+while (time() < $deadline)
+{
+	$got = acquire($s, $vres, 60000);
+	last if $got->{status} eq 'acquired';
+	push @seen, $got->{status};
+	usleep(100_000);
+}
+is($got->{status}, 'acquired', 'after the failover the slot is acquirable again');
+cmp_ok(scalar(@seen), '>', 0, 'before it, acquires were refused (' . scalar(@seen) . ')');
+is(scalar(grep { $_ ne 'unavailable' } @seen), 0, 'all of them unavailable, never unknown');
+my $promoted = LeaseFenceTopology::owner_of(lkey($vres), grep { $_->pid } @nodes);
+ok(defined $promoted && $promoted != $victim, 'the slot is served by the promoted replica');
+is($promoted ? $promoted->cli('GET', lkey($vres)) : '', $got->{identity}, 'which holds the lease');
+
+$s->quit;
+$node->stop;
+done_testing();
