@@ -163,9 +163,11 @@ our @ISA = ('LeaseFenceRedis');
 
 # LeaseFenceTopology::Sentinel->new(master_name => 'm', master_port => N):
 # a redis-sentinel on a free 127.0.0.1 port that monitors 127.0.0.1:N
-# under that name (quorum 2), and calls it down after 1000 ms (a second
-# failover of the same name can start 6 s after the first: twice the
-# failover-timeout)
+# under that name (quorum 2; quorum => 1 for a lone sentinel), and calls it
+# down after 1000 ms (a second failover of the same name can start 6 s
+# after the first: twice the failover-timeout).  With tls => { cert, key,
+# ca } (files) it listens for TLS only and reaches the master over TLS
+# (N is then the master's TLS port); cli() speaks TLS to it.
 sub new
 {
 	my ($class, %opts) = @_;
@@ -180,14 +182,20 @@ sub start
 	unless (-f $conf)
 	{
 		my ($name, $port) = @{ $self->{opts} }{qw(master_name master_port)};
+		my $quorum = $self->{opts}{quorum} // 2;
+		my $tls = $self->{opts}{tls};
 		open my $fh, '>', $conf or croak "$conf: $!";
 		print $fh join("\n",
-			"port $self->{port}",
+			$tls
+			? ('port 0', "tls-port $self->{port}", "tls-cert-file $tls->{cert}",
+				"tls-key-file $tls->{key}", "tls-ca-cert-file $tls->{ca}",
+				'tls-auth-clients no', 'tls-replication yes')
+			: "port $self->{port}",
 			'bind 127.0.0.1',
 			"dir $self->{dir}",
 			"logfile $self->{logfile}",
 			'daemonize no',
-			"sentinel monitor $name 127.0.0.1 $port 2",
+			"sentinel monitor $name 127.0.0.1 $port $quorum",
 			"sentinel down-after-milliseconds $name 1000",
 			"sentinel failover-timeout $name 3000",
 			"sentinel parallel-syncs $name 1"), "\n";
@@ -220,7 +228,13 @@ sub start
 	return $self;
 }
 
-# a sentinel is reached over TCP
-sub _cli_target { return ('-h', '127.0.0.1', '-p', $_[0]->{port}); }
+# a sentinel is reached over TCP (and TLS, if it has it)
+sub _cli_target
+{
+	my ($self) = @_;
+	my $tls = $self->{opts}{tls};
+	return ('-h', '127.0.0.1', '-p', $self->{port},
+		$tls ? ('--tls', '--cacert', $tls->{ca}) : ());
+}
 
 1;
