@@ -93,14 +93,11 @@ sub password
 	return $self->{password};
 }
 
-# Start redis-server in the background (again, after stop: same socket and
-# port, and, without persistence, no keys) and wait until it answers PING.
-sub start
+# The command that runs this server (a subclass runs another)
+sub _command
 {
 	my ($self) = @_;
-	croak "redis-server already running (pid $self->{pid})" if $self->{pid};
-
-	my @cmd = (
+	return (
 		$REDIS_SERVER,
 		'--port' => $self->{port},
 		'--bind' => '127.0.0.1',
@@ -115,12 +112,22 @@ sub start
 		'--protected-mode' => 'yes',
 		defined $self->{password} ? ('--requirepass' => $self->{password}) : (),
 		@{ $self->{extra} });
+}
+
+# Start the server in the background (again, after stop: same socket and
+# port, and, without persistence, no keys) and wait until it answers PING.
+sub start
+{
+	my ($self) = @_;
+	my @cmd = $self->_command;
+	my $what = $cmd[0] =~ s{.*/}{}r;
+	croak "$what already running (pid $self->{pid})" if $self->{pid};
 
 	my $pid = fork();
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		# child: become redis-server; never return into the test's code
+		# child: become the server; never return into the test's code
 		open(STDIN, '<', File::Spec->devnull);
 		open(STDOUT, '>>', $self->{logfile});
 		open(STDERR, '>&', \*STDOUT);
@@ -128,7 +135,7 @@ sub start
 	}
 	$self->{pid} = $pid;
 
-	# wait for PING (redis-cli -s socket): up to the usual TAP timeout
+	# wait for PING (redis-cli on _cli_target): up to the usual TAP timeout
 	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 	while (1)
 	{
@@ -136,17 +143,18 @@ sub start
 		if ($got == $pid)
 		{
 			$self->{pid} = undef;
-			croak "redis-server exited at start (status $?), see $self->{logfile}:\n"
+			croak "$what exited at start (status $?), see $self->{logfile}:\n"
 			  . _tail($self->{logfile});
 		}
 		my ($out) = $self->_run_cli(5, 'PING');
 		last if defined $out && $out =~ /^PONG/;
-		croak "redis-server did not answer PING, see $self->{logfile}:\n"
+		croak "$what did not answer PING, see $self->{logfile}:\n"
 		  . _tail($self->{logfile})
 		  if time() > $deadline;
 		usleep(50_000);
 	}
-	Test::More::note "redis-server pid $pid on $self->{socket} and 127.0.0.1:$self->{port}";
+	Test::More::note "$what pid $pid on 127.0.0.1:$self->{port} (redis-cli "
+	  . join(' ', $self->_cli_target) . ')';
 	return $self;
 }
 

@@ -154,10 +154,6 @@ use strict;
 use warnings;
 
 use Carp;
-use File::Spec;
-use POSIX ();
-use PostgreSQL::Test::Utils;
-use Time::HiRes qw(usleep);
 
 our @ISA = ('LeaseFenceRedis');
 
@@ -167,17 +163,14 @@ our @ISA = ('LeaseFenceRedis');
 # down after 1000 ms (a second failover of the same name can start 6 s
 # after the first: twice the failover-timeout).  With tls => { cert, key,
 # ca } (files) it listens for TLS only and reaches the master over TLS
-# (N is then the master's TLS port); cli() speaks TLS to it.
-sub new
-{
-	my ($class, %opts) = @_;
-	return LeaseFenceRedis::new($class, %opts);
-}
+# (N is then the master's TLS port); cli() speaks TLS to it.  new, start,
+# stop and the clean-up are LeaseFenceRedis's.
 
-sub start
+# redis-sentinel with a config file of its own, written once (Sentinel
+# rewrites it as it learns, and a restart keeps what it learnt)
+sub _command
 {
 	my ($self) = @_;
-	croak "redis-sentinel already running (pid $self->{pid})" if $self->{pid};
 	my $conf = "$self->{dir}/sentinel.conf";
 	unless (-f $conf)
 	{
@@ -201,31 +194,7 @@ sub start
 			"sentinel parallel-syncs $name 1"), "\n";
 		close $fh;
 	}
-	my $pid = fork();
-	croak "fork failed: $!" unless defined $pid;
-	if ($pid == 0)
-	{
-		open(STDIN, '<', File::Spec->devnull);
-		open(STDOUT, '>>', $self->{logfile});
-		open(STDERR, '>&', \*STDOUT);
-		exec('/usr/bin/redis-sentinel', $conf) or POSIX::_exit(127);
-	}
-	$self->{pid} = $pid;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (1)
-	{
-		if (waitpid($pid, POSIX::WNOHANG()) == $pid)
-		{
-			$self->{pid} = undef;
-			croak "redis-sentinel exited at start (status $?), see $self->{logfile}";
-		}
-		my ($out) = $self->_run_cli(5, 'PING');
-		last if defined $out && $out =~ /^PONG/;
-		croak "redis-sentinel did not answer PING" if time() > $deadline;
-		usleep(50_000);
-	}
-	Test::More::note "redis-sentinel pid $pid on 127.0.0.1:$self->{port}";
-	return $self;
+	return ('/usr/bin/redis-sentinel', $conf);
 }
 
 # a sentinel is reached over TCP (and TLS, if it has it)
