@@ -73,6 +73,7 @@ extern LfSendResult lf_conn_command(const LfEndpoint *ep, int argc, const char *
 									const size_t *argvlen, int timeout_ms, int flags,
 									struct redisReply **reply, char *err);
 extern uint64 lf_conn_serial(const LfEndpoint *ep);
+extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern uint64 lf_redis_settings_version(void);
 /* assign hooks of the settings that decide the server */
 extern void lf_redis_string_changed(const char *newval, void *extra);
@@ -95,7 +96,6 @@ extern LfSendResult lf_redis_command(const char *route_key, int argc, const char
 									 const size_t *argvlen, int timeout_ms, int flags,
 									 struct redisReply **reply, char *err);
 extern uint64 lf_redis_connection_serial(const char *route_key);
-extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 
 /* ---------------------------------------------------------------------
  * redis_tls.c: the TLS transport (OpenSSL)

@@ -104,13 +104,16 @@ static LfConn *last_used = NULL;
 
 /*
  * Bumped by the assign hook of every setting that decides the server
- * (here and in redis_tls.c): while it stays, the entry lookup_conn found
- * last is the one it would find again, without building the key.  Entries
- * are never removed, and dynahash never moves them.
+ * (here, in redis_tls.c and in redis_topology.c): while it stays, the entry
+ * lookup_conn found last for the same endpoint is the one it would find
+ * again, without building the key.  Entries are never removed, and
+ * dynahash never moves them.
  */
 static uint64 settings_version = 1;
 static LfConn *last_conn = NULL;
 static uint64 last_conn_version = 0;
+static LfEndpoint last_ep;		/* the endpoint last_conn is for; its host: */
+static char last_ep_host[256];
 
 void
 lf_redis_string_changed(const char *newval, void *extra)
@@ -472,6 +475,17 @@ exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 			return LF_REPLY;
 		}
 	}
+}
+
+/* Is reply an error reply whose code (first word) is code? */
+bool
+lf_redis_is_error(const redisReply *reply, const char *code)
+{
+	size_t		n = strlen(code);
+
+	return reply->type == REDIS_REPLY_ERROR &&
+		strncmp(reply->str, code, n) == 0 &&
+		(reply->str[n] == ' ' || reply->str[n] == '\0');
 }
 
 /* Write n as decimal digits at p; returns the end. */
@@ -1033,8 +1047,10 @@ lookup_conn(const LfEndpoint *ep)
 								  HASH_ELEM | HASH_STRINGS);
 		on_proc_exit(disconnect_at_exit, (Datum) 0);
 	}
-	if (ep->kind == LF_EP_SETTINGS && last_conn != NULL &&
-		last_conn_version == settings_version)
+	if (last_conn != NULL && last_conn_version == settings_version &&
+		ep->kind == last_ep.kind && ep->check_role == last_ep.check_role &&
+		(ep->kind == LF_EP_SETTINGS ||
+		 (ep->port == last_ep.port && strcmp(ep->host, last_ep_host) == 0)))
 		c = last_conn;
 	else
 	{
@@ -1047,11 +1063,13 @@ lookup_conn(const LfEndpoint *ep)
 			c->reader = NULL;
 			c->serial = 0;
 		}
-		if (ep->kind == LF_EP_SETTINGS)
-		{
-			last_conn = c;
-			last_conn_version = settings_version;
-		}
+		last_conn = c;
+		last_conn_version = settings_version;
+		last_ep = *ep;
+		if (ep->kind != LF_EP_SETTINGS)
+			strlcpy(last_ep_host, ep->host, sizeof(last_ep_host));
+		if (strlen(ep->kind != LF_EP_SETTINGS ? ep->host : "") >= sizeof(last_ep_host))
+			last_conn = NULL;	/* too long to remember: look it up each time */
 	}
 	if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
 		close_conn(c);

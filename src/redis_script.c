@@ -157,13 +157,8 @@ classify_error_reply(const redisReply *reply, char *err)
 
 	snprintf(err, LF_ERRLEN, "Redis answered: %s", reply->str);
 	for (i = 0; i < lengthof(not_applied); i++)
-	{
-		size_t		n = strlen(not_applied[i]);
-
-		if (strncmp(reply->str, not_applied[i], n) == 0 &&
-			(reply->str[n] == ' ' || reply->str[n] == '\0'))
+		if (lf_redis_is_error(reply, not_applied[i]))
 			return LF_NOT_APPLIED;
-	}
 	return LF_UNKNOWN;
 }
 
@@ -225,8 +220,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 		argvlen[i] = strlen(argv[i]);
 
 	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, reply, err);
-	if (r == LF_REPLY && (*reply)->type == REDIS_REPLY_ERROR &&
-		strncmp((*reply)->str, "NOSCRIPT", 8) == 0)
+	if (r == LF_REPLY && lf_redis_is_error(*reply, "NOSCRIPT"))
 	{
 		int			left = timeout_ms - (int) (lf_now_ms() - start);
 

@@ -89,17 +89,6 @@ static uint16 *slot_node = NULL;
 static bool map_valid = false;
 static uint64 map_version = 0;
 
-/* Is reply an error reply whose code (first word) is code? */
-bool
-lf_redis_is_error(const redisReply *reply, const char *code)
-{
-	size_t		n = strlen(code);
-
-	return reply->type == REDIS_REPLY_ERROR &&
-		strncmp(reply->str, code, n) == 0 &&
-		(reply->str[n] == ' ' || reply->str[n] == '\0');
-}
-
 /*
  * Split "host:port" (the port after the last colon; a host may be an IPv6
  * address in brackets) into host and *port.  False if it is not one.
@@ -728,7 +717,12 @@ lf_redis_connection_serial(const char *route_key)
 	{
 		LfEndpoint	ep = {LF_EP_NODE, master.host, master.port, true};
 
-		if (master_needs_asking())
+		/*
+		 * Not master_needs_asking(): the periodic re-ask is no reason to
+		 * check the claim again.  If it names another master, that one's
+		 * connection is new, with a serial of its own.
+		 */
+		if (!master.known || master.version != lf_redis_settings_version())
 			return 0;
 		return lf_conn_serial(&ep);
 	}
