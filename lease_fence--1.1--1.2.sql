@@ -317,3 +317,54 @@ COMMENT ON VIEW @extschema@.resource_fences IS
 'the highest generation each resource was fenced at, and when';
 
 GRANT SELECT ON @extschema@.resource_fences TO PUBLIC;
+
+
+------------------------------------------------------------------------------
+-- Waiting for a busy lease, and keep-alive
+------------------------------------------------------------------------------
+
+-- acquire() gains wait_ms (wait up to that long while the lease is busy,
+-- woken by the holder's release) and keepalive (a background worker renews
+-- a session- or transaction-scoped lease while its session is active).
+-- Both come last with defaults, so every 1.1 call means what it meant.  A
+-- new signature needs a new function; the 1.1 one is dropped, since both
+-- would match a call with four arguments or fewer.  Whoever was granted
+-- EXECUTE on it is granted EXECUTE on the new one.
+CREATE FUNCTION @extschema@.acquire(resource text, ttl_ms bigint,
+                                    min_validity_ms bigint DEFAULT 0,
+                                    scope text DEFAULT 'explicit',
+                                    wait_ms bigint DEFAULT 0,
+                                    keepalive boolean DEFAULT false)
+RETURNS @extschema@.lease
+AS 'MODULE_PATHNAME', 'lf_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) IS
+'acquire a Redis lease with a fresh identity and a durable generation, waiting up to wait_ms while it is busy, kept alive by a background worker if keepalive; status acquired, busy, stale, insufficient_validity, unavailable, unknown or unreplicated';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) FROM PUBLIC;
+
+DO $$
+DECLARE
+	g record;
+BEGIN
+	FOR g IN
+		SELECT a.grantee, a.is_grantable
+		FROM pg_catalog.pg_proc p,
+		     LATERAL pg_catalog.aclexplode(p.proacl) a
+		WHERE p.oid = '@extschema@.acquire(text, bigint, bigint, text)'::pg_catalog.regprocedure
+		  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
+	LOOP
+		EXECUTE pg_catalog.format(
+			'GRANT EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) TO %s%s',
+			CASE WHEN g.grantee = 0 THEN 'PUBLIC'
+			     ELSE pg_catalog.quote_ident((SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee)) END,
+			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+	END LOOP;
+END
+$$;
+
+DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text);
+
+COMMENT ON VIEW @extschema@.leases IS
+'this session''s Redis leases: state held, lost (a kept-alive lease the worker could not keep), unknown, unconfirmed or released';

@@ -22,8 +22,20 @@ SET LOCAL lease_fence.generation = 2;
 INSERT INTO up VALUES (1) RETURNING *;
 COMMIT;
 
+-- an application role granted the 1.1 acquire keeps it across the update
+CREATE ROLE lf_up_app;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text) TO lf_up_app WITH GRANT OPTION;
+
 ALTER EXTENSION lease_fence UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+-- acquire gained wait_ms and keepalive: one function, granted as before
+SELECT p.oid::regprocedure AS acquire,
+       has_function_privilege('lf_up_app', p.oid, 'EXECUTE') AS app_execute,
+       has_function_privilege('lf_up_app', p.oid, 'EXECUTE WITH GRANT OPTION') AS app_grant_option,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname = 'acquire';
+REVOKE ALL ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) FROM lf_up_app CASCADE;
+DROP ROLE lf_up_app;
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 SELECT table_name, ok FROM lease_fence.protected_tables;
 -- a table protected before 1.2 keeps its triggers (fence column and mode,

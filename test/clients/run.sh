@@ -115,7 +115,7 @@ CREATE TABLE ledger (
 );
 SELECT lease_fence.protect('ledger', strict => true);
 GRANT SELECT, INSERT, UPDATE, DELETE ON account, ledger TO app;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text) TO app;
 SQL
