@@ -368,3 +368,14 @@ DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text);
 
 COMMENT ON VIEW @extschema@.leases IS
 'this session''s Redis leases: state held, lost (a kept-alive lease the worker could not keep), unknown, unconfirmed or released';
+
+-- The state of a kept-alive lease, by its identity, from any session: an
+-- application can watch its lease on another connection (watching on the
+-- owner's own connection would keep the owner active).
+CREATE FUNCTION @extschema@.keepalive_state(identity text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'lf_keepalive_state'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.keepalive_state(text) IS
+'active while the keep-alive worker keeps the lease of this identity alive, lost once it could not; NULL when no kept-alive lease has it';

@@ -68,6 +68,8 @@
 
 PGDLLEXPORT void lf_keepalive_main(Datum arg);
 
+PG_FUNCTION_INFO_V1(lf_keepalive_state);
+
 /* how many leases the cluster can keep alive at once */
 #define LF_KEEPALIVE_SLOTS 1024
 
@@ -433,6 +435,39 @@ lf_keepalive_check_entry(const LeaseEntry *e)
 	for (i = 0; i < lf_keepalive_held; i++)
 		if (mine[i].slot == e->keepalive_slot)
 			report_lost(&mine[i], why, true);
+}
+
+/*
+ * lease_fence.keepalive_state(identity text): 'active' while the worker
+ * keeps the lease of that identity alive, 'lost' once it could not, NULL
+ * when no kept-alive lease has it (never kept alive, released, or its
+ * session ended).  From any session: an application watches its lease on
+ * another connection, so that the watching does not keep the owner busy.
+ */
+Datum
+lf_keepalive_state(PG_FUNCTION_ARGS)
+{
+	char	   *identity = lf_check_identity(fcinfo, 0);
+	const char *state = NULL;
+	int			i;
+
+	if (ka == NULL)
+		PG_RETURN_NULL();
+	LWLockAcquire(ka->lock, LW_SHARED);
+	for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
+	{
+		const char *why;
+
+		if (pg_atomic_read_u32(&ka->slots[i].state) == KA_FREE ||
+			strcmp(ka->slots[i].identity, identity) != 0)
+			continue;
+		state = slot_lost(i, &why) ? "lost" : "active";
+		break;
+	}
+	LWLockRelease(ka->lock);
+	if (state == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
 }
 
 /* ---------------------------------------------------------------------

@@ -234,8 +234,8 @@ check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl)
 	return minv;
 }
 
-static char *
-check_identity(FunctionCallInfo fcinfo, int argno)
+char *
+lf_check_identity(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *identity;
 	size_t		i,
@@ -1054,7 +1054,7 @@ Datum
 lf_renew(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = check_identity(fcinfo, 1);
+	char	   *identity = lf_check_identity(fcinfo, 1);
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
 	char		ttlbuf[32];
@@ -1095,7 +1095,7 @@ Datum
 lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = check_identity(fcinfo, 1);
+	char	   *identity = lf_check_identity(fcinfo, 1);
 	LfRedisOutcome r;
 	long long	answer = 0;
 	LeaseEntry *e = lf_find_lease(resource, identity);

@@ -13,6 +13,7 @@
 #define LF_LEASE_H
 
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 
 #include "compat.h"
 
@@ -60,6 +61,9 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 generation, LeaseScope scope,
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
+
+/* lease.c: an identity argument, checked (an ERROR if malformed) */
+extern char *lf_check_identity(FunctionCallInfo fcinfo, int argno);
 
 /* keepalive.c */
 extern void lf_keepalive_precheck(LeaseScope scope);

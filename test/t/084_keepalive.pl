@@ -42,6 +42,11 @@ sub counter
 		"SELECT count FROM lease_fence.stats WHERE operation = '$operation' AND outcome = '$outcome'");
 }
 
+sub kstate
+{
+	return sql_ok($node, "SELECT coalesce(lease_fence.keepalive_state(" . lit($_[0]) . "), '(null)')");
+}
+
 sub kacquire
 {
 	my ($who, $res, $ttl, $scope) = @_;
@@ -71,6 +76,10 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	is(sqlstate($err), '55000', 'not preloaded: ERROR 55000');
 	like($err, qr/keepalive needs lease_fence in shared_preload_libraries/, 'not preloaded: says why');
 	is($redis->cli('EXISTS', lkey('k-plain')), '0', 'not preloaded: no lease key was written');
+	is(sql_ok($plain, "SELECT coalesce(lease_fence.keepalive_state('" . ('0' x 32) . "'), '(null)')"),
+		'(null)', 'not preloaded: keepalive_state() is NULL');
+	(undef, $err) = run_sql($plain, "SELECT lease_fence.keepalive_state('nope')");
+	is(sqlstate($err), '22023', 'keepalive_state() of a malformed identity: ERROR 22023');
 	$plain->stop;
 
 	(undef, $err) = run_sql($node,
@@ -98,7 +107,9 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	my ($state) = fenced_insert($s, $r->{generation}, 'k-active');
 	is($state, '', 'active: a fenced write under its generation succeeds');
 	is(lease_view($s, $r->{identity})->{state}, 'held', 'active: the view says held');
+	is(kstate($r->{identity}), 'active', 'active: keepalive_state() from another session says active');
 	release($s, 'k-active', $r->{identity});
+	is(kstate($r->{identity}), '(null)', 'active: after the release keepalive_state() is NULL');
 	is($redis->cli('EXISTS', lkey('k-active')), '0', 'active: release deletes the key');
 	my $after = counter('keepalive', 'renewed');
 	usleep(1_000_000);
@@ -127,6 +138,7 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	pass('idle: the key of an idle session expires by its TTL');
 	LeaseFenceTopology::wait_for('the worker to mark it', sub { counter('keepalive', 'idle_expired') > $idle });
 	is(lease_view($s, $r->{identity})->{state}, 'lost', 'idle: the view says lost');
+	is(kstate($r->{identity}), 'lost', 'idle: keepalive_state() from another session says lost');
 	my ($state, $err) = fenced_insert($s, $r->{generation}, 'k-idle');
 	is($state, 'LF010', "idle: the session's next fenced write fails with LF010");
 	like($err, qr/idle longer than the lease's TTL/, 'idle: the DETAIL says why');
