@@ -88,6 +88,13 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	is(sqlstate($err), '55000', "session settings other than the worker's: ERROR 55000");
 	like($err, qr/keepalive needs the server's Redis settings/, "other settings: says why");
 	is($redis->cli('EXISTS', 'elsewhere:{k-prefix}'), '0', 'other settings: no lease key was written');
+
+	(undef, $err) = run_sql($node,
+		"SET track_activities = off; "
+		  . "SELECT * FROM lease_fence.acquire('k-untracked', 1000, scope => 'session', keepalive => true)");
+	is(sqlstate($err), '55000', 'track_activities off: ERROR 55000');
+	like($err, qr/keepalive needs track_activities/, 'track_activities off: says why');
+	is($redis->cli('EXISTS', lkey('k-untracked')), '0', 'track_activities off: no lease key was written');
 }
 
 #
@@ -219,6 +226,25 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	$s->quit;
 	LeaseFenceTopology::wait_for('the exit to release it', sub { $redis->cli('EXISTS', lkey('k-exit')) eq '0' });
 	pass("exit: the session's end released the lease");
+}
+
+#
+# At most 1024 kept-alive leases: the next is released again, 53400
+#
+{
+	my $s = session($node);
+	is(sql_ok($s, "SELECT count(*) FROM generate_series(1, 1024) i, "
+		  . "LATERAL lease_fence.acquire('k-full-' || i, 600000, scope => 'session', keepalive => true) a "
+		  . "WHERE a.status = 'acquired'"), '1024', 'table: 1024 kept-alive leases');
+	my (undef, $err) = run_sql($s,
+		"SELECT * FROM lease_fence.acquire('k-full-1025', 600000, scope => 'session', keepalive => true)");
+	is(sqlstate($err), '53400', 'table full: the 1025th fails with 53400');
+	is($redis->cli('EXISTS', lkey('k-full-1025')), '0', 'table full: its lease was released again');
+	$s->quit;
+	LeaseFenceTopology::wait_for('the exit to release them',
+		sub { $redis->cli('EXISTS', lkey('k-full-1024')) eq '0' });
+	my $r = kacquire($node, 'k-full-after', 600000);
+	is($r->{status}, 'acquired', "table: the exit freed the session's slots");
 }
 
 ok($node->log_contains('lease_fence keep-alive worker started'), 'the worker logged its start');
