@@ -294,7 +294,7 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 	strlcpy(s->identity, e->identity, sizeof(s->identity));
 	strlcpy(s->resource, e->resource, sizeof(s->resource));
 	pg_atomic_write_u32(&s->loss, KL_NONE);
-	pg_atomic_write_u64(&s->valid_until, (uint64) (lf_now_ms() + Max(validity, 0)));
+	pg_atomic_write_u64(&s->valid_until, (uint64) (start + Max(validity, 0)));
 	pg_atomic_write_u32(&s->state, KA_ACTIVE);
 	if (ka->worker_latch)
 		SetLatch(ka->worker_latch);
