@@ -328,8 +328,11 @@ GRANT SELECT ON @extschema@.resource_fences TO PUBLIC;
 -- a session- or transaction-scoped lease while its session is active).
 -- Both come last with defaults, so every 1.1 call means what it meant.  A
 -- new signature needs a new function; the 1.1 one is dropped, since both
--- would match a call with four arguments or fewer.  Whoever was granted
--- EXECUTE on it is granted EXECUTE on the new one.
+-- would match a call with four arguments or fewer.  EXECUTE granted on the
+-- 1.1 function goes with it: the roles that take leases are granted EXECUTE
+-- on the new one again, in the transaction of the update (README).  A GRANT
+-- made here would be recorded as the extension's own initial privilege,
+-- which pg_dump leaves out: it would vanish at the next dump and restore.
 CREATE FUNCTION @extschema@.acquire(resource text, ttl_ms bigint,
                                     min_validity_ms bigint DEFAULT 0,
                                     scope text DEFAULT 'explicit',
@@ -343,26 +346,6 @@ COMMENT ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, bool
 'acquire a Redis lease with a fresh identity and a durable generation, waiting up to wait_ms while it is busy, kept alive by a background worker if keepalive; status acquired, busy, stale, insufficient_validity, unavailable, unknown or unreplicated';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) FROM PUBLIC;
-
-DO $$
-DECLARE
-	g record;
-BEGIN
-	FOR g IN
-		SELECT a.grantee, a.is_grantable
-		FROM pg_catalog.pg_proc p,
-		     LATERAL pg_catalog.aclexplode(p.proacl) a
-		WHERE p.oid = '@extschema@.acquire(text, bigint, bigint, text)'::pg_catalog.regprocedure
-		  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner
-	LOOP
-		EXECUTE pg_catalog.format(
-			'GRANT EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) TO %s%s',
-			CASE WHEN g.grantee = 0 THEN 'PUBLIC'
-			     ELSE pg_catalog.quote_ident((SELECT r.rolname FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee)) END,
-			CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-	END LOOP;
-END
-$$;
 
 DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text);
 
