@@ -586,6 +586,8 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		int			left = (int) (deadline - lf_now_ms());
 		int			cflags = flags;
 		LfSendResult r;
+		int64		sent_at;
+		int64		took;
 
 		if (tries++ == 0 && !(flags & (LF_FRESH | LF_WITHIN)))
 			left = timeout_ms;	/* as on one server: the first try has all of it */
@@ -616,7 +618,9 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 				return LF_NOT_SENT;
 			cflags = (flags & ~LF_FRESH) | LF_SAME_CONN;
 		}
+		sent_at = lf_now_ms();
 		r = lf_conn_command(asking ? NULL : &ep, argc, argv, argvlen, left, cflags, reply, err);
+		took = lf_now_ms() - sent_at;
 		if (r != LF_REPLY)
 		{
 			/* a node gone or silent: learn the map again next time */
@@ -649,8 +653,13 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		}
 		if (lf_redis_is_error(*reply, "TRYAGAIN") || lf_redis_is_error(*reply, "CLUSTERDOWN"))
 		{
-			/* the same command to the same node (with ASKING again), a little later */
-			if (lf_now_ms() + LF_CLUSTER_RETRY_MS >= deadline)
+			/*
+			 * The same command to the same node (with ASKING again), a little
+			 * later, if there is time for its answer: twice what this one
+			 * took.  A try sent with less would likely time out, "unknown",
+			 * where stopping here is a certain "not applied".
+			 */
+			if (lf_now_ms() + LF_CLUSTER_RETRY_MS + 2 * took >= deadline)
 				return r;
 			freeReplyObject(*reply);
 			*reply = NULL;
