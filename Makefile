@@ -20,6 +20,7 @@ OBJS = \
 	src/redis_script.o \
 	src/lease_registry.o \
 	src/lease.o \
+	src/keepalive.o \
 	src/resource_fence.o \
 	src/stats.o
 

@@ -317,3 +317,48 @@ COMMENT ON VIEW @extschema@.resource_fences IS
 'the highest generation each resource was fenced at, and when';
 
 GRANT SELECT ON @extschema@.resource_fences TO PUBLIC;
+
+
+------------------------------------------------------------------------------
+-- Waiting for a busy lease, and keep-alive
+------------------------------------------------------------------------------
+
+-- acquire() gains wait_ms (wait up to that long while the lease is busy,
+-- woken by the holder's release) and keepalive (a background worker renews
+-- a session- or transaction-scoped lease while its session is active).
+-- Both come last with defaults, so every 1.1 call means what it meant.  A
+-- new signature needs a new function; the 1.1 one is dropped, since both
+-- would match a call with four arguments or fewer.  EXECUTE granted on the
+-- 1.1 function goes with it: the roles that take leases are granted EXECUTE
+-- on the new one again, in the transaction of the update (README).  A GRANT
+-- made here would be recorded as the extension's own initial privilege,
+-- which pg_dump leaves out: it would vanish at the next dump and restore.
+CREATE FUNCTION @extschema@.acquire(resource text, ttl_ms bigint,
+                                    min_validity_ms bigint DEFAULT 0,
+                                    scope text DEFAULT 'explicit',
+                                    wait_ms bigint DEFAULT 0,
+                                    keepalive boolean DEFAULT false)
+RETURNS @extschema@.lease
+AS 'MODULE_PATHNAME', 'lf_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) IS
+'acquire a Redis lease with a fresh identity and a durable generation, waiting up to wait_ms while it is busy, kept alive by a background worker if keepalive; status acquired, busy, stale, insufficient_validity, unavailable, unknown or unreplicated';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean) FROM PUBLIC;
+
+DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text);
+
+COMMENT ON VIEW @extschema@.leases IS
+'this session''s Redis leases: state held, lost (a kept-alive lease the worker could not keep), unknown, unconfirmed or released';
+
+-- The state of a kept-alive lease, by its identity, from any session: an
+-- application can watch its lease on another connection (watching on the
+-- owner's own connection would keep the owner active).
+CREATE FUNCTION @extschema@.keepalive_state(identity text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'lf_keepalive_state'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.keepalive_state(text) IS
+'active while the keep-alive worker keeps the lease of this identity alive, lost once it could not; NULL when no kept-alive lease has it';

@@ -103,7 +103,7 @@ SELECT try($$SELECT lease_fence.release('r', repeat('a', 32))$$);
 SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
 SELECT count(*) AS leases_view_is_public FROM lease_fence.leases;
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.claim_key_prefix() TO regress_lf_client;
@@ -114,7 +114,7 @@ SELECT acquired, status FROM lease_fence.acquire('r', 1000);
 -- and a GRANT does not make a non-superuser able to take one over
 SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
 RESET ROLE;
-REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
                            lease_fence.renew(text, text, bigint, bigint),
                            lease_fence.release(text, text),
                            lease_fence.claim_key_prefix() FROM regress_lf_client;

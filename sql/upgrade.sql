@@ -22,8 +22,27 @@ SET LOCAL lease_fence.generation = 2;
 INSERT INTO up VALUES (1) RETURNING *;
 COMMIT;
 
+-- an application role granted the 1.1 acquire
+CREATE ROLE lf_up_app;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text) TO lf_up_app;
+
 ALTER EXTENSION lease_fence UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+-- acquire gained wait_ms and keepalive: one function, which nobody but its
+-- owner may execute until granted again (README: in the update's transaction)
+SELECT p.oid::regprocedure AS acquire,
+       has_function_privilege('lf_up_app', p.oid, 'EXECUTE') AS app_execute,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname = 'acquire';
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_up_app;
+SELECT has_function_privilege('lf_up_app', 'lease_fence.acquire(text, bigint, bigint, text, bigint, boolean)', 'EXECUTE') AS app_execute_granted;
+-- that GRANT is the user's, not the extension's: pg_dump dumps it
+SELECT count(*) AS extension_initial_grants_to_app
+FROM pg_init_privs i, LATERAL aclexplode(i.initprivs) a
+WHERE i.objoid = 'lease_fence.acquire(text, bigint, bigint, text, bigint, boolean)'::regprocedure
+  AND a.grantee = 'lf_up_app'::regrole;
+REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) FROM lf_up_app;
+DROP ROLE lf_up_app;
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 SELECT table_name, ok FROM lease_fence.protected_tables;
 -- a table protected before 1.2 keeps its triggers (fence column and mode,

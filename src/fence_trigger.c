@@ -378,6 +378,9 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 
 	if (unlikely(lf_generation_invalid))
 		lf_check_generation_valid();
+	/* a kept-alive lease of this session that was lost: LF010 */
+	if (unlikely(lf_keepalive_held > 0) && lf_generation_is_set)
+		lf_keepalive_check_write(lf_generation);
 
 	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 	{
@@ -415,6 +418,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
 			if (config->check_issued && !lf_generation_issued(n))
 				report_unissued(rel, fence_column_name(trigdata->tg_trigger), n);
+			if (unlikely(lf_keepalive_held > 0))
+				lf_keepalive_check_write(n);
 			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
 		}
@@ -467,6 +472,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			supplied = n;
 			if (written && config->check_issued && !lf_generation_issued(supplied))
 				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
+			if (unlikely(lf_keepalive_held > 0))
+				lf_keepalive_check_write(supplied);
 		}
 
 		if (!s_null && supplied < s)

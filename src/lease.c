@@ -35,8 +35,10 @@
 #include "lease_fence.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 PG_FUNCTION_INFO_V1(lf_acquire);
 PG_FUNCTION_INFO_V1(lf_renew);
@@ -232,8 +234,8 @@ check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl)
 	return minv;
 }
 
-static char *
-check_identity(FunctionCallInfo fcinfo, int argno)
+char *
+lf_check_identity(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *identity;
 	size_t		i,
@@ -641,17 +643,29 @@ acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *
 	}
 }
 
-/*
- * lease_fence.acquire(resource text, ttl_ms bigint, min_validity_ms bigint
- *					   DEFAULT 0, scope text DEFAULT 'explicit')
- */
-Datum
-lf_acquire(PG_FUNCTION_ARGS)
+/* what an acquire was asked for */
+typedef struct AcquireArgs
 {
-	char	   *resource = check_resource(fcinfo, 0);
-	int64		ttl = check_ttl(fcinfo, 1);
-	int64		minv = check_min_validity(fcinfo, 2, ttl);
-	LeaseScope	scope = check_scope(fcinfo, 3);
+	char	   *resource;
+	int64		ttl;
+	int64		minv;
+	LeaseScope	scope;
+	bool		keepalive;
+} AcquireArgs;
+
+/*
+ * One attempt to acquire, with a generation of its own.  Returns its status;
+ * for every status but busy and stale *row is the call's result (counted).
+ * Busy: *pttl is what the holder's lease has left (-1 if not known); stale:
+ * the next generation drawn is above the stored one.
+ */
+static LfCounter
+acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *pttl, Datum *row)
+{
+	const char *resource = a->resource;
+	int64		ttl = a->ttl;
+	int64		minv = a->minv;
+	LeaseScope	scope = a->scope;
 	char		identity[33];
 	int64		generation;
 	char		genbuf[32];
@@ -667,18 +681,14 @@ lf_acquire(PG_FUNCTION_ARGS)
 	long long	code;
 	LeaseEntry *e;
 
-	if (scope == SCOPE_TRANSACTION && !IsTransactionBlock())
-		ereport(ERROR,
-				errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
-				errmsg("a transaction-scoped lease needs a transaction block"),
-				errdetail("It would be released as soon as this statement ends."),
-				errhint("Use BEGIN first, or scope 'explicit'."));
-
 	new_identity(identity);
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
 	if (!key_prefix_is_ours(resource))
-		PG_RETURN_DATUM(status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource));
+	{
+		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
+		return LF_C_ACQUIRE_UNAVAILABLE;
+	}
 
 	/* the generation: durable before it leaves the backend */
 	generation = lf_draw_generation();
@@ -705,11 +715,14 @@ lf_acquire(PG_FUNCTION_ARGS)
 	if (r == LF_NOT_APPLIED)
 	{
 		lf_report_redis_problem("acquire", resource, err);
-		PG_RETURN_DATUM(status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource));
+		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
+		return LF_C_ACQUIRE_UNAVAILABLE;
 	}
 	if (r == LF_UNKNOWN)
-		PG_RETURN_DATUM(acquire_unknown(fcinfo, resource, identity, generation, scope,
-										ttl, minv, err));
+	{
+		*row = acquire_unknown(fcinfo, resource, identity, generation, scope, ttl, minv, err);
+		return LF_C_ACQUIRE_UNKNOWN;
+	}
 
 	/* the script's answer: {code, value} */
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
@@ -717,8 +730,9 @@ lf_acquire(PG_FUNCTION_ARGS)
 		reply->element[1]->type != REDIS_REPLY_STRING)
 	{
 		freeReplyObject(reply);
-		PG_RETURN_DATUM(acquire_unknown(fcinfo, resource, identity, generation, scope,
-										ttl, minv, "unexpected reply to the acquire script"));
+		*row = acquire_unknown(fcinfo, resource, identity, generation, scope,
+							   ttl, minv, "unexpected reply to the acquire script");
+		return LF_C_ACQUIRE_UNKNOWN;
 	}
 	code = reply->element[0]->integer;
 	if (code == 2)
@@ -735,11 +749,18 @@ lf_acquire(PG_FUNCTION_ARGS)
 						   resource));
 		/* heal: every later generation is above the stored one */
 		lf_advance_generation_past(stored);
-		PG_RETURN_DATUM(status_only(fcinfo, LF_C_ACQUIRE_STALE, resource));
+		return LF_C_ACQUIRE_STALE;
+	}
+	if (code == 0)
+	{
+		char	   *end;
+		long long	left = strtoll(reply->element[1]->str, &end, 10);
+
+		*pttl = (end != reply->element[1]->str && *end == '\0' && left >= 0) ? left : -1;
+		freeReplyObject(reply);
+		return LF_C_ACQUIRE_BUSY;
 	}
 	freeReplyObject(reply);
-	if (code == 0)
-		PG_RETURN_DATUM(status_only(fcinfo, LF_C_ACQUIRE_BUSY, resource));
 	if (code != 1)
 		elog(ERROR, "lease_fence: unexpected code from the acquire script");
 
@@ -749,8 +770,11 @@ lf_acquire(PG_FUNCTION_ARGS)
 												  ttl, minv, err);
 
 		if (acked < lf_min_replicas)
-			PG_RETURN_DATUM(acquire_unreplicated(fcinfo, resource, identity, generation,
-												 scope, ttl, minv, acked, err));
+		{
+			*row = acquire_unreplicated(fcinfo, resource, identity, generation,
+										scope, ttl, minv, acked, err);
+			return LF_C_ACQUIRE_UNREPLICATED;
+		}
 		/* the lease is held from when it was asked for: WAIT took some of it */
 		validity = lf_validity_after(ttl, lf_now_ms() - start);
 	}
@@ -761,16 +785,221 @@ lf_acquire(PG_FUNCTION_ARGS)
 		LfOutcome	o = {LF_C_ACQUIRE_INSUFFICIENT_VALIDITY, resource, NULL, false, 0, true, validity};
 
 		lf_settle_lease(e, false);
-		PG_RETURN_DATUM(outcome_row(fcinfo, &o));
+		*row = outcome_row(fcinfo, &o);
+		return LF_C_ACQUIRE_INSUFFICIENT_VALIDITY;
 	}
+	if (a->keepalive)
+		lf_keepalive_start(e, start, validity);
 	if (scope == SCOPE_TRANSACTION)
 		lf_hold_in_transaction(e);
 
 	{
 		LfOutcome	o = {LF_C_ACQUIRE_ACQUIRED, resource, identity, true, generation, true, validity};
 
-		PG_RETURN_DATUM(outcome_row(fcinfo, &o));
+		*row = outcome_row(fcinfo, &o);
 	}
+	return LF_C_ACQUIRE_ACQUIRED;
+}
+
+/* a waiter that could not subscribe polls: 10 ms, doubling, to this */
+#define LF_WAIT_POLL_MAX_MS 250
+/* a subscribed waiter looks again at least this often (a lost message) */
+#define LF_WAIT_RECHECK_MS 1000
+/* stale answers retried in one wait (each heals the next generation) */
+#define LF_WAIT_MAX_STALE 3
+
+/* ms in [ms/2, ms]: waiters that polled together do not stay in step */
+static int64
+jittered(int64 ms)
+{
+	uint32		r;
+
+	if (ms < 2 || !pg_strong_random(&r, sizeof(r)))
+		return ms;
+	return ms / 2 + (int64) (r % (uint32) (ms / 2 + 1));
+}
+
+/*
+ * Acquire, waiting until deadline while the lease is busy.  The wait is
+ * woken by the release script's message on the resource's channel (a
+ * subscription made after the first busy answer, and followed by another
+ * attempt, so a release in between is not missed), by the holder's lease
+ * running out (the busy answer's PTTL), and, without a subscription, by a
+ * jittered backoff.  Each attempt draws its own generation.
+ */
+static Datum
+acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
+{
+	bool		subscribed = false;
+	bool		no_subscription = false;
+	bool		waited = false;
+	int			stale = 0;
+	int64		poll = 10;
+	char	   *channel = lf_release_channel(a->resource);
+
+	for (;;)
+	{
+		int64		pttl = -1;
+		Datum		row = (Datum) 0;
+		LfCounter	status = acquire_once(fcinfo, a, &pttl, &row);
+		int64		now;
+		int64		wake;
+		int			w;
+
+		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE)
+			return row;
+		now = lf_now_ms();
+		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
+		{
+			if (waited && status == LF_C_ACQUIRE_BUSY)
+				lf_count(LF_C_WAIT_DEADLINE);
+			return status_only(fcinfo, status, a->resource);
+		}
+		if (status == LF_C_ACQUIRE_STALE)
+			continue;			/* healed: the next generation is above */
+		if (!waited)
+		{
+			lf_count(LF_C_WAIT_WAITED);
+			waited = true;
+		}
+		if (!subscribed && !no_subscription)
+		{
+			char		err[LF_ERRLEN];
+
+			if (lf_redis_subscribe(channel, err))
+				subscribed = true;
+			else
+			{
+				no_subscription = true;
+				ereport(DEBUG1,
+						errmsg("lease_fence: waiting for resource \"%s\" without a subscription: %s",
+							   a->resource, err));
+			}
+			continue;			/* a release before the subscription was missed: ask again */
+		}
+
+		/* until the holder's lease runs out, a release, or the deadline */
+		wake = deadline;
+		if (pttl >= 0)
+			wake = Min(wake, now + pttl + 1);
+		if (subscribed)
+			wake = Min(wake, now + LF_WAIT_RECHECK_MS);
+		else
+		{
+			wake = Min(wake, now + jittered(poll));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+		}
+		if (!subscribed)
+		{
+			int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		w = lf_subscriber_wait(wake);
+		if (w == 1)
+			lf_count(LF_C_WAIT_WOKEN);
+		else if (w == -1)
+		{
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					errcode(ERRCODE_QUERY_CANCELED),
+					errmsg("lease_fence: wait for resource \"%s\" interrupted", a->resource));
+		}
+		else if (w == -2)
+		{
+			/* the subscription is gone: poll from here on */
+			subscribed = false;
+			no_subscription = true;
+		}
+	}
+}
+
+/* acquire_waiting, and the wait's subscription ends with it, however it ends */
+static Datum
+acquire_waiting_closing(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
+{
+	volatile Datum result = (Datum) 0;
+
+	PG_TRY();
+	{
+		result = acquire_waiting(fcinfo, a, deadline);
+	}
+	PG_CATCH();
+	{
+		lf_subscriber_close();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	lf_subscriber_close();
+	return result;
+}
+
+/*
+ * lease_fence.acquire(resource text, ttl_ms bigint, min_validity_ms bigint
+ *					   DEFAULT 0, scope text DEFAULT 'explicit', wait_ms bigint
+ *					   DEFAULT 0, keepalive boolean DEFAULT false)
+ *
+ * (Called with four arguments by the 1.1 definition, until ALTER EXTENSION
+ * UPDATE.)
+ */
+Datum
+lf_acquire(PG_FUNCTION_ARGS)
+{
+	AcquireArgs a;
+	int64		wait_ms = 0;
+	int64		pttl;
+
+	a.resource = check_resource(fcinfo, 0);
+	a.ttl = check_ttl(fcinfo, 1);
+	a.minv = check_min_validity(fcinfo, 2, a.ttl);
+	a.scope = check_scope(fcinfo, 3);
+	a.keepalive = false;
+	if (PG_NARGS() > 4)
+	{
+		if (PG_ARGISNULL(4))
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("wait_ms must not be NULL"));
+		wait_ms = PG_GETARG_INT64(4);
+		if (wait_ms < 0 || wait_ms > INT_MAX)
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("wait_ms must be between 0 and %d", INT_MAX),
+					errdetail("The wait_ms given was " INT64_FORMAT ".", wait_ms));
+	}
+	if (PG_NARGS() > 5)
+	{
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("keepalive must not be NULL"));
+		a.keepalive = PG_GETARG_BOOL(5);
+	}
+
+	if (a.scope == SCOPE_TRANSACTION && !IsTransactionBlock())
+		ereport(ERROR,
+				errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+				errmsg("a transaction-scoped lease needs a transaction block"),
+				errdetail("It would be released as soon as this statement ends."),
+				errhint("Use BEGIN first, or scope 'explicit'."));
+	if (a.keepalive)
+		lf_keepalive_precheck(a.scope);
+
+	if (wait_ms == 0)
+	{
+		Datum		row = (Datum) 0;
+		LfCounter	status = acquire_once(fcinfo, &a, &pttl, &row);
+
+		if (status == LF_C_ACQUIRE_BUSY || status == LF_C_ACQUIRE_STALE)
+			row = status_only(fcinfo, status, a.resource);
+		PG_RETURN_DATUM(row);
+	}
+
+	PG_RETURN_DATUM(acquire_waiting_closing(fcinfo, &a, lf_now_ms() + wait_ms));
 }
 
 /*
@@ -825,7 +1054,7 @@ Datum
 lf_renew(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = check_identity(fcinfo, 1);
+	char	   *identity = lf_check_identity(fcinfo, 1);
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
 	char		ttlbuf[32];
@@ -866,12 +1095,16 @@ Datum
 lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = check_identity(fcinfo, 1);
+	char	   *identity = lf_check_identity(fcinfo, 1);
 	LfRedisOutcome r;
 	long long	answer = 0;
 	LeaseEntry *e = lf_find_lease(resource, identity);
 
-	r = run_identity_script(LF_SCRIPT_RELEASE, "release", resource, identity, NULL, e, 0, 0, &answer);
+	/* a kept-alive lease is renewed no more */
+	if (e)
+		lf_keepalive_stop(e);
+	r = run_identity_script(LF_SCRIPT_RELEASE, "release", resource, identity,
+							lf_release_publish(), e, 0, 0, &answer);
 
 	if (r == LF_NOT_APPLIED)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNAVAILABLE, resource));

@@ -13,6 +13,7 @@
 #define LF_LEASE_H
 
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 
 #include "compat.h"
 
@@ -47,6 +48,7 @@ typedef struct LeaseEntry
 	int64		ttl_ms;
 	int64		min_validity_ms;
 	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
+	int			keepalive_slot;	/* kept alive: its slot (keepalive.c), else -1 */
 } LeaseEntry;
 
 extern LeaseEntry *lf_find_lease(const char *resource, const char *identity);
@@ -59,6 +61,18 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 generation, LeaseScope scope,
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
+
+/* lease.c: an identity argument, checked (an ERROR if malformed) */
+extern char *lf_check_identity(FunctionCallInfo fcinfo, int argno);
+
+/* keepalive.c */
+extern void lf_keepalive_precheck(LeaseScope scope);
+extern void lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
+extern void lf_keepalive_stop(LeaseEntry *e);
+extern bool lf_keepalive_is_lost(const LeaseEntry *e);
+extern void lf_keepalive_check_commit(void);
+extern void lf_keepalive_check_entry(const LeaseEntry *e);
+extern void lf_keepalive_xact_end(void);
 
 /*
  * Validity left after a request that took elapsed ms, for a lease of ttl

@@ -233,6 +233,7 @@ _PG_init(void)
 	lf_stats_init();
 	lf_generation_init();
 	lf_registry_init();
+	lf_keepalive_init();
 }
 
 /*

@@ -90,13 +90,22 @@ extern int64 lf_fence_resource_at(const char *resource, int64 g);
 	X(FENCE_LF002, "fence", "LF002") \
 	X(FENCE_LF003, "fence", "LF003") \
 	X(FENCE_LF004, "fence", "LF004") \
+	X(FENCE_LF010, "fence", "LF010") \
 	X(REPAIR_REPAIRED, "repair", "repaired") \
 	X(RESOURCE_FENCE_ACCEPTED, "resource_fence", "accepted") \
 	X(RESOURCE_FENCE_LF001, "resource_fence", "LF001") \
 	X(RESOURCE_FENCE_LF002, "resource_fence", "LF002") \
 	X(RESOURCE_FENCE_LF004, "resource_fence", "LF004") \
 	X(CLUSTER_REDIRECT_FOLLOWED, "cluster", "redirect_followed") \
-	X(SENTINEL_MASTER_DISCOVERED, "sentinel", "master_discovered")
+	X(SENTINEL_MASTER_DISCOVERED, "sentinel", "master_discovered") \
+	X(WAIT_WAITED, "wait", "waited") \
+	X(WAIT_WOKEN, "wait", "woken") \
+	X(WAIT_DEADLINE, "wait", "deadline") \
+	X(KEEPALIVE_RENEWED, "keepalive", "renewed") \
+	X(KEEPALIVE_LOST, "keepalive", "lost") \
+	X(KEEPALIVE_UNCONFIRMED, "keepalive", "unconfirmed") \
+	X(KEEPALIVE_IDLE_EXPIRED, "keepalive", "idle_expired") \
+	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached")
 
 typedef enum LfCounter
 {
@@ -128,5 +137,10 @@ extern void lf_tls_init(void);			/* redis_tls.c */
 extern void lf_topology_init(void);		/* redis_topology.c */
 extern void lf_scripts_init(void);		/* redis_script.c */
 extern void lf_registry_init(void);		/* lease_registry.c */
+extern void lf_keepalive_init(void);	/* keepalive.c */
+
+/* keepalive.c: this backend's kept-alive leases, checked by fenced writes */
+extern int	lf_keepalive_held;
+extern void lf_keepalive_check_write(int64 g);
 
 #endif							/* LEASE_FENCE_H */

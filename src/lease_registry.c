@@ -210,6 +210,7 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->expires_at = e->acquired_at + (validity > 0 ? validity : 0) * 1000;
 	e->ttl_ms = ttl;
 	e->min_validity_ms = minv;
+	e->keepalive_slot = -1;
 	leases = lappend(leases, e);
 	MemoryContextSwitchTo(old);
 	added_since_trim++;
@@ -228,7 +229,7 @@ cleanup_release(const char *resource, const char *identity, bool fresh)
 {
 	char	   *key = lf_lease_key(resource);
 	const char *keys[1];
-	const char *args[1];
+	const char *args[2];
 	redisReply *reply = NULL;
 	char		err[LF_ERRLEN];
 	LfRedisOutcome r;
@@ -236,7 +237,8 @@ cleanup_release(const char *resource, const char *identity, bool fresh)
 
 	keys[0] = key;
 	args[0] = identity;
-	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 1, args, lf_cleanup_timeout_ms,
+	args[1] = lf_release_publish();
+	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
 					  fresh ? LF_FRESH : 0, &reply, err);
 	if (r == LF_APPLIED)
 	{
@@ -259,6 +261,7 @@ cleanup_release(const char *resource, const char *identity, bool fresh)
 void
 lf_settle_lease(LeaseEntry *e, bool fresh)
 {
+	lf_keepalive_stop(e);
 	e->state = cleanup_release(e->resource, e->identity, fresh) ? STATE_RELEASED : STATE_UNCONFIRMED;
 }
 
@@ -351,7 +354,8 @@ lf_session_leases(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum(e->generation);
 		nulls[2] = (e->generation == 0);	/* a release of another session's lease */
 		values[3] = CStringGetTextDatum(scope_names[e->scope]);
-		values[4] = CStringGetTextDatum(state_names[e->state]);
+		values[4] = CStringGetTextDatum(e->state == STATE_HELD && lf_keepalive_is_lost(e) ?
+										"lost" : state_names[e->state]);
 		values[5] = TimestampTzGetDatum(e->acquired_at);
 		values[6] = TimestampTzGetDatum(e->expires_at);
 		nulls[6] = (e->state != STATE_HELD);
@@ -390,6 +394,8 @@ verify_at_commit(void)
 
 		if (e->scope != SCOPE_TRANSACTION || e->state != STATE_HELD)
 			continue;
+		/* a kept-alive lease the worker found lost: no need to ask */
+		lf_keepalive_check_entry(e);
 		/* a fence a rolled-back subtransaction took with it: again, first */
 		if (e->fenced_in_subxact)
 			(void) lf_fence_resource_at(e->resource, e->generation);
@@ -485,6 +491,7 @@ lease_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 			verify_at_commit();
+			lf_keepalive_check_commit();
 			break;
 		case XACT_EVENT_PRE_PREPARE:
 			{
@@ -504,6 +511,7 @@ lease_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
+			lf_keepalive_xact_end();
 			release_at_xact_end();
 			break;
 		default:

@@ -45,6 +45,7 @@ typedef enum LfSendResult
 #define LF_INTERRUPTIBLE	0x02	/* cancel and terminate end the wait */
 #define LF_WITHIN			0x04	/* a new connection's connect shares the timeout */
 #define LF_SAME_CONN		0x08	/* on the connection of the previous command */
+#define LF_SUBSCRIBER		0x10	/* on a new subscription connection (a wait) */
 
 /* one server to talk to */
 typedef enum LfEndpointKind
@@ -73,6 +74,8 @@ extern LfSendResult lf_conn_command(const LfEndpoint *ep, int argc, const char *
 									const size_t *argvlen, int timeout_ms, int flags,
 									struct redisReply **reply, char *err);
 extern uint64 lf_conn_serial(const LfEndpoint *ep);
+extern int	lf_subscriber_wait(int64 deadline);
+extern void lf_subscriber_close(void);
 extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern uint64 lf_redis_settings_version(void);
 /* assign hooks of the settings that decide the server */
@@ -96,6 +99,8 @@ extern LfSendResult lf_redis_command(const char *route_key, int argc, const char
 									 const size_t *argvlen, int timeout_ms, int flags,
 									 struct redisReply **reply, char *err);
 extern uint64 lf_redis_connection_serial(const char *route_key);
+extern bool lf_redis_subscribe(const char *channel, char *err);
+extern bool lf_redis_sharded_pubsub(void);
 
 /* ---------------------------------------------------------------------
  * redis_tls.c: the TLS transport (OpenSSL)
@@ -135,7 +140,7 @@ typedef enum LfScript
 {
 	LF_SCRIPT_ACQUIRE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
 	LF_SCRIPT_RENEW,			/* KEYS lease; ARGV identity, ttl_ms */
-	LF_SCRIPT_RELEASE,			/* KEYS lease; ARGV identity */
+	LF_SCRIPT_RELEASE,			/* KEYS lease; ARGV identity, PUBLISH or SPUBLISH */
 	LF_SCRIPT_CHECK,			/* KEYS lease; ARGV identity */
 	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
 	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
@@ -149,6 +154,8 @@ extern LfRedisOutcome lf_run_script(LfScript script, int nkeys, const char **key
 									int nargs, const char **args, int timeout_ms,
 									int flags, struct redisReply **reply, char *err);
 extern char *lf_lease_key(const char *resource);
+extern char *lf_release_channel(const char *resource);
+extern const char *lf_release_publish(void);
 extern char *lf_generation_key(const char *resource);
 extern char *lf_owner_key(void);
 

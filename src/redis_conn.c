@@ -103,6 +103,13 @@ static uint64 last_serial = 0;
 static LfConn *last_used = NULL;
 
 /*
+ * The subscription connection of a waiting acquire (LF_SUBSCRIBER): not
+ * cached, opened for one wait and closed when it ends.  A subscribed
+ * connection takes no other command.
+ */
+static LfConn subscriber = {.fd = PGINVALID_SOCKET};
+
+/*
  * Bumped by the assign hook of every setting that decides the server
  * (here, in redis_tls.c and in redis_topology.c): while it stays, the entry
  * lookup_conn found last for the same endpoint is the one it would find
@@ -251,6 +258,7 @@ lf_redis_disconnect_all(void)
 	HASH_SEQ_STATUS seq;
 	LfConn	   *c;
 
+	close_conn(&subscriber);
 	if (connections == NULL)
 		return;
 	hash_seq_init(&seq, connections);
@@ -1115,7 +1123,13 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	*reply = NULL;
 	err[0] = '\0';
 
-	if (flags & LF_SAME_CONN)
+	if (flags & LF_SUBSCRIBER)
+	{
+		/* always a new connection: one subscription, one wait */
+		c = &subscriber;
+		close_conn(c);
+	}
+	else if (flags & LF_SAME_CONN)
 	{
 		c = last_used;
 		if (c == NULL || c->fd == PGINVALID_SOCKET || !connection_looks_alive(c))
@@ -1152,9 +1166,89 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 					  interruptible, reply, err);
 	if (r != LF_REPLY)
 		close_conn(c);			/* dead or timed out: never reuse */
-	else
+	else if (c != &subscriber)
 		last_used = c;
 	return r;
+}
+
+/*
+ * Wait on the subscription connection for a message (a release of the
+ * resource it subscribed to) until deadline.  Returns 1 for a message, 0 at
+ * the deadline, -1 when an interrupt is pending (the connection is closed
+ * then), -2 when there is no subscription (never made, or lost: closed).
+ */
+int
+lf_subscriber_wait(int64 deadline)
+{
+	LfConn	   *c = &subscriber;
+	int			want = LF_WANT_READ;
+
+	for (;;)
+	{
+		void	   *reply = NULL;
+		char		buf[4096];
+		char		why[LF_ERRLEN];
+		ssize_t		n;
+		int			w;
+
+		if (c->fd == PGINVALID_SOCKET)
+			return -2;
+		/* what arrived with an earlier read comes first */
+		if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+		{
+			if (reply)
+				freeReplyObject(reply);
+			close_conn(c);
+			return -2;
+		}
+		if (reply != NULL)
+		{
+			redisReply *m = (redisReply *) reply;
+			bool		message = m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+				m->element[0]->type == REDIS_REPLY_STRING &&
+				(strcmp(m->element[0]->str, "message") == 0 ||
+				 strcmp(m->element[0]->str, "smessage") == 0);
+
+			freeReplyObject(reply);
+			if (message)
+				return 1;
+			/* anything else (a cluster's sunsubscribe as a slot moves): gone */
+			close_conn(c);
+			return -2;
+		}
+		if (c->tls == NULL || !lf_tls_pending(c->tls))
+		{
+			w = wait_socket(c->fd, want, deadline, true);
+			if (w < 0)
+			{
+				close_conn(c);
+				return -1;
+			}
+			if (w == 0)
+				return 0;
+		}
+		n = conn_read(c, buf, sizeof(buf), &want, why);
+		if (n < 0)
+		{
+			close_conn(c);
+			return -2;
+		}
+		if (n == 0)
+			continue;
+		want = LF_WANT_READ;
+		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
+		{
+			close_conn(c);
+			return -2;
+		}
+	}
+}
+
+/* End the wait's subscription: close its connection. */
+void
+lf_subscriber_close(void)
+{
+	close_conn(&subscriber);
 }
 
 /* Called from _PG_init: the settings of where Redis is and how long to wait. */

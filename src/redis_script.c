@@ -52,7 +52,8 @@ int			lf_gen_key_ttl_s = 604800;
  * value goes through a Lua double and loses precision above 2^53.
  * KEYS: lease key, generation key.  ARGV: identity, ttl_ms, generation,
  * generation key TTL in seconds (0: none).
- * Returns {1, generation} acquired, {0, ""} busy, {2, stored max} stale.
+ * Returns {1, generation} acquired, {0, PTTL of the lease key} busy (a
+ * waiting acquire sleeps at most that long), {2, stored max} stale.
  */
 static const char acquire_script[] =
 "local function lt(a, b)\n"
@@ -63,7 +64,8 @@ static const char acquire_script[] =
 "if not ttl or ttl <= 0 or ttl % 1 ~= 0 then\n"
 "  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')\n"
 "end\n"
-"if redis.call('EXISTS', KEYS[1]) == 1 then return {0, ''} end\n"
+"local left = redis.call('PTTL', KEYS[1])\n"
+"if left ~= -2 then return {0, tostring(left)} end\n"
 "local maxg = redis.call('GET', KEYS[2])\n"
 "if maxg and not lt(maxg, ARGV[3]) then return {2, maxg} end\n"
 "redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
@@ -84,10 +86,16 @@ static const char renew_script[] =
 "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 "return 1\n";
 
-/* KEYS: lease key.  ARGV: identity.  1 released, 0 not held. */
+/*
+ * KEYS: lease key.  ARGV: identity, PUBLISH or SPUBLISH.  1 released, 0 not
+ * held.  A release wakes the acquires waiting for the lease: a message (no
+ * payload) on the channel <lease key>:released.  redis.pcall: a server or
+ * a user that may not publish still releases.
+ */
 static const char release_script[] =
 "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
 "  redis.call('DEL', KEYS[1])\n"
+"  if ARGV[2] then redis.pcall(ARGV[2], KEYS[1] .. ':released', '') end\n"
 "  return 1\n"
 "end\n"
 "return 0\n";
@@ -131,9 +139,9 @@ typedef struct LuaScript
 
 /* in LfScript order */
 static const LuaScript scripts[LF_NUM_SCRIPTS] = {
-	{acquire_script, "ae6d784a15db7452e45f538d97c72de21366138d"},
+	{acquire_script, "b6e51bd4f97fb1652d61d54eb6159a7ea773a34e"},
 	{renew_script, "87a04a5b60ca339bc6a622cc5c8c22469a296fcf"},
-	{release_script, "7eeb9eb3b72e6836db4af01eacca253a701fa6ed"},
+	{release_script, "16ebfcfd4ea5a874e5e9c84fc11bd4a488fd1e7c"},
 	{check_script, "9d8e656463cd52674af576d89616dee95b0bf158"},
 	{claim_script, "01d274bc7a7f098fad55af65c2f72bd04296a5f2"},
 	{takeover_script, "53e5a980478e29c6df7b7bfb5150a71a2a2660f7"},
@@ -293,6 +301,20 @@ char *
 lf_lease_key(const char *resource)
 {
 	return resource_key(resource, false);
+}
+
+/* The channel a release of resource publishes on: <lease key>:released. */
+char *
+lf_release_channel(const char *resource)
+{
+	return psprintf("%s:released", resource_key(resource, false));
+}
+
+/* The release script's ARGV[2]: how it publishes. */
+const char *
+lf_release_publish(void)
+{
+	return lf_redis_sharded_pubsub() ? "SPUBLISH" : "PUBLISH";
 }
 
 char *

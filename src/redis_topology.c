@@ -586,6 +586,8 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		int			left = (int) (deadline - lf_now_ms());
 		int			cflags = flags;
 		LfSendResult r;
+		int64		sent_at;
+		int64		took;
 
 		if (tries++ == 0 && !(flags & (LF_FRESH | LF_WITHIN)))
 			left = timeout_ms;	/* as on one server: the first try has all of it */
@@ -616,7 +618,9 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 				return LF_NOT_SENT;
 			cflags = (flags & ~LF_FRESH) | LF_SAME_CONN;
 		}
+		sent_at = lf_now_ms();
 		r = lf_conn_command(asking ? NULL : &ep, argc, argv, argvlen, left, cflags, reply, err);
+		took = lf_now_ms() - sent_at;
 		if (r != LF_REPLY)
 		{
 			/* a node gone or silent: learn the map again next time */
@@ -630,6 +634,9 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 			int			target = redirect_target((*reply)->str);
 
 			if (target == 0 || redirects++ >= LF_MAX_REDIRECTS)
+				return r;
+			/* a subscription follows no ASK: the slot is moving */
+			if ((*reply)->str[0] == 'A' && (flags & LF_SUBSCRIBER))
 				return r;
 			lf_count(LF_C_CLUSTER_REDIRECT_FOLLOWED);
 			asking = (*reply)->str[0] == 'A';
@@ -646,8 +653,13 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		}
 		if (lf_redis_is_error(*reply, "TRYAGAIN") || lf_redis_is_error(*reply, "CLUSTERDOWN"))
 		{
-			/* the same command to the same node (with ASKING again), a little later */
-			if (lf_now_ms() + LF_CLUSTER_RETRY_MS >= deadline)
+			/*
+			 * The same command to the same node (with ASKING again), a little
+			 * later, if there is time for its answer: twice what this one
+			 * took.  A try sent with less would likely time out, "unknown",
+			 * where stopping here is a certain "not applied".
+			 */
+			if (lf_now_ms() + LF_CLUSTER_RETRY_MS + 2 * took >= deadline)
 				return r;
 			freeReplyObject(*reply);
 			*reply = NULL;
@@ -727,6 +739,58 @@ lf_redis_connection_serial(const char *route_key)
 		return lf_conn_serial(&ep);
 	}
 	return lf_conn_serial(&settings_endpoint);
+}
+
+/*
+ * Subscribe to channel on a new subscription connection to the server that
+ * serves the channel's name as a key (its hash tag is the resource's), for
+ * a waiting acquire: SSUBSCRIBE on a Redis Cluster, where the release
+ * script publishes with SPUBLISH to the shard of the slot; SUBSCRIBE
+ * elsewhere.  False with a reason in err when there is no subscription (the
+ * wait then polls); an interrupt acts at once (nothing of a lease was sent).
+ */
+bool
+lf_redis_subscribe(const char *channel, char *err)
+{
+	const char *argv[2];
+	size_t		lens[2];
+	redisReply *reply = NULL;
+	LfSendResult r;
+	bool		ok;
+
+	argv[0] = lf_cluster ? "SSUBSCRIBE" : "SUBSCRIBE";
+	argv[1] = channel;
+	lens[0] = strlen(argv[0]);
+	lens[1] = strlen(channel);
+	r = lf_redis_command(channel, 2, argv, lens, lf_connect_timeout_ms,
+						 LF_INTERRUPTIBLE | LF_WITHIN | LF_SUBSCRIBER, &reply, err);
+	if (r == LF_SEND_INTERRUPTED)
+	{
+		lf_subscriber_close();
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (r != LF_REPLY)
+	{
+		lf_subscriber_close();
+		return false;
+	}
+	ok = reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
+		reply->element[0]->type == REDIS_REPLY_STRING &&
+		strcasecmp(reply->element[0]->str, argv[0]) == 0;
+	if (!ok)
+		snprintf(err, LF_ERRLEN, "%s answered: %s", argv[0],
+				 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+	freeReplyObject(reply);
+	if (!ok)
+		lf_subscriber_close();
+	return ok;
+}
+
+/* Does the release script publish with SPUBLISH (a Redis Cluster)? */
+bool
+lf_redis_sharded_pubsub(void)
+{
+	return lf_cluster;
 }
 
 /* Called from _PG_init: the settings of the topology. */

@@ -397,6 +397,9 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 	 */
 	lf_check_issued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
 					psprintf("Resource \"%s\"", resource));
+	/* a kept-alive lease of this session that was lost: LF010 */
+	if (lf_keepalive_held > 0)
+		lf_keepalive_check_write(lf_generation);
 
 	PG_RETURN_INT64(lf_fence_resource_at(resource, lf_generation));
 }

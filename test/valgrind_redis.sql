@@ -241,6 +241,7 @@ SELECT vg_step('stats_cluster_a', string_agg(DISTINCT scope, ','), 'cluster') FR
 -- ================================================ session B
 SELECT 'PID|' || pg_backend_pid();
 SELECT pg_backend_pid() AS pid_b \gset
+\setenv VG_PID_B :pid_b
 \! redisctl wait-exit session_a_exited "$VG_PID"
 \! redisctl expect session_released_at_exit 0 EXISTS 'lease_fence:{vg:session}'
 \! redisctl expect unconfirmed_settled_at_exit 0 EXISTS 'lease_fence:{vg:pause-held}' 'lease_fence:{vg:timeout-renew}' 'lease_fence:{vg:timeout-release}' 'lease_fence:{vg:tx-pause}' 'lease_fence:{vg:tx-cancel}' 'lease_fence:{vg:pause-acq}' 'lease_fence:{vg:timeout}'
@@ -340,6 +341,43 @@ SELECT vg_step('error_reply_commit_state', string_agg(state, ','), 'unconfirmed'
 
 SELECT 'LEASE|' || concat_ws('|', resource, scope, state, generation, expires_at IS NOT NULL)
 	FROM lease_fence.leases ORDER BY acquired_at, resource;
+
+-- ------------------------------------------------ waiting for a busy lease
+SELECT vg_step('wait_holder', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:wait', 60000, 0, 'session') a;
+SELECT vg_step('wait_deadline_busy', a.status, 'busy', a::text) FROM lease_fence.acquire('vg:wait', 1000, wait_ms => 300) a;
+-- a message on the release channel wakes the wait (still busy: it waits on),
+-- and the holder's lease running out lets it in
+SELECT vg_step('wait_msg_holder', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:wait-msg', 3000) a;
+\! (sleep 1; redisctl cli PUBLISH 'lease_fence:{vg:wait-msg}:released' '' >/dev/null) &
+SELECT vg_step('wait_woken_then_expiry', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:wait-msg', 30000, wait_ms => 30000) a;
+SELECT vg_step('wait_woken_counted', (count > 0)::text, 'true') FROM lease_fence.stats WHERE operation = 'wait' AND outcome = 'woken';
+-- a cancel during the wait: 57014
+\! redisctl cancel-later "$VG_PID_B"
+SELECT * FROM lease_fence.acquire('vg:wait', 1000, wait_ms => 60000);
+SELECT vg_step('wait_cancel', :'SQLSTATE', '57014');
+\! redisctl expect wait_cancel_unsubscribed 'lease_fence:{vg:wait}:released 0' PUBSUB NUMSUB 'lease_fence:{vg:wait}:released'
+
+-- ------------------------------------------------ keep-alive (the worker runs under valgrind too)
+CREATE TABLE vg_ka (x int);
+SELECT lease_fence.protect('vg_ka');
+SELECT a.identity AS id_ka, a.generation AS gen_ka
+	FROM lease_fence.acquire('vg:ka', 1500, scope => 'session', keepalive => true) a \gset
+SELECT vg_step('keepalive_state_active', lease_fence.keepalive_state(:'id_ka'), 'active');
+SELECT pg_sleep(4);
+\! redisctl expect keepalive_renewed_past_ttl 1 EXISTS 'lease_fence:{vg:ka}'
+\! redisctl cli SET 'lease_fence:{vg:ka}' ffffffffffffffffffffffffffffffff PX 60000 >/dev/null
+SELECT pg_sleep(2);
+SELECT vg_step('keepalive_state_lost', lease_fence.keepalive_state(:'id_ka'), 'lost');
+BEGIN;
+SET LOCAL lease_fence.generation = :gen_ka;
+INSERT INTO vg_ka VALUES (1);
+\set ka_write_state :SQLSTATE
+ROLLBACK;
+SELECT vg_step('keepalive_lost_write', :'ka_write_state', 'LF010');
+SELECT vg_step('keepalive_lost_release', r.status, 'not_held', r::text) FROM lease_fence.release('vg:ka', :'id_ka') r;
+SELECT vg_step('keepalive_counted', string_agg(outcome, ',' ORDER BY outcome), 'lost,renewed')
+	FROM lease_fence.stats WHERE operation = 'keepalive' AND outcome IN ('renewed', 'lost') AND count > 0;
+\! redisctl cli DEL 'lease_fence:{vg:ka}' >/dev/null
 
 \setenv VG_PID :pid_b
 \c

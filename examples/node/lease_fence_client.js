@@ -13,13 +13,17 @@
  *                                 generation / NULL fence
  *   ConflictingGeneration  LF003  the statement wrote a fence other than the current generation
  *   UnissuedGeneration     LF004  the generation was never issued by this database: fix the caller
- *   LeaseLostAtCommit      LF010  a transaction-scoped lease was gone at COMMIT: rolled back
+ *   LeaseLostAtCommit      LF010  a transaction-scoped lease was gone at COMMIT, or a
+ *                                 kept-alive lease was lost: its owner's next fenced write
+ *                                 under its generation (and the COMMIT of a transaction
+ *                                 that made one) is refused. Rolled back
  * The pg error is `err.cause`; never retry a FenceError with the same generation.
  *
  * Lease outcomes, all `LeaseError` — the split that matters is "no" versus
  * "don't know":
  *   LeaseDenied            a definite no (acquired/renewed false): LeaseBusy,
- *                          LeaseUnavailable (nothing was sent), LeaseLost (renew),
+ *                          LeaseUnavailable (nothing was sent), LeaseLost (renew;
+ *                          a kept-alive lease that was lost),
  *                          and LeaseDenied itself for 'stale' / 'insufficient_validity'
  *   LeaseUnknown           acquired IS NULL: Redis may have granted it. NOT a
  *                          LeaseDenied. Do not proceed and do not treat the
@@ -54,6 +58,41 @@
  * a stale holder's transaction fails (StaleGeneration) whatever it writes,
  * new rows included. withFence(pool, generation, fn) fences rows only;
  * withFence(pool, generation, { resource }, fn) names the resource.
+ *
+ * Waiting for a busy lease: { waitMs } (acquire, tryAcquire,
+ * withTransactionLease, withKeptAliveLease). While someone else holds the
+ * lease the backend waits, woken by the holder's release (or its TTL's end),
+ * for at most waitMs; still busy then is LeaseBusy as before. The wait is one
+ * statement: statement_timeout or a cancel rejects with pg's error, code
+ * '57014', not a LeaseError. 0 (the default) answers at once.
+ *
+ * Keep-alive: a background worker in the server renews the lease at a third
+ * of its TTL while the owning session is *active* — running a statement, or
+ * idle for less than the TTL (awaiting anything but a query on that client
+ * counts as idle) — and never past lease_fence.keepalive_max_ms (default 10
+ * minutes). It needs shared_preload_libraries = 'lease_fence' (else 55000)
+ * and a session or transaction scope:
+ *
+ *   await withKeptAliveLease(pool, 'report:daily', { ttlMs: 3000 },
+ *     async (client, lease, signal) => {
+ *       await client.query('SELECT build_report()');   // may run for many TTLs
+ *       signal.throwIfAborted();                         // LeaseLost once it was lost
+ *       await withFence(client, lease, (c) =>            // LeaseLostAtCommit if lost
+ *         c.query("UPDATE report SET done = true WHERE name = 'daily'"));
+ *     });
+ *
+ *   await withTransactionLease(client, 'account:1', { ttlMs: 3000, keepalive: true },
+ *     async (lease, c) => { ... });                     // one long transaction
+ *
+ * A kept-alive lease is lost when a renewal finds the key gone or someone
+ * else's (or cannot be confirmed in time), when its session is idle longer
+ * than the TTL, or at keepalive_max_ms. Then the owner's next fenced write
+ * under its generation, and the COMMIT of a transaction that made one,
+ * reject with LeaseLostAtCommit (LF010): the fence, not the signal, keeps a
+ * lost holder's writes out. The signal comes from
+ * lease_fence.keepalive_state polled on *another* pool connection: a query on
+ * the owner's client would make its session look active and keep an idle
+ * owner's lease alive.
  *
  * `client` may be a pg.Client (not inside a transaction) or a pg.Pool, from
  * which a client is checked out for the transaction. Generations are BigInt.
@@ -191,18 +230,21 @@ async function inTransaction(clientOrPool, fn) {
 }
 
 const ACQUIRE_SQL = 'SELECT acquired, status, resource, identity, generation, validity_ms ' +
-  'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text)';
+  'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)';
 
-async function acquireRow(client, resource, ttlMs, minValidityMs, scope) {
-  const { rows } = await client.query(ACQUIRE_SQL, [resource, ttlMs, minValidityMs, scope]);
+async function acquireRow(client, resource, ttlMs, minValidityMs, scope, waitMs = 0,
+  keepalive = false) {
+  const { rows } = await client.query(ACQUIRE_SQL,
+    [resource, ttlMs, minValidityMs, scope, waitMs, Boolean(keepalive)]);
   return toLease(rows[0]);
 }
 
-async function acquireChecked(client, resource, ttlMs, minValidityMs, scope, retryStale) {
-  let lease = await acquireRow(client, resource, ttlMs, minValidityMs, scope);
+async function acquireChecked(client, resource, ttlMs, minValidityMs, scope, retryStale,
+  waitMs = 0, keepalive = false) {
+  let lease = await acquireRow(client, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
   if (lease.status === 'stale' && retryStale) {
     // stale set nothing and moved next_generation() past the stored one
-    lease = await acquireRow(client, resource, ttlMs, minValidityMs, scope);
+    lease = await acquireRow(client, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
   }
   if (lease.acquired !== true) throw leaseError(lease.status, lease, 'acquire', resource);
   return lease;
@@ -211,34 +253,167 @@ async function acquireChecked(client, resource, ttlMs, minValidityMs, scope, ret
 /**
  * Explicit-scope acquire that never throws for an outcome: the row, with
  * acquired true, false (busy, stale, unavailable, insufficient_validity) or
- * null (unknown).
+ * null (unknown). waitMs > 0 waits up to that long while the lease is busy.
  */
-async function tryAcquire(client, resource, { ttlMs, minValidityMs = 0 }) {
-  return acquireRow(client, resource, ttlMs, minValidityMs, 'explicit');
+async function tryAcquire(client, resource, { ttlMs, minValidityMs = 0, waitMs = 0 }) {
+  return acquireRow(client, resource, ttlMs, minValidityMs, 'explicit', waitMs);
 }
 
 /**
  * Take an explicit-scope lease: resolves to the lease, or rejects with
  * LeaseBusy / LeaseUnavailable / LeaseDenied (definite no) or LeaseUnknown.
- * 'stale' is retried once unless retryStale is false.
+ * 'stale' is retried once unless retryStale is false. waitMs > 0: while the
+ * lease is busy, wait up to that long (woken by the holder's release or its
+ * TTL's end); LeaseBusy if it is still busy then.
  */
-async function acquire(client, resource, { ttlMs, minValidityMs = 0, retryStale = true }) {
-  return acquireChecked(client, resource, ttlMs, minValidityMs, 'explicit', retryStale);
+async function acquire(client, resource,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0 }) {
+  return acquireChecked(client, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs);
 }
 
 /**
  * fn(lease, client) in one transaction that holds a transaction-scoped
  * lease: its generation fences every write in it; COMMIT verifies the lease
  * (LeaseLostAtCommit otherwise) and releases it. A failed acquire rejects
- * before fn runs; any error rolls back.
+ * before fn runs; any error rolls back. waitMs > 0 waits up to that long for
+ * a busy lease. keepalive: true has the server's keep-alive worker renew the
+ * lease while the transaction runs (so ttlMs need not cover all of it); once
+ * lost, the next fenced write or the COMMIT rejects with LeaseLostAtCommit.
  */
 async function withTransactionLease(clientOrPool, resource,
-  { ttlMs, minValidityMs = 0, retryStale = true }, fn) {
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, keepalive = false }, fn) {
   return inTransaction(clientOrPool, async (client) => {
     const lease = await acquireChecked(client, resource, ttlMs, minValidityMs,
-      'transaction', retryStale);
+      'transaction', retryStale, waitMs, keepalive);
     return fn(lease, client);
   });
+}
+
+/**
+ * lease_fence.keepalive_state(identity): 'active', 'lost' or null (no
+ * kept-alive lease has it: released, its session ended, never kept alive).
+ * Ask on a connection other than the lease owner's. `lease` is a lease or an
+ * identity.
+ */
+async function keepaliveState(clientOrPool, lease) {
+  const identity = typeof lease === 'string' ? lease : lease.identity;
+  const { rows } = await clientOrPool.query(
+    'SELECT lease_fence.keepalive_state($1::text) AS state', [identity]);
+  return rows[0].state;
+}
+
+/**
+ * fn(client, lease, signal) holding a session-scoped lease that the server
+ * keeps alive while fn runs.
+ *
+ * Checks a dedicated client out of `pool` (a pg.Pool with max >= 2), takes
+ * acquire(..., scope => 'session', keepalive => true) on it (rejecting as
+ * acquire does, before fn runs; waitMs as there), and runs fn with that
+ * client. The lease outlives ttlMs while the client's session is active —
+ * running a statement, or idle for less than ttlMs — up to
+ * lease_fence.keepalive_max_ms. Write under it with withFence(client, lease, ...).
+ *
+ * `signal` is an AbortSignal that aborts, reason a LeaseLost, when
+ * lease_fence.keepalive_state, polled every pollMs (default
+ * max(50, ttlMs / 3)) on *another* pool connection, says 'lost' or null;
+ * reason a LeaseUnknown (err.cause the pg error) when a poll fails — the
+ * lease can no longer be watched. The fence stands either way: once the
+ * lease is lost, fenced writes under it reject with LeaseLostAtCommit.
+ *
+ * At the end, always: polling stops, the lease is released, and the client
+ * goes back to the pool (destroyed instead if the release failed or the
+ * acquire's outcome is unknown: the session's end releases its lease).
+ *   - fn resolved: resolves to its value; but if the release answers
+ *     'not_held' the lease was lost before fn ended and it rejects with
+ *     LeaseLost (what fn committed before the loss stays committed; fenced
+ *     writes after it were refused). 'unavailable' / 'unknown' do not reject:
+ *     the lease is no longer kept alive and expires by its TTL.
+ *   - fn rejected: ROLLBACK (in case fn left a transaction open), the
+ *     release, and fn's error, unchanged.
+ * Do not release the lease yourself inside fn. Not for use behind a
+ * transaction-pooling proxy: a session lease belongs to the server session.
+ */
+async function withKeptAliveLease(pool, resource,
+  { ttlMs, minValidityMs = 0, waitMs = 0, pollMs, retryStale = true }, fn) {
+  if (!(pool instanceof pg.Pool)) {
+    throw new TypeError('withKeptAliveLease needs a pg.Pool: the lease is watched on another ' +
+      'of its connections');
+  }
+  if (typeof fn !== 'function') throw new TypeError('withKeptAliveLease needs a function to run');
+  if (pool.options.max !== undefined && pool.options.max < 2) {
+    throw new RangeError('withKeptAliveLease needs a pg.Pool with max >= 2: one client holds ' +
+      'the lease, another watches it');
+  }
+  const interval = pollMs !== undefined ? pollMs : Math.max(50, Math.floor(ttlMs / 3));
+  const client = await pool.connect();
+  let lease;
+  try {
+    lease = await acquireChecked(client, resource, ttlMs, minValidityMs, 'session', retryStale,
+      waitMs, true);
+  } catch (err) {
+    // a definite no leaves nothing behind; anything else (unknown: it may be
+    // held by this session) ends the session, which releases its leases
+    client.release(err instanceof LeaseDenied ? undefined : true);
+    throw err;
+  }
+
+  const controller = new AbortController();
+  let stopped = false;
+  let timer = null;
+  let polling = null;
+  const poll = async () => {
+    let state;
+    try {
+      state = await keepaliveState(pool, lease);
+    } catch (err) {
+      if (!stopped) {
+        const unknown = new LeaseUnknown('unknown', lease,
+          `kept-alive lease ${JSON.stringify(resource)} cannot be watched: ${err.message}`);
+        unknown.cause = err;
+        controller.abort(unknown);
+      }
+      return;
+    }
+    if (!stopped && state !== 'active') {
+      controller.abort(new LeaseLost('lost', lease, `kept-alive lease ${JSON.stringify(resource)}: ` +
+        (state === null ? 'no longer kept alive' : 'lost')));
+    }
+  };
+  const schedule = () => {
+    if (stopped || controller.signal.aborted) return;
+    timer = setTimeout(() => {
+      polling = poll().finally(() => { polling = null; schedule(); });
+    }, interval);
+  };
+  schedule();
+
+  let result;
+  let failure = null;
+  try {
+    result = await fn(client, lease, controller.signal);
+  } catch (err) {
+    failure = { err };
+  }
+  stopped = true;
+  clearTimeout(timer);
+  if (polling) await polling;
+
+  if (failure) await client.query('ROLLBACK').catch(() => {});
+  let status;
+  let releaseError = null;
+  try {
+    status = await release(client, lease);
+  } catch (err) {
+    releaseError = err;
+  }
+  client.release(releaseError ? true : undefined);
+  if (failure) throw failure.err;
+  if (releaseError) throw releaseError;
+  if (status === 'not_held') {
+    throw new LeaseLost('lost', lease, `kept-alive lease ${JSON.stringify(resource)} was lost ` +
+      'before the function ended (release: not_held)');
+  }
+  return result;
 }
 
 /**
@@ -302,6 +477,6 @@ module.exports = {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit,
   LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  translateError, tryAcquire, acquire, withTransactionLease, withFence, renew, release,
-  inTransaction,
+  translateError, tryAcquire, acquire, withTransactionLease, withKeptAliveLease, keepaliveState,
+  withFence, renew, release, inTransaction,
 };

@@ -292,6 +292,189 @@ describe('lease_fence from node-postgres', () => {
   });
 });
 
+// the signal's reason, once it aborts
+function abortReason(signal) {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve(signal.reason);
+    else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
+  });
+}
+
+describe('waiting and keep-alive', () => {
+  let app;
+  let pool;
+  before(async () => {
+    app = await connect();
+    pool = new pg.Pool({ host: PGHOST, port: PGPORT, database: DATABASE, user: APP_USER, max: 3 });
+  });
+  after(async () => {
+    await pool.end();
+    await closeAll();
+  });
+
+  it('waitMs: a waiting acquire is woken by the release, long before the TTL', async () => {
+    const res = resourceName('wait');
+    const other = await connect();
+    const holder = await lf.acquire(app, res, { ttlMs: 60000 });
+    const t0 = performance.now();
+    let settled = false;
+    const waiting = lf.acquire(other, res, { ttlMs: 10000, waitMs: 30000 })
+      .finally(() => { settled = true; });
+    await sleep(300);
+    assert.equal(settled, false, 'B waits while A holds the lease');
+    assert.equal(await lf.release(app, holder), 'released');
+    const lease = await waiting;
+    assert.ok(performance.now() - t0 >= 300);
+    assert.equal(lease.acquired, true);
+    assert.equal(lease.status, 'acquired');
+    assert.ok(lease.generation > holder.generation);
+    assert.equal(redis('GET', leaseKey(res)), lease.identity);
+    assert.equal(await lf.release(other, lease), 'released');
+  });
+
+  it('waitMs: withTransactionLease waits for the holder transaction to commit', async () => {
+    const res = resourceName('wait-tx');
+    const other = await connect();
+    const id = await newRow(app);
+    let waiting;
+    let settled = false;
+    const leaseA = await lf.withTransactionLease(app, res, { ttlMs: 60000 }, async (l, c) => {
+      await c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]);
+      waiting = lf.withTransactionLease(other, res, { ttlMs: 10000, waitMs: 30000 }, async (lb, cb) => {
+        await cb.query("UPDATE account SET owner = 'B after A' WHERE id = $1", [id]);
+        return lb;
+      }).finally(() => { settled = true; });
+      waiting.catch(() => {});                   // awaited below
+      await sleep(300);
+      assert.equal(settled, false, "B waits while A's transaction holds the lease");
+      return l;
+    });
+    const leaseB = await waiting;
+    assert.ok(leaseB.generation > leaseA.generation);
+    assert.deepEqual(await readRow(app, id), { owner: 'B after A', balance: 100, fence: leaseB.generation });
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+  });
+
+  it('waitMs: the deadline is LeaseBusy after at least waitMs; statement_timeout is 57014', async () => {
+    const res = resourceName('wait-deadline');
+    const other = await connect();
+    const holder = await lf.acquire(app, res, { ttlMs: 60000 });
+    try {
+      let t0 = performance.now();
+      const err = await rejection(lf.acquire(other, res, { ttlMs: 10000, waitMs: 700 }), lf.LeaseBusy);
+      assert.ok(performance.now() - t0 >= 700);
+      assert.equal(err.lease.acquired, false);
+      t0 = performance.now();
+      const raw = await lf.tryAcquire(other, res, { ttlMs: 10000, waitMs: 300 });
+      assert.ok(performance.now() - t0 >= 300);
+      assert.deepEqual([raw.acquired, raw.status, raw.identity], [false, 'busy', null]);
+      await other.query('SET statement_timeout = 300');
+      const cancelled = await rejection(lf.acquire(other, res, { ttlMs: 10000, waitMs: 30000 }), Error);
+      assert.equal(cancelled.code, '57014');
+      assert.ok(!(cancelled instanceof lf.LeaseError));
+      await other.query('RESET statement_timeout');
+      assert.equal(redis('GET', leaseKey(res)), holder.identity, "the holder's key is untouched");
+    } finally {
+      await lf.release(app, holder);
+    }
+  });
+
+  it('withKeptAliveLease: a 3 s statement outlives a 1 s TTL, then a fenced write succeeds', async () => {
+    const id = await newRow(app);
+    const res = resourceName('kept');
+    const lease = await lf.withKeptAliveLease(pool, res, { ttlMs: 1000 }, async (client, l, signal) => {
+      assert.equal(l.acquired, true);
+      assert.ok(signal instanceof AbortSignal);
+      assert.equal(await lf.keepaliveState(app, l), 'active');
+      await client.query('SELECT pg_sleep(3)');
+      assert.equal(redis('GET', leaseKey(res)), l.identity, 'still held after three TTLs');
+      assert.equal(signal.aborted, false, 'the watch saw it active all along');
+      await lf.withFence(client, l, (c) =>
+        c.query("UPDATE account SET owner = 'kept alive' WHERE id = $1", [id]));
+      const { rows } = await client.query(
+        'SELECT scope, state FROM lease_fence.leases WHERE identity = $1', [l.identity]);
+      assert.deepEqual(rows, [{ scope: 'session', state: 'held' }]);
+      return l;
+    });
+    assert.deepEqual(await readRow(app, id), { owner: 'kept alive', balance: 100, fence: lease.generation });
+    assert.equal(redis('EXISTS', leaseKey(res)), '0', 'released at the end');
+    assert.equal(await lf.keepaliveState(app, lease), null);
+  });
+
+  it('withKeptAliveLease: the key overwritten aborts the signal with LeaseLost; the next fenced write is LF010', { timeout: 60000 }, async () => {
+    const id = await newRow(app);
+    const res = resourceName('kept-lost');
+    const thief = 'f'.repeat(32);
+    let held;
+    const err = await rejection(lf.withKeptAliveLease(pool, res, { ttlMs: 3000 }, async (client, l, signal) => {
+      held = l;
+      await lf.withFence(client, l, (c) =>
+        c.query("UPDATE account SET owner = 'before the loss' WHERE id = $1", [id]));
+      redis('SET', leaseKey(res), thief, 'PX', 60000);
+      const reason = await abortReason(signal);
+      assert.ok(reason instanceof lf.LeaseLost, `aborted with ${reason}`);
+      assert.equal(reason.status, 'lost');
+      assert.equal(reason.lease.identity, l.identity);
+      assert.throws(() => signal.throwIfAborted(), lf.LeaseLost);
+      assert.equal(await lf.keepaliveState(app, l), 'lost');
+      const lost = await rejection(lf.withFence(client, l, (c) =>
+        c.query("UPDATE account SET owner = 'after the loss' WHERE id = $1", [id])), lf.LeaseLostAtCommit);
+      assert.equal(lost.sqlstate, 'LF010');
+      assert.equal(lost.cause.code, 'LF010');
+      // rows only: the row write itself is refused
+      await rejection(lf.withFence(client, l.generation, (c) =>
+        c.query("UPDATE account SET owner = 'after the loss' WHERE id = $1", [id])), lf.LeaseLostAtCommit);
+    }), lf.LeaseLost);
+    assert.equal(err.status, 'lost', 'the end: release said not_held');
+    assert.deepEqual(await readRow(app, id), { owner: 'before the loss', balance: 100, fence: held.generation });
+    assert.equal(redis('GET', leaseKey(res)), thief, "the other identity's key is untouched");
+    redis('DEL', leaseKey(res));
+    assert.equal(await lf.keepaliveState(app, held), null, 'the release acknowledged the loss');
+  });
+
+  it("withKeptAliveLease: fn's error propagates and the lease is released; it needs a pg.Pool", async () => {
+    const res = resourceName('kept-throw');
+    const boom = new Error('boom');
+    let held;
+    const err = await rejection(lf.withKeptAliveLease(pool, res, { ttlMs: 10000 }, async (client, l) => {
+      held = l;
+      assert.equal(redis('GET', leaseKey(res)), l.identity);
+      await client.query('BEGIN');               // left open: rolled back at the end
+      throw boom;
+    }), Error);
+    assert.equal(err, boom);
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+    assert.equal(await lf.keepaliveState(app, held.identity), null);
+    const { rows } = await pool.query('SELECT 1 AS one');
+    assert.equal(rows[0].one, 1);
+    await assert.rejects(lf.withKeptAliveLease(app, res, { ttlMs: 1000 }, async () => {}), TypeError);
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+  });
+
+  it('withTransactionLease keepalive: a 3 s transaction under a 1 s TTL commits', async () => {
+    const id = await newRow(app);
+    const res = resourceName('tx-keepalive');
+    const lease = await lf.withTransactionLease(app, res, { ttlMs: 1000, keepalive: true }, async (l, c) => {
+      await c.query('SELECT pg_sleep(3)');
+      assert.equal(redis('GET', leaseKey(res)), l.identity);
+      await c.query("UPDATE account SET owner = 'long tx' WHERE id = $1", [id]);
+      return l;
+    });
+    assert.deepEqual(await readRow(app, id), { owner: 'long tx', balance: 100, fence: lease.generation });
+    assert.equal(redis('EXISTS', leaseKey(res)), '0', 'released at commit');
+  });
+
+  it('keepalive on an explicit lease is ERROR 22023, nothing written', async () => {
+    const res = resourceName('keepalive-explicit');
+    const err = await rejection(app.query(
+      "SELECT * FROM lease_fence.acquire($1::text, 1000, scope => 'explicit', keepalive => true)",
+      [res]), Error);
+    assert.equal(err.code, '22023');
+    assert.match(err.message, /session- or transaction-scoped/);
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+  });
+});
+
 describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () => {
   after(closeAll);
 

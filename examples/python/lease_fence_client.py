@@ -22,10 +22,14 @@ UnissuedGeneration    LF004     the generation was never issued by this
                                 database (a typo, a timestamp, another
                                 database's): fix the caller, do not retry
 LeaseLostAtCommit     LF010     a transaction-scoped lease was gone (or could
-                                not be verified) at COMMIT: rolled back
+                                not be verified) at COMMIT, or a kept-alive
+                                lease was lost: its owner's next fenced write
+                                under its generation, and the COMMIT of a
+                                transaction that made one, are refused.
+                                Rolled back
 ====================  ========  ===============================================
 
-Lease outcomes (raised by ``acquire`` / ``transaction_lease`` / ``renew``),
+Lease outcomes (raised by ``acquire`` / ``transaction_lease`` / ``kept_alive_lease`` / ``renew``),
 all ``LeaseError``. The split that matters is *no* versus *don't know*:
 
 - ``LeaseDenied`` — a definite no (``acquired`` / ``renewed`` is false):
@@ -72,6 +76,44 @@ fenced it first makes the newer holder's wait. ``fenced(conn, generation)``
 fences rows only; ``fenced(conn, generation, resource="...")`` names the
 resource.
 
+Waiting for a busy lease — ``wait_ms`` (``acquire``, ``try_acquire``,
+``transaction_lease``, ``kept_alive_lease``): while someone else holds the
+lease the backend waits, woken by the holder's release (or its TTL running
+out), for at most ``wait_ms``; still busy then is ``LeaseBusy`` as before.
+The wait is one statement: ``statement_timeout`` or a cancel ends it with the
+driver's QueryCanceled (SQLSTATE 57014), not a LeaseError. 0 (the default)
+answers at once; at most 2147483647.
+
+Keep-alive — a background worker in the server renews the lease at a third
+of its TTL while the owning session is *active*: running a statement, or
+idle for less than the TTL; never past ``lease_fence.keepalive_max_ms``
+(default 10 minutes). It needs ``shared_preload_libraries = 'lease_fence'``
+(else the acquire fails with 55000) and a session or transaction scope::
+
+    with kept_alive_lease(conn, "report:daily", ttl_ms=3000, watch=watch_conn) as lease:
+        conn.execute("SELECT build_report()")            # may run for many TTLs
+        lease.check()                                    # LeaseLost if it was lost
+        with fenced(conn, lease):                        # LF010 if it was lost
+            conn.execute("UPDATE report SET done = true WHERE name = 'daily'")
+
+    with transaction_lease(conn, "account:1", ttl_ms=3000, keepalive=True):
+        ...                                              # one long transaction
+
+A kept-alive lease is lost when a renewal finds the key gone or someone
+else's (or cannot be confirmed in time), when the session stays idle longer
+than the TTL (Python work between statements counts as idle), or at
+``keepalive_max_ms``. Then the owner's next fenced write under its generation
+— and the COMMIT of a transaction that made one — raises
+``LeaseLostAtCommit`` (LF010): the fence, not the watch, is what keeps a
+lost holder's writes out. ``lease.state`` / ``lease.lost`` / ``lease.check()``
+ask ``lease_fence.keepalive_state`` on the *watch* connection, which must be
+another connection than the owner's: a query on the owner's connection makes
+its session look active, which would keep an idle owner's lease alive.
+``kept_alive_lease`` needs ``conn`` on one server session throughout: a
+psycopg or SQLAlchemy Connection, or an ORM Session bound to a Connection
+(one bound to an Engine is refused: it changes connections between
+transactions).
+
 Use a psycopg connection with ``autocommit=True`` (or one that is idle): each
 helper runs its own transaction and refuses to start inside one you opened.
 Behind PgBouncer (transaction pooling, before 1.21) also pass
@@ -82,14 +124,15 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Iterator, Optional
 
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy", "LeaseUnavailable",
-    "LeaseLost", "LeaseUnknown", "Lease", "fence_error_from", "fence_errors",
-    "try_acquire", "acquire", "transaction_lease", "fenced", "renew", "release",
+    "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "fence_error_from", "fence_errors",
+    "try_acquire", "acquire", "transaction_lease", "kept_alive_lease", "keepalive_state",
+    "fenced", "renew", "release",
 ]
 
 
@@ -172,9 +215,13 @@ class UnissuedGeneration(FenceError):
 
 
 class LeaseLostAtCommit(FenceError):
-    """LF010: a transaction-scoped lease was lost (or unverifiable) at COMMIT.
+    """LF010: the lease this transaction wrote under is lost: write or COMMIT refused.
 
-    The transaction was rolled back. Acquire again and redo it.
+    Raised when a transaction-scoped lease was gone (or unverifiable) at
+    COMMIT, and when a kept-alive lease (``keepalive``) was lost — then the
+    owner's next fenced write under its generation fails, before it reaches a
+    row, and so does the COMMIT of a transaction that made one earlier. The
+    transaction was rolled back. Acquire again (a new generation) and redo it.
     """
 
     sqlstate = "LF010"
@@ -237,6 +284,42 @@ class Lease:
     validity_ms: Optional[int]
 
 
+@dataclass(frozen=True)
+class KeptAliveLease(Lease):
+    """The Lease of ``kept_alive_lease``: scope session, renewed by the server.
+
+    ``state``, ``lost`` and ``check()`` ask ``lease_fence.keepalive_state``
+    on ``watch``, the connection given to ``kept_alive_lease`` — one query
+    each time, never on the owner's connection (that would make the owner
+    look active and keep an idle owner's lease alive). Without a watch
+    connection they raise RuntimeError. It is a Lease: ``fenced(conn, lease)``
+    fences its generation and resource.
+    """
+
+    watch: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def state(self) -> Optional[str]:
+        """``'active'``, ``'lost'``, or None (no longer kept alive: released,
+        or the owner's session ended)."""
+        if self.watch is None:
+            raise RuntimeError("this kept-alive lease has no watch connection: pass "
+                               "watch=<another connection> to kept_alive_lease")
+        return keepalive_state(self.watch, self)
+
+    @property
+    def lost(self) -> bool:
+        """True unless the keep-alive worker still keeps it (``state`` is not 'active')."""
+        return self.state != "active"
+
+    def check(self) -> None:
+        """Raise LeaseLost (status 'lost') unless the lease is still kept alive."""
+        state = self.state
+        if state != "active":
+            raise LeaseLost("lost", self, f"kept-alive lease {self.resource!r}: "
+                                          f"{state or 'no longer kept alive'}")
+
+
 class LeaseError(Exception):
     """A lease operation that did not succeed. ``status`` is the extension's
     status; ``lease`` is the Lease concerned (for acquire, the row returned)."""
@@ -260,7 +343,12 @@ class LeaseUnavailable(LeaseDenied):
 
 
 class LeaseLost(LeaseDenied):
-    """renew: the key is gone or holds another identity. Stop working under it."""
+    """The lease is no longer ours: stop working under it.
+
+    renew: the key is gone or holds another identity. A kept-alive lease:
+    ``check()`` found it lost, or ``kept_alive_lease`` found at its end
+    (release: ``not_held``) that it was lost while the block ran.
+    """
 
 
 class LeaseUnknown(LeaseError):
@@ -343,53 +431,65 @@ def _generation(value) -> int:
 
 _ACQUIRE = ("SELECT acquired, status, resource, identity, generation, validity_ms "
             "FROM lease_fence.acquire(CAST(%(resource)s AS text), CAST(%(ttl_ms)s AS bigint), "
-            "CAST(%(min_validity_ms)s AS bigint), CAST(%(scope)s AS text))")
+            "CAST(%(min_validity_ms)s AS bigint), CAST(%(scope)s AS text), "
+            "CAST(%(wait_ms)s AS bigint), CAST(%(keepalive)s AS boolean))")
 
 
-def _acquire_row(db, resource, ttl_ms, min_validity_ms, scope) -> Lease:
+def _acquire_row(db, resource, ttl_ms, min_validity_ms, scope, wait_ms=0,
+                 keepalive=False) -> Lease:
     return Lease(**db.query_one(_ACQUIRE, {"resource": resource, "ttl_ms": ttl_ms,
-                                           "min_validity_ms": min_validity_ms, "scope": scope}))
+                                           "min_validity_ms": min_validity_ms, "scope": scope,
+                                           "wait_ms": wait_ms, "keepalive": bool(keepalive)}))
 
 
-def _acquire_checked(db, resource, ttl_ms, min_validity_ms, scope, retry_stale) -> Lease:
-    lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope)
+def _acquire_checked(db, resource, ttl_ms, min_validity_ms, scope, retry_stale, wait_ms=0,
+                     keepalive=False) -> Lease:
+    lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
     if lease.status == "stale" and retry_stale:
         # stale left nothing in Redis and moved next_generation() past the
         # stored one: one more try with a fresh generation is safe
-        lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope)
+        lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
     if lease.acquired is not True:
         raise _lease_error(lease.status, lease, "acquire", resource)
     return lease
 
 
-def try_acquire(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0) -> Lease:
+def try_acquire(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                wait_ms: int = 0) -> Lease:
     """Explicit-scope acquire that never raises for an outcome: returns the row.
 
     ``lease.acquired`` is True (``acquired``), False (``busy``, ``stale``,
     ``unavailable``, ``insufficient_validity``) or **None** (``unknown``).
+    ``wait_ms`` > 0 waits that long at most while the lease is busy (woken by
+    the holder's release) before answering ``busy``.
     """
     db = _adapter(conn)
     with db.begin():
-        return _acquire_row(db, resource, ttl_ms, min_validity_ms, "explicit")
+        return _acquire_row(db, resource, ttl_ms, min_validity_ms, "explicit", wait_ms)
 
 
 def acquire(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
-            retry_stale: bool = True) -> Lease:
+            retry_stale: bool = True, wait_ms: int = 0) -> Lease:
     """Take an explicit-scope lease in its own transaction and return it.
 
     Raises LeaseBusy / LeaseUnavailable / LeaseDenied (stale,
     insufficient_validity) for a definite no, LeaseUnknown when Redis may
     have granted it. ``stale`` is retried once unless ``retry_stale`` is
-    false. Keep ``lease.identity`` and ``lease.generation``; release yourself.
+    false. ``wait_ms`` > 0: while the lease is busy, wait up to that long
+    (woken by the holder's release or its TTL's end); LeaseBusy if it is
+    still busy then. Keep ``lease.identity`` and ``lease.generation``;
+    release yourself.
     """
     db = _adapter(conn)
     with db.begin():
-        return _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit", retry_stale)
+        return _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit", retry_stale,
+                                wait_ms)
 
 
 @contextmanager
 def transaction_lease(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
-                      retry_stale: bool = True) -> Iterator[Lease]:
+                      retry_stale: bool = True, wait_ms: int = 0,
+                      keepalive: bool = False) -> Iterator[Lease]:
     """Run the block in one transaction holding a transaction-scoped lease.
 
     BEGIN; acquire(..., scope => 'transaction') — its generation becomes the
@@ -399,12 +499,113 @@ def transaction_lease(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0
     failed acquire before the block runs, FenceError subclasses for refused
     writes, and LeaseLostAtCommit (LF010) when COMMIT finds the lease gone.
     Any exception rolls the transaction back (and releases the lease).
+
+    ``wait_ms`` > 0 waits up to that long for a busy lease (LeaseBusy after).
+    ``keepalive=True`` has the server's keep-alive worker renew the lease
+    while the transaction runs (statements, or idle less than the TTL), so
+    ``ttl_ms`` need not cover the whole transaction; if it is lost, the next
+    fenced write or the COMMIT raises LeaseLostAtCommit. Needs
+    ``shared_preload_libraries = 'lease_fence'``.
     """
     db = _adapter(conn)
     with fence_errors():
         with db.begin():
             yield _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
-                                   retry_stale)
+                                   retry_stale, wait_ms, keepalive)
+
+
+@contextmanager
+def kept_alive_lease(conn, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                     wait_ms: int = 0, watch=None,
+                     retry_stale: bool = True) -> Iterator[KeptAliveLease]:
+    """Hold a session-scoped lease that the server keeps alive while the block runs.
+
+    acquire(..., scope => 'session', keepalive => true) in its own
+    transaction on ``conn`` (LeaseError before the block runs, as
+    ``acquire``; ``wait_ms`` as there), then the block, then ``release``.
+    The lease outlives ``ttl_ms`` as long as ``conn``'s session is active —
+    running a statement, or idle for less than ``ttl_ms`` — up to
+    ``lease_fence.keepalive_max_ms``. Write under it with
+    ``fenced(conn, lease)``: once the lease is lost those writes (and their
+    COMMIT) raise LeaseLostAtCommit (LF010).
+
+    ``watch`` is *another* connection (psycopg or SQLAlchemy, idle), used by
+    ``lease.state`` / ``lease.lost`` / ``lease.check()`` to ask
+    ``lease_fence.keepalive_state``: asking on ``conn`` itself would make the
+    owner look active and keep an idle owner's lease alive, and ``conn`` is
+    busy while the block runs a statement. ``watch`` may be None if the
+    block does not ask.
+
+    At the end:
+
+    - the block succeeded: the lease is released; if release answers
+      ``not_held`` the lease was lost while the block ran, and LeaseLost is
+      raised — whatever the block committed before the loss stays committed
+      (fenced writes after it were refused), but it did not hold the lease
+      to the end. ``unavailable`` / ``unknown`` are not raised: the lease is
+      no longer kept alive and expires by its TTL.
+    - the block raised: the lease is released as far as possible (a failed
+      release is ignored: the idle session's lease lapses by its TTL) and
+      the block's exception propagates unchanged.
+
+    ``conn`` must stay on one server session for the whole block: a psycopg
+    Connection, a SQLAlchemy Connection, or an ORM Session bound to one
+    (``Session(bind=engine.connect())``). An ORM Session bound to an Engine
+    is refused (TypeError): it gives its connection back to the pool at the
+    end of every transaction, so the lease would belong to a session that
+    may be closed or lent to someone else. For the same reason, not for use
+    behind a transaction-pooling proxy. Do not release the lease yourself
+    inside the block.
+    """
+    if watch is not None and watch is conn:
+        raise ValueError("watch must be another connection than the lease owner's: queries "
+                         "on the owner's connection make it look active")
+    _one_server_session(conn)
+    db = _adapter(conn)
+    if watch is not None:
+        _adapter(watch)                  # a type error now rather than at the first check
+    with db.begin():
+        row = _acquire_checked(db, resource, ttl_ms, min_validity_ms, "session", retry_stale,
+                               wait_ms, keepalive=True)
+    lease = KeptAliveLease(**{f.name: getattr(row, f.name) for f in fields(Lease)}, watch=watch)
+    try:
+        yield lease
+    except BaseException:
+        try:
+            release(conn, lease)
+        except Exception:
+            pass
+        raise
+    if release(conn, lease) == "not_held":
+        raise LeaseLost("lost", lease, f"kept-alive lease {resource!r} was lost before the "
+                                       f"block ended (release: not_held)")
+
+
+def _one_server_session(conn) -> None:
+    """TypeError for an ORM Session that is not bound to one Connection."""
+    module = type(conn).__module__
+    if not module.startswith("sqlalchemy.orm"):
+        return
+    from sqlalchemy.engine import Connection
+    if not isinstance(conn.get_bind(), Connection):
+        raise TypeError("kept_alive_lease needs one server session for the whole block: an ORM "
+                        "Session bound to an Engine returns its connection to the pool after "
+                        "each transaction. Pass a Connection (engine.connect()), or a Session "
+                        "bound to one (Session(bind=connection))")
+
+
+def keepalive_state(watch, lease) -> Optional[str]:
+    """``lease_fence.keepalive_state``: 'active', 'lost' or None, asked on ``watch``.
+
+    ``lease`` is a Lease or an identity. None: no kept-alive lease has that
+    identity (released, its session ended, or never kept alive). Call it on
+    a connection other than the lease owner's (see ``kept_alive_lease``).
+    """
+    identity = lease.identity if isinstance(lease, Lease) else lease
+    db = _adapter(watch)
+    with db.begin():
+        return db.query_one("SELECT lease_fence.keepalive_state(CAST(%(identity)s AS text)) "
+                            "AS state", {"identity": identity})["state"]
 
 
 @contextmanager

@@ -10,7 +10,7 @@ python3-sqlalchemy). The harness says where things are in the environment:
   PGUSER                  role that takes leases: owns neither table
   LF_NOREDIS_USER         same grants, but its lease_fence.redis_socket points
                           at nothing (ALTER ROLE ... SET, by a superuser)
-  LF_REDIS_SOCK           Redis's unix socket (for redis-cli: DEL, CLIENT PAUSE)
+  LF_REDIS_SOCK           Redis's unix socket (for redis-cli: DEL, SET, CLIENT PAUSE)
 
 Each test pins an outcome: a wrong status, a swallowed unknown or a stale
 write let through makes it fail.
@@ -21,6 +21,7 @@ import subprocess
 import time
 import unittest
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import sqlalchemy
@@ -28,10 +29,10 @@ from sqlalchemy import Column, Integer, BigInteger, Text, create_engine, text
 from sqlalchemy.orm import Session, declarative_base
 
 from lease_fence_client import (
-    ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied, LeaseError,
-    LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown, MissingGeneration,
-    StaleGeneration, UnissuedGeneration, acquire, fence_errors, fenced, release, renew,
-    transaction_lease, try_acquire)
+    ConflictingGeneration, FenceError, KeptAliveLease, Lease, LeaseBusy, LeaseDenied,
+    LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
+    MissingGeneration, StaleGeneration, UnissuedGeneration, acquire, fence_errors, fenced,
+    keepalive_state, kept_alive_lease, release, renew, transaction_lease, try_acquire)
 
 ENV = os.environ
 PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
@@ -86,6 +87,22 @@ def read_row(conn, row_id):
 def wait_for_redis():
     """Returns once a paused Redis answers again (PING waits out CLIENT PAUSE)."""
     redis("PING")
+
+
+def wait_until(what, predicate, limit_s=30.0):
+    """Poll ``predicate`` until it is true; fail after ``limit_s`` (a safety
+    net against a hang, not a bound the test asserts)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+# A fenced write under a lease's generation
+def fenced_update(conn, lease_or_generation, row_id, owner):
+    with fenced(conn, lease_or_generation):
+        conn.execute("UPDATE account SET owner = %s WHERE id = %s", (owner, row_id))
 
 
 # -------------------------------------------------------------- psycopg 3
@@ -428,6 +445,185 @@ class PsycopgTests(unittest.TestCase):
         self.assertIs(cm.exception.lease.acquired, False)
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
 
+    # ---------------------------------------------------------- waiting
+
+    def test_waiting_acquire_is_woken_by_the_release(self):
+        """wait_ms: B waits for A's lease (TTL 60 s) and gets it once A
+        releases, long before A's TTL or B's wait would end; a waiting
+        transaction_lease is woken by the holder transaction's COMMIT."""
+        res = resource_name(self)
+        other = connect()
+        self.addCleanup(other.close)
+        holder = acquire(self.conn, res, ttl_ms=60000)
+        with ThreadPoolExecutor(1) as pool:
+            t0 = time.monotonic()
+            waiting = pool.submit(acquire, other, res, ttl_ms=10000, wait_ms=30000)
+            time.sleep(0.3)
+            self.assertFalse(waiting.done(), "B waits while A holds the lease")
+            self.assertEqual(release(self.conn, holder), "released")
+            lease = waiting.result(timeout=60)
+            self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertIs(lease.acquired, True)
+        self.assertEqual(lease.status, "acquired")
+        self.assertGreater(lease.generation, holder.generation)
+        self.assertEqual(redis("GET", lease_key(res)), lease.identity)
+        self.assertEqual(release(other, lease), "released")
+
+        # transaction scope: the holder's COMMIT releases, the waiter writes
+        row_id = new_row(self.conn)
+
+        def take_over():
+            with transaction_lease(other, res, ttl_ms=10000, wait_ms=30000) as l:
+                other.execute("UPDATE account SET owner = 'B after A' WHERE id = %s", (row_id,))
+            return l
+
+        with ThreadPoolExecutor(1) as pool:
+            with transaction_lease(self.conn, res, ttl_ms=60000) as a:
+                self.conn.execute("UPDATE account SET owner = 'A' WHERE id = %s", (row_id,))
+                waiting = pool.submit(take_over)
+                time.sleep(0.3)
+                self.assertFalse(waiting.done(), "B waits while A's transaction holds it")
+            b = waiting.result(timeout=60)
+        self.assertGreater(b.generation, a.generation)
+        self.assertEqual(read_row(self.conn, row_id), ("B after A", 100, b.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_waiting_acquire_deadline_is_busy(self):
+        """wait_ms ends with the lease still held: LeaseBusy after at least
+        wait_ms, the holder's key untouched; statement_timeout cuts a wait
+        short with the driver's QueryCanceled (57014), not a LeaseError."""
+        res = resource_name(self)
+        holder = acquire(self.conn, res, ttl_ms=60000)
+        self.addCleanup(release, self.conn, holder)
+        other = connect()
+        self.addCleanup(other.close)
+
+        t0 = time.monotonic()
+        with self.assertRaises(LeaseBusy) as cm:
+            acquire(other, res, ttl_ms=10000, wait_ms=700)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.7)
+        self.assertIs(cm.exception.lease.acquired, False)
+
+        t0 = time.monotonic()
+        raw = try_acquire(other, res, ttl_ms=10000, wait_ms=300)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertEqual((raw.acquired, raw.status, raw.identity), (False, "busy", None))
+        self.assertEqual(redis("GET", lease_key(res)), holder.identity)
+
+        other.execute("SET statement_timeout = 300")
+        with self.assertRaises(psycopg.errors.QueryCanceled) as cm:
+            acquire(other, res, ttl_ms=10000, wait_ms=30000)
+        self.assertEqual(cm.exception.sqlstate, "57014")
+        other.execute("RESET statement_timeout")
+        self.assertEqual(redis("GET", lease_key(res)), holder.identity)
+
+    # ---------------------------------------------------------- keep-alive
+
+    def test_kept_alive_lease_outlives_its_ttl(self):
+        """kept_alive_lease, TTL 1 s: a 3 s statement on the owner's
+        connection keeps it alive (watched on another connection: active);
+        a fenced write under it then succeeds; the end releases it."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        watch = connect()
+        self.addCleanup(watch.close)
+        with kept_alive_lease(self.conn, res, ttl_ms=1000, watch=watch) as lease:
+            self.assertIsInstance(lease, KeptAliveLease)
+            self.assertIsInstance(lease, Lease)
+            self.assertEqual((lease.acquired, lease.status), (True, "acquired"))
+            self.assertEqual(lease.state, "active")
+            self.conn.execute("SELECT pg_sleep(3)")
+            self.assertEqual(redis("GET", lease_key(res)), lease.identity,
+                             "still held after three TTLs of a running statement")
+            self.assertFalse(lease.lost)
+            lease.check()
+            fenced_update(self.conn, lease, row_id, "kept alive")
+            scope = self.conn.execute("SELECT scope, state FROM lease_fence.leases "
+                                      "WHERE identity = %s", (lease.identity,)).fetchone()
+            self.assertEqual(scope, ("session", "held"))
+        self.assertEqual(read_row(self.conn, row_id), ("kept alive", 100, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "released at the end")
+        self.assertIsNone(keepalive_state(watch, lease), "no longer kept alive")
+        self.assertIsNone(lease.state)
+
+    def test_kept_alive_lease_lost_is_reported_and_refuses_writes(self):
+        """someone overwrites the key: the watch reports lost, lease.check()
+        raises LeaseLost, the next fenced write raises LeaseLostAtCommit
+        (LF010) and writes nothing, and the end raises LeaseLost (release:
+        not_held) leaving the other identity's key alone."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        watch = connect()
+        self.addCleanup(watch.close)
+        thief = "f" * 32
+        with self.assertRaises(LeaseLost) as at_end:
+            with kept_alive_lease(self.conn, res, ttl_ms=3000, watch=watch) as lease:
+                fenced_update(self.conn, lease, row_id, "before the loss")
+                redis("SET", lease_key(res), thief, "PX", 60000)
+                wait_until("the watch to see the loss", lambda: lease.lost)
+                self.assertEqual(lease.state, "lost")
+                with self.assertRaises(LeaseLost) as cm:
+                    lease.check()
+                self.assertEqual(cm.exception.status, "lost")
+                with self.assertRaises(LeaseLostAtCommit) as cm:
+                    fenced_update(self.conn, lease, row_id, "after the loss")
+                self.assertEqual(cm.exception.sqlstate, "LF010")
+                with self.assertRaises(LeaseLostAtCommit):     # rows only: the row write
+                    fenced_update(self.conn, lease.generation, row_id, "after the loss")
+                self.assertEqual(self.conn.execute(
+                    "SELECT state FROM lease_fence.leases WHERE identity = %s",
+                    (lease.identity,)).fetchone()[0], "lost")
+        self.assertEqual(at_end.exception.status, "lost")
+        self.assertEqual(at_end.exception.lease, lease)
+        self.assertEqual(read_row(self.conn, row_id), ("before the loss", 100, lease.generation))
+        self.assertEqual(redis("GET", lease_key(res)), thief, "the other identity's key is untouched")
+        redis("DEL", lease_key(res))
+        self.assertIsNone(keepalive_state(watch, lease), "the release acknowledged the loss")
+
+    def test_kept_alive_lease_released_when_the_block_raises(self):
+        """the block's exception propagates as is and the lease is released;
+        a lease without a watch connection cannot be asked; the owner's own
+        connection is refused as the watch."""
+        res = resource_name(self)
+        watch = connect()
+        self.addCleanup(watch.close)
+        with self.assertRaises(ZeroDivisionError):
+            with kept_alive_lease(self.conn, res, ttl_ms=10000) as lease:
+                self.assertEqual(redis("GET", lease_key(res)), lease.identity)
+                self.assertEqual(keepalive_state(watch, lease), "active")
+                with self.assertRaises(RuntimeError):
+                    lease.check()
+                1 / 0
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+        self.assertIsNone(keepalive_state(watch, lease.identity))
+        with self.assertRaises(ValueError):
+            with kept_alive_lease(self.conn, res, ttl_ms=10000, watch=self.conn):
+                self.fail("block must not run")
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "nothing was acquired")
+
+    def test_transaction_lease_keepalive(self):
+        """transaction_lease(..., keepalive=True), TTL 1 s: the transaction
+        runs 3 s, its write carries the generation and COMMIT succeeds."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        with transaction_lease(self.conn, res, ttl_ms=1000, keepalive=True) as lease:
+            self.conn.execute("SELECT pg_sleep(3)")
+            self.assertEqual(redis("GET", lease_key(res)), lease.identity)
+            self.conn.execute("UPDATE account SET owner = 'long tx' WHERE id = %s", (row_id,))
+        self.assertEqual(read_row(self.conn, row_id), ("long tx", 100, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "released at commit")
+
+    def test_keepalive_needs_a_session_or_transaction_scope(self):
+        """keepalive on an explicit lease (which is why acquire() has no
+        keepalive argument): ERROR 22023, nothing written to Redis."""
+        res = resource_name(self)
+        with self.assertRaises(psycopg.errors.InvalidParameterValue) as cm:
+            self.conn.execute("SELECT * FROM lease_fence.acquire(%s, 1000, scope => 'explicit', "
+                              "keepalive => true)", (res,))
+        self.assertEqual(cm.exception.sqlstate, "22023")
+        self.assertIn("session- or transaction-scoped", str(cm.exception))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
     def test_app_role_cannot_switch_the_fence_off(self):
         """the app role does not own the table (README: Privileges), so it
         cannot disable the trigger that fences it."""
@@ -535,6 +731,35 @@ class SQLAlchemyTests(unittest.TestCase):
                     session.flush()
                     redis("DEL", lease_key(res))
         self.assertEqual(read_row(self.check, row_id), ("nobody", 100, 0))
+
+    def test_orm_kept_alive_lease_and_waiting(self):
+        """kept_alive_lease over a Core Connection with an ORM Session bound
+        to it, watched on another Connection: a 2 s flush-and-sleep under a
+        1 s TTL is fenced and committed; a waiting acquire through
+        SQLAlchemy ends in LeaseBusy. A Session bound to the Engine (a new
+        connection per transaction) is refused."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with self.engine.connect() as owner, Session(bind=owner) as session, \
+                self.engine.connect() as watch:
+            with kept_alive_lease(owner, res, ttl_ms=1000, watch=watch) as lease:
+                with fenced(session, lease):
+                    session.get(Account, row_id).owner = "sa kept alive"
+                    session.flush()
+                    session.execute(text("SELECT pg_sleep(2)"))
+                self.assertEqual(lease.state, "active")
+                t0 = time.monotonic()
+                with self.assertRaises(LeaseBusy):
+                    acquire(watch, res, ttl_ms=10000, wait_ms=300)
+                self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertEqual(read_row(self.check, row_id), ("sa kept alive", 100, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+        with Session(self.engine) as session:
+            with self.assertRaises(TypeError):
+                with kept_alive_lease(session, res, ttl_ms=1000):
+                    self.fail("block must not run")
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "nothing was acquired")
 
     def test_busy_and_missing_generation(self):
         """busy is LeaseBusy through SQLAlchemy too; a strict-table write

@@ -6,7 +6,8 @@
 # From a fresh Debian 12 machine, as root: installs the Debian packages it
 # needs, builds and installs the extension as the postgres user in a private
 # copy of the tree, starts a throwaway Redis and PostgreSQL 15 (unix sockets
-# in a temp dir), sets up a database "appdb" with a role "app" that takes
+# in a temp dir; lease_fence in shared_preload_libraries, for the keep-alive
+# worker), sets up a database "appdb" with a role "app" that takes
 # leases but owns none of the fenced tables, starts PgBouncer (transaction
 # pooling, unix socket in the temp dir), runs `npm ci` for examples/node,
 # then runs
@@ -90,7 +91,9 @@ trap 'exit 130' INT TERM
 lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 lf_start_redis || exit 1
-lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" || exit 1
+# preloaded: acquire(..., keepalive => true) needs the keep-alive worker
+lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" \
+	"shared_preload_libraries = 'lease_fence'" || exit 1
 
 lf_log "setting up database appdb, roles app and app_noredis"
 lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres >"$LF_WORK/setup.log" 2>&1 <<SQL || { cat "$LF_WORK/setup.log"; exit 1; }
@@ -115,7 +118,7 @@ CREATE TABLE ledger (
 );
 SELECT lease_fence.protect('ledger', strict => true);
 GRANT SELECT, INSERT, UPDATE, DELETE ON account, ledger TO app;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text) TO app;
 SQL

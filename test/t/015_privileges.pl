@@ -26,7 +26,7 @@ my $json = JSON::PP->new;
 
 $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
 {
-	for my $fn ('acquire(text,bigint,bigint,text)', 'renew(text,text,bigint,bigint)',
+	for my $fn ('acquire(text,bigint,bigint,text,bigint,boolean)', 'renew(text,text,bigint,bigint)',
 		'release(text,text)')
 	{
 		is($node->safe_psql('postgres',
@@ -44,7 +44,8 @@ $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
 		key_prefix => 'evil:',
 		redis_password_file => '/etc/passwd',
 		redis_db => '3',
-		redis_user => 'someone',);
+		redis_user => 'someone',
+		keepalive_max_ms => '2147483647',);
 	for my $name (sort keys %try)
 	{
 		# the library is loaded first (its functions are called), so the
@@ -65,7 +66,7 @@ $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
 	is((split /\n/, $out)[-1], '500ms', 'privileges: timeouts are user-settable');
 
 	$node->safe_psql('postgres', q{
-		GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text) TO lf_app;
+		GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_app;
 		GRANT EXECUTE ON FUNCTION lease_fence.renew(text, text, bigint, bigint) TO lf_app;
 		GRANT EXECUTE ON FUNCTION lease_fence.release(text, text) TO lf_app;
 	});

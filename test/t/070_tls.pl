@@ -22,9 +22,11 @@ use JSON::PP;
 use LeaseFenceRedis;
 use LeaseFenceTLS;
 use LeaseFenceTest;
+use LeaseFenceTopology;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $pki = LeaseFenceTLS->new;
 my $dir = $pki->dir;
@@ -199,6 +201,47 @@ refused('no-client-cert', $mtls, '(?i:certificate)', tls_to($mtls));
 	my (undef, $err) = run_sql($node, "LOAD 'lease_fence'; SET lease_fence.redis_sslmode = 'prefer'");
 	is(sqlstate($err), '22023', 'redis_sslmode: an unknown mode is refused');
 	like($err, qr/disable, require, verify-ca, verify-full/, 'and the error lists the modes');
+}
+
+# --- waiting and keep-alive over TLS: the waiter's subscription and the
+# keep-alive worker connect like every request (verify-full, from the
+# server's settings, which the worker uses)
+{
+	my $ka = $redis->node('tls_keepalive',
+		"shared_preload_libraries = 'lease_fence'",
+		"lease_fence.redis_socket = ''",
+		"lease_fence.redis_host = 'localhost'",
+		'lease_fence.redis_port = ' . $redis->tls_port,
+		"lease_fence.redis_sslmode = 'verify-full'",
+		"lease_fence.redis_sslrootcert = '" . $pki->crt('ca') . "'",
+		# a second cluster on the same Redis: a key_prefix of its own
+		"lease_fence.key_prefix = 'tlska:'");
+	my $counter = sub {
+		sql_ok($ka, "SELECT count FROM lease_fence.stats WHERE operation = '$_[0]' AND outcome = '$_[1]'");
+	};
+	my $holder = session($ka);
+	my $waiter = session($ka);
+	my $held = acquire($holder, 'tls-wait', 60000);
+	is($held->{status}, 'acquired', 'TLS wait: the holder acquires');
+	my $woken = $counter->('wait', 'woken');
+	$waiter->query_until(qr/lf-started/,
+		"\\echo lf-started\nSELECT status FROM lease_fence.acquire('tls-wait', 10000, wait_ms => 30000);\n");
+	LeaseFenceTopology::wait_for('the waiter to subscribe over TLS',
+		sub { (split /\n/, $redis->cli('PUBSUB', 'NUMSUB', 'tlska:{tls-wait}:released'))[1] == 1 });
+	usleep(300_000);
+	is(release($holder, 'tls-wait', $held->{identity})->{status}, 'released', 'TLS wait: the holder releases');
+	like(sql_ok($waiter, "SELECT 'lf-after'"), qr/^acquired$/m, 'TLS wait: the waiter acquires');
+	is($counter->('wait', 'woken'), $woken + 1, "TLS wait: woken by the release's message");
+	$waiter->quit;
+	$redis->cli('DEL', 'tlska:{tls-wait}');
+
+	my $k = call($holder, "lease_fence.acquire('tls-kept', 1000, scope => 'session', keepalive => true)");
+	is($k->{status}, 'acquired', 'TLS keepalive: acquired');
+	sql_ok($holder, 'SELECT pg_sleep(3)');
+	is($redis->cli('GET', 'tlska:{tls-kept}'), $k->{identity}, 'TLS keepalive: renewed past 3 TTLs over TLS');
+	is(release($holder, 'tls-kept', $k->{identity})->{status}, 'released', 'TLS keepalive: released');
+	$holder->quit;
+	$ka->stop;
 }
 
 done_testing();

@@ -85,7 +85,7 @@ sub connections
 	is(calls($a, 'eval'), 3, 'after SCRIPT FLUSH: each script sent with EVAL once');
 	is(calls($a, 'evalsha'), 1 + 10 + 10,
 		'every call an EVALSHA: the owner check once, 10 acquires, 10 releases');
-	is($a->cli('SCRIPT', 'EXISTS', '7eeb9eb3b72e6836db4af01eacca253a701fa6ed'), '1',
+	is($a->cli('SCRIPT', 'EXISTS', '16ebfcfd4ea5a874e5e9c84fc11bd4a488fd1e7c'), '1',
 		'Redis knows the release script by the SHA1 lease_fence names it by');
 }
 

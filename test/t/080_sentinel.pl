@@ -90,6 +90,31 @@ LeaseFenceTopology::wait_for('the replica to catch up', sub {
 	  && $replica->cli('INFO', 'replication') =~ /master_link_status:up/ });
 LeaseFenceTopology::wait_for('the sentinels to settle again', \&settled);
 
+# A waiting acquire and a keep-alive through Sentinel: the waiter subscribes
+# on the master the sentinels name, and the keep-alive worker renews there.
+{
+	my $w = session($node);
+	my $held = acquire($s, 'waited', 600000);
+	need($held->{status}, 'acquired', 'the holder acquires "waited"');
+	$w->query_until(qr/lf-started/,
+		"\\echo lf-started\nSELECT status FROM lease_fence.acquire('waited', 10000, wait_ms => 30000);\n");
+	LeaseFenceTopology::wait_for('the waiter to subscribe on the master',
+		sub { (split /\n/, $master->cli('PUBSUB', 'NUMSUB', 'lease_fence:{waited}:released'))[1] == 1 });
+	usleep(300_000);
+	my $woken = counter('wait', 'woken');
+	is(release($s, 'waited', $held->{identity})->{status}, 'released', 'wait through Sentinel: the holder releases');
+	like(sql_ok($w, "SELECT 'lf-after'"), qr/^acquired$/m, 'wait through Sentinel: the waiter acquires');
+	is(counter('wait', 'woken'), $woken + 1, "wait through Sentinel: woken by the release's message");
+	$w->quit;
+
+	my $k = call($s, "lease_fence.acquire('kept', 1000, scope => 'session', keepalive => true)");
+	is($k->{status}, 'acquired', 'keepalive through Sentinel: acquired');
+	sql_ok($s, 'SELECT pg_sleep(3)');
+	is($master->cli('GET', lkey('kept')), $k->{identity}, 'keepalive through Sentinel: renewed past 3 TTLs on the master');
+	is(release($s, 'kept', $k->{identity})->{status}, 'released', 'keepalive through Sentinel: released');
+	$master->cli('DEL', lkey('waited'));
+}
+
 # Acquire a new resource every 50 ms until acquired, watching the first
 # sentinel meanwhile.  Returns (seconds from the sentinel naming the new
 # master to the acquire, every status seen before it).

@@ -136,6 +136,42 @@ is($to->cli('GET', lkey($res)), $m->{identity}, 'on the new owner');
 is(release($s, $res, $m->{identity})->{status}, 'released', 'released');
 is(counter('cluster', 'redirect_followed'), $redirects + 1, 'the map was refreshed: no redirect since');
 
+# A waiting acquire on a cluster: the release script publishes with SPUBLISH
+# on the shard of the resource's slot, where the waiter subscribed
+# (SSUBSCRIBE); the waiter is woken by it.  A resource served by a master
+# other than the seed, so the subscription follows the slot map.
+{
+	my $wres;
+	for my $i (1 .. 1000)
+	{
+		next if LeaseFenceTopology::owner_of(lkey("wait-$i"), @masters) == $seed;
+		$wres = "wait-$i";
+		last;
+	}
+	my $waiter = session($node);
+	my $held = acquire($s, $wres, 60000);
+	need($held->{status}, 'acquired', "the holder acquires $wres");
+	my $woken = counter('wait', 'woken');
+	$waiter->query_until(qr/lf-started/,
+		"\\echo lf-started\nSELECT status FROM lease_fence.acquire('$wres', 10000, wait_ms => 30000);\n");
+	my $owner = LeaseFenceTopology::owner_of(lkey($wres), @masters);
+	LeaseFenceTopology::wait_for('the waiter to subscribe',
+		sub { (split /\n/, $owner->cli('PUBSUB', 'SHARDNUMSUB', "lease_fence:{$wres}:released"))[1] == 1 });
+	usleep(300_000);
+	is(release($s, $wres, $held->{identity})->{status}, 'released', 'wait on a cluster: the holder releases');
+	like(sql_ok($waiter, "SELECT 'lf-after'"), qr/^acquired$/m, 'wait on a cluster: the waiter acquires');
+	is(counter('wait', 'woken'), $woken + 1, "wait on a cluster: woken by the release's SPUBLISH");
+	$waiter->quit;
+	$owner->cli('DEL', lkey($wres));
+
+	# keep-alive through the cluster layer
+	my $k = call($s, "lease_fence.acquire('$wres', 1000, scope => 'session', keepalive => true)");
+	is($k->{status}, 'acquired', 'keepalive on a cluster: acquired');
+	sql_ok($s, 'SELECT pg_sleep(3)');
+	is($owner->cli('GET', lkey($wres)), $k->{identity}, 'keepalive on a cluster: renewed past 3 TTLs on its node');
+	is(release($s, $wres, $k->{identity})->{status}, 'released', 'keepalive on a cluster: released');
+}
+
 # A master killed: its slots are unavailable until its replica takes over.
 my ($victim) = grep { $_ != $seed } @masters;
 my $vres;
