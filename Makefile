@@ -12,6 +12,7 @@ EXTENSION = lease_fence
 MODULE_big = lease_fence
 OBJS = \
 	src/lease_fence.o \
+	src/extension.o \
 	src/fence_trigger.o \
 	src/generation.o \
 	src/redis_conn.o \
@@ -24,10 +25,10 @@ OBJS = \
 	src/resource_fence.o \
 	src/stats.o
 
-DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql
+DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml lease_api stats resource_fence upgrade reinstall unissued
+REGRESS = generation fence protect truncate_guard partition dml lease_api stats resource_fence upgrade reinstall unissued install_safety
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency truncate_guard resource_fence

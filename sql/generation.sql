@@ -116,6 +116,28 @@ SELECT lease_fence.current_generation() AS still_seven;
 COMMIT;
 SELECT lease_fence.set_generation(NULL);
 
+-- advance_generation(): a superuser makes every later generation greater
+-- than a value (after a restore from an old backup); never backwards, and
+-- nobody else may (EXECUTE is revoked from PUBLIC, and the function checks)
+SELECT lease_fence.next_generation() AS now_at \gset
+SELECT lease_fence.advance_generation(:now_at + 1000) = :now_at + 1000 AS advanced;
+SELECT lease_fence.next_generation() = :now_at + 1001 AS next_is_above;
+SELECT lease_fence.advance_generation(5) = :now_at + 1001 AS never_backwards;
+SELECT lease_fence.next_generation() = :now_at + 1002 AS next_still_above;
+SELECT try($$SELECT lease_fence.advance_generation(NULL)$$);
+SELECT try($$SELECT lease_fence.advance_generation(-1)$$);
+-- a value that leaves nothing to draw in its epoch (2^40 - 2^24 and above)
+SELECT try($$SELECT lease_fence.advance_generation(1099494850560)$$);
+SELECT lease_fence.next_generation() = :now_at + 1003 AS nothing_moved;
+SET ROLE regress_lf_user;
+SELECT try($$SELECT lease_fence.advance_generation(1)$$);
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) TO regress_lf_user;
+SET ROLE regress_lf_user;
+SELECT try($$SELECT lease_fence.advance_generation(1)$$);
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) FROM regress_lf_user;
+
 -- script rules: no SECURITY DEFINER, every SQL / PL/pgSQL function pins
 -- search_path, the extension is not relocatable
 SELECT p.oid::regprocedure AS security_definer

@@ -202,6 +202,63 @@ SELECT try($$SELECT lease_fence.unprotect('owned')$$);
 RESET ROLE;
 
 ------------------------------------------------------------------------------
+-- the view reads the triggers themselves: what an owner writes into
+-- lease_fence.protected, or a trigger made by hand, cannot make it lie
+------------------------------------------------------------------------------
+-- (the owner's helpers below live in public, where it may not create)
+CREATE FUNCTION pass() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
+CREATE TABLE owned_log (id int);
+ALTER TABLE owned_log OWNER TO regress_lf_owner;
+SET ROLE regress_lf_owner;
+-- the owner records "strict" for its lenient table: the view says lenient,
+-- and that the trigger is not what protect() recorded
+UPDATE lease_fence.protected SET strict = true WHERE relid = 'owned'::regclass;
+SELECT table_name, fence_column, strict, tokens, ok, problems FROM lease_fence.protected_tables
+WHERE table_name = 'owned'::regclass;
+SELECT lease_fence.protect('owned');
+-- a fence trigger of its own making under the name: strict in its
+-- arguments, but with a WHEN clause that never lets it fire
+DROP TRIGGER zz_lease_fence ON owned;
+CREATE TRIGGER zz_lease_fence BEFORE INSERT OR UPDATE OR DELETE ON owned
+	FOR EACH ROW WHEN (false) EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict');
+UPDATE lease_fence.protected SET strict = true WHERE relid = 'owned'::regclass;
+SELECT table_name, fence_column, strict, tokens, ok, problems FROM lease_fence.protected_tables
+WHERE table_name = 'owned'::regclass;
+-- or another function altogether
+DROP TRIGGER zz_lease_fence ON owned;
+CREATE TRIGGER zz_lease_fence BEFORE INSERT OR UPDATE OR DELETE ON owned
+	FOR EACH ROW EXECUTE FUNCTION pass();
+SELECT table_name, fence_column, strict, tokens, ok, problems FROM lease_fence.protected_tables
+WHERE table_name = 'owned'::regclass;
+SELECT lease_fence.protect('owned');
+SELECT table_name, fence_column, strict, tokens, ok, problems FROM lease_fence.protected_tables
+WHERE table_name = 'owned'::regclass;
+-- a guard made by hand with other tokens
+DROP TRIGGER zz_lease_fence_truncate ON owned;
+CREATE TRIGGER zz_lease_fence_truncate BEFORE TRUNCATE ON owned
+	FOR EACH STATEMENT EXECUTE FUNCTION lease_fence.truncate_guard('fence', 'external');
+SELECT ok, problems FROM lease_fence.protected_tables WHERE table_name = 'owned'::regclass;
+SELECT lease_fence.protect('owned');
+-- a DO INSTEAD rule: the write never reaches the table, so the fence
+-- never sees it; protect() warns and the view flags it (a DO ALSO rule
+-- leaves the write to the fence)
+CREATE RULE owned_instead AS ON UPDATE TO owned DO INSTEAD
+	INSERT INTO owned_log VALUES (NEW.id);
+CREATE RULE owned_also AS ON DELETE TO owned DO ALSO
+	INSERT INTO owned_log VALUES (OLD.id);
+SELECT lease_fence.protect('owned');
+SELECT ok, problems FROM lease_fence.protected_tables WHERE table_name = 'owned'::regclass;
+-- (what it bypasses: an UPDATE with no generation at all goes through)
+UPDATE owned SET id = 2;
+SELECT count(*) AS logged FROM owned_log;
+DROP RULE owned_instead ON owned;
+DROP RULE owned_also ON owned;
+SELECT ok FROM lease_fence.protected_tables WHERE table_name = 'owned'::regclass;
+RESET ROLE;
+DROP TABLE owned_log;
+DROP FUNCTION pass();
+
+------------------------------------------------------------------------------
 -- unprotect removes what protect added and keeps the column
 ------------------------------------------------------------------------------
 SELECT lease_fence.unprotect('docs');

@@ -165,10 +165,21 @@ SELECT pg_temp.try($$SELECT lease_fence.fence_resource('rf:account:1')$$);
 ROLLBACK;
 
 ------------------------------------------------------------------------------
--- privileges: every role may fence and read the fences, nobody may write
--- the table behind them, or add what would run code or miss its writes
+-- privileges: fencing is for the roles granted EXECUTE (a role that may
+-- fence could block every holder of any resource), reading the fences is
+-- everybody's; nobody may write the table behind them, or add what would
+-- run code or miss its writes
 ------------------------------------------------------------------------------
 CREATE ROLE regress_lf_rf_app;
+SET ROLE regress_lf_rf_app;
+BEGIN;
+SET LOCAL lease_fence.generation = 70;
+SELECT pg_temp.try($$SELECT lease_fence.fence_resource('rf:account:4')$$) AS without_grant;
+ROLLBACK;
+RESET ROLE;
+-- nothing was written for it
+SELECT count(*) AS rows_for_account_4 FROM lease_fence.resource_fences WHERE resource = 'rf:account:4';
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO regress_lf_rf_app;
 SET ROLE regress_lf_rf_app;
 BEGIN;
 SET LOCAL lease_fence.generation = 70;
@@ -193,6 +204,7 @@ SELECT has_function_privilege('public', 'lease_fence.fence_resource(text)', 'EXE
         WHERE table_schema = 'lease_fence' AND table_name = 'resource_generation'
           AND grantee <> (SELECT tableowner FROM pg_tables
                           WHERE schemaname = 'lease_fence' AND tablename = 'resource_generation')) AS grants_on_table;
+REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM regress_lf_rf_app;
 DROP ROLE regress_lf_rf_app;
 
 ------------------------------------------------------------------------------

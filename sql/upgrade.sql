@@ -1,5 +1,6 @@
 -- upgrade: version 1.0 (fence and generations) updates to 1.1 (the lease
--- helper) and then to 1.2, keeping protected tables and the generation space.
+-- helper), then to 1.2 and 1.3, keeping protected tables and the generation
+-- space.
 DROP EXTENSION IF EXISTS lease_fence;
 CREATE EXTENSION lease_fence VERSION '1.0';
 CREATE TABLE up (id int);
@@ -67,6 +68,20 @@ BEGIN;
 SET LOCAL lease_fence.generation = 4;
 UPDATE up SET id = 3 RETURNING *;
 COMMIT;
+
+-- 1.3: fence_resource() is no longer PUBLIC's, a GRANT made on it stays;
+-- protected_tables reads the triggers
+CREATE ROLE lf_up_fencer;
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO lf_up_fencer;
+ALTER EXTENSION lease_fence UPDATE TO '1.3';
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+SELECT has_function_privilege('public', 'lease_fence.fence_resource(text)', 'EXECUTE') AS public_may_fence,
+       has_function_privilege('lf_up_fencer', 'lease_fence.fence_resource(text)', 'EXECUTE') AS granted_may_fence,
+       has_function_privilege('public', 'lease_fence.advance_generation(bigint)', 'EXECUTE') AS public_may_advance;
+REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM lf_up_fencer;
+DROP ROLE lf_up_fencer;
+SELECT table_name, fence_column, strict, tokens, ok FROM lease_fence.protected_tables;
+SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)

@@ -57,7 +57,6 @@
 #include "access/timeline.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/namespace.h"
 #include "commands/sequence.h"
 #include "compat.h"
 #include "fmgr.h"
@@ -79,7 +78,8 @@
 #include "utils/resowner.h"
 
 #define LF_SCHEMA "lease_fence"
-#define LF_GENERATION_SEQ "generation_seq"
+#define LF_SEQ_NAME "generation_seq"
+
 
 /* the special space of a sequence page, as commands/sequence.c defines it */
 #define LF_SEQ_MAGIC	  0x1717
@@ -108,6 +108,7 @@ static TimeLineID known_tli = 0;
 static XLogRecPtr known_tli_begin = InvalidXLogRecPtr;
 
 PG_FUNCTION_INFO_V1(lf_next_generation);
+PG_FUNCTION_INFO_V1(lf_advance_generation);
 
 static XLogRecPtr timeline_begin(TimeLineID tli);
 
@@ -117,21 +118,11 @@ int64		lf_issued_cached = 0;
 /* the sequence lf_issued_cached was read from */
 static Oid	issued_seqid = InvalidOid;
 
-/* The OID of lease_fence.generation_seq, looked up through the syscache. */
+/* The OID of lease_fence.generation_seq, found through the extension. */
 static Oid
 generation_seq_oid(void)
 {
-	Oid			nspid = get_namespace_oid(LF_SCHEMA, true);
-	Oid			seqid = InvalidOid;
-
-	if (OidIsValid(nspid))
-		seqid = get_relname_relid(LF_GENERATION_SEQ, nspid);
-	if (!OidIsValid(seqid))
-		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("sequence %s.%s does not exist", LF_SCHEMA, LF_GENERATION_SEQ),
-				errhint("Run CREATE EXTENSION lease_fence in this database."));
-	return seqid;
+	return lf_own_relation(LF_GENERATION_SEQ);
 }
 
 /*
@@ -188,15 +179,15 @@ lf_highest_issued(void)
 		seqrel = relation_open(seqid, AccessShareLock);
 	}
 	if (seqrel->rd_rel->relkind != RELKIND_SEQUENCE)
-		elog(ERROR, "%s.%s is not a sequence", LF_SCHEMA, LF_GENERATION_SEQ);
+		elog(ERROR, "%s.%s is not a sequence", LF_SCHEMA, LF_SEQ_NAME);
 	buf = ReadBuffer(seqrel, 0);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	page = BufferGetPage(buf);
 	if (((LfSequenceMagic *) PageGetSpecialPointer(page))->magic != LF_SEQ_MAGIC)
-		elog(ERROR, "bad magic number in sequence %s.%s", LF_SCHEMA, LF_GENERATION_SEQ);
+		elog(ERROR, "bad magic number in sequence %s.%s", LF_SCHEMA, LF_SEQ_NAME);
 	lp = PageGetItemId(page, FirstOffsetNumber);
 	if (!ItemIdIsNormal(lp))
-		elog(ERROR, "sequence %s.%s has no tuple", LF_SCHEMA, LF_GENERATION_SEQ);
+		elog(ERROR, "sequence %s.%s has no tuple", LF_SCHEMA, LF_SEQ_NAME);
 	tuphdr = (HeapTupleHeader) PageGetItem(page, lp);
 	seq = (Form_pg_sequence_data) ((char *) tuphdr + tuphdr->t_hoff);
 
@@ -599,33 +590,115 @@ lf_draw_generation(void)
 }
 
 /*
- * Make every later generation greater than floor, durably, never moving the
- * sequence backwards.  Used when Redis reports that a generation >= ours was
- * already granted (a database restored from a backup, or an acquirer that
- * stalled between drawing its generation and reaching Redis).
+ * How far above the highest generation issued here a stale answer may move
+ * the sequence by itself (README, "Generations"): 2^24, about 4.6 hours of
+ * generations at 1,000 acquires a second, enough for the generations a
+ * restored database issued after its backup was taken.  The margin is what
+ * bounds a write into Redis: a :gen key set by hand (or by anybody who may
+ * write Redis) to 2^63-1 or to a timestamp would otherwise move the
+ * sequence there, exhausting the epoch for every later draw and making
+ * every value below it "issued" to the fence.
+ */
+#define LF_HEAL_MARGIN (INT64CONST(1) << 24)
+
+/*
+ * Move the sequence so that every later generation is greater than floor,
+ * durably, never backwards.  With checked (a heal), floor must be something
+ * this database could have issued: in the current epoch and at most
+ * LF_HEAL_MARGIN above what it has issued, else ERROR XX001 before anything
+ * is moved.  Unchecked (advance_generation(), a superuser's decision), any
+ * floor that leaves the next draw a generation.
  *
- * nextval-then-setval is a check-then-act race with concurrent drawers, so
- * it runs under ShareRowExclusiveLock, which conflicts with the
+ * Read-then-setval is a check-then-act race with concurrent drawers, so it
+ * runs under ShareRowExclusiveLock, which conflicts with the
  * RowExclusiveLock every draw holds while it runs (and only then) and with
  * other advancers.  It is released as soon as the (non-transactional) setval
  * is done.  The epoch check comes first, like a draw's: this writes the
- * sequence too.
+ * sequence too.  Returns the highest issued generation afterwards.
  */
-void
-lf_advance_generation_past(int64 floor)
+static int64
+advance_past(int64 floor, bool checked, const char *resource)
 {
 	Oid			seqid = generation_seq_oid();
-	int64		value;
+	int64		last;
+	XLogRecPtr	lsn;
 
 	PreventCommandDuringRecovery("lease_fence.next_generation()");
+	if (!checked && LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("generation " INT64_FORMAT " leaves no generation to draw after it", floor),
+				errdetail("The last 2^24 values of each epoch are never handed out."));
 	LockRelationOid(seqid, ShareRowExclusiveLock);
 	start_epoch_if_due(seqid);
-	value = nextval_internal(seqid, false);
-	release_draw_locks(seqid);	/* if this was the transaction's first nextval */
-	if (value <= floor)
+	/* no draw runs: last_value is the highest issued (or, new, the next) */
+	read_sequence_state(seqid, &last, &lsn);
+	if (last <= floor)
+	{
+		if (checked &&
+			(LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
+			 floor - last >= LF_HEAL_MARGIN ||
+			 LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT))
+		{
+			lf_count(LF_C_HEAL_REFUSED);
+			ereport(ERROR,
+					errcode(ERRCODE_DATA_CORRUPTED),
+					errmsg("lease_fence: the highest generation Redis holds for resource \"%s\" was not issued by this database", resource),
+					errdetail("Redis holds " INT64_FORMAT "; this database has issued up to " INT64_FORMAT " (epoch " INT64_FORMAT "), and a stale answer moves the generations at most " INT64_FORMAT " past that, within the epoch. Nothing was moved.",
+							  floor, last, LF_EPOCH_OF(last), LF_HEAL_MARGIN),
+					errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value moves the generations past it with lease_fence.advance_generation(). Otherwise something other than lease_fence wrote the resource's generation key: delete that key."));
+		}
 		setval_as_owner(seqid, floor);
-	(void) flush_sequence_wal(seqid);
+		(void) flush_sequence_wal(seqid);
+	}
 	UnlockRelationOid(seqid, ShareRowExclusiveLock);
+	return lf_highest_issued();
+}
+
+/*
+ * Heal a stale answer: Redis holds a generation >= ours for resource (a
+ * database restored from a backup, or an acquirer that stalled between
+ * drawing its generation and reaching Redis).  Refuses a value this
+ * database could not have issued (see advance_past).
+ */
+void
+lf_heal_generation(int64 stored, const char *resource)
+{
+	(void) advance_past(stored, true, resource);
+}
+
+/*
+ * lease_fence.advance_generation(past bigint) RETURNS bigint
+ *
+ * Superuser only (EXECUTE is revoked from PUBLIC too): every later
+ * generation is greater than past, durably; the sequence never goes back.
+ * For a database restored from a backup older than the generations Redis
+ * or its fenced rows hold beyond the margin a stale answer heals by itself.
+ * Returns the highest issued generation afterwards.
+ */
+Datum
+lf_advance_generation(PG_FUNCTION_ARGS)
+{
+	int64		past;
+
+	if (!superuser())
+		ereport(ERROR,
+				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				errmsg("must be superuser to advance the generations"),
+				errdetail("Every value up to the new one counts as issued: the fence then accepts it."));
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("past must not be NULL"));
+	past = PG_GETARG_INT64(0);
+	if (past < 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("past must not be negative"));
+	past = advance_past(past, false, NULL);
+	ereport(LOG,
+			errmsg("lease_fence: generations advanced: the highest issued generation is now " INT64_FORMAT, past));
+	PG_RETURN_INT64(past);
 }
 
 /* lease_fence.next_generation() */

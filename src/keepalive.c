@@ -413,6 +413,26 @@ lf_keepalive_check_commit(void)
 	}
 }
 
+/*
+ * PRE_PREPARE: a transaction that wrote under a kept-alive lease is not
+ * prepared.  COMMIT PREPARED can come at any time later, after the lease was
+ * lost, and nothing could refuse it then; COMMIT checks the lease first.
+ */
+void
+lf_keepalive_check_prepare(void)
+{
+	int			i;
+
+	for (i = 0; i < lf_keepalive_held; i++)
+		if (mine[i].written)
+			ereport(ERROR,
+					errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					errmsg("cannot PREPARE a transaction that wrote under a kept-alive lease"),
+					errdetail("Resource \"%s\", generation " INT64_FORMAT ": COMMIT PREPARED could come after the lease was lost, and nothing would refuse it then.",
+							  mine[i].resource, mine[i].generation),
+					errhint("Use COMMIT, which fails with LF010 when the lease was lost."));
+}
+
 /* The end of a transaction: its writes are done. */
 void
 lf_keepalive_xact_end(void)

@@ -554,6 +554,28 @@ new_identity(char *identity)
 }
 
 /*
+ * A generation as the acquire script stores it: decimal digits, no sign, no
+ * blank and no leading zero, at most a bigint.  The script compares
+ * generations as such strings (shorter is smaller), so anything else in the
+ * key ("0000007", "7 ") would compare above every generation for good: a
+ * stale answer that no heal can end.
+ */
+static bool
+parse_stored_generation(const char *s, int64 *value)
+{
+	size_t		n = strlen(s);
+	size_t		i;
+	bool		is_set;
+
+	if (n == 0 || n > 19 || (s[0] == '0' && n > 1))
+		return false;
+	for (i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return lf_parse_generation(s, &is_set, value) && is_set;
+}
+
+/*
  * An acquire whose outcome is unknown: recorded, and released at once,
  * bounded, on a fresh connection (the one that lost the reply may still
  * deliver it late).
@@ -738,17 +760,21 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *pttl, Datum *
 	if (code == 2)
 	{
 		int64		stored;
-		bool		is_set;
-		bool		ok = lf_parse_generation(reply->element[1]->str, &is_set, &stored) && is_set;
+		bool		ok = parse_stored_generation(reply->element[1]->str, &stored);
 
 		freeReplyObject(reply);
 		if (!ok)
+		{
+			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,
 					errcode(ERRCODE_DATA_CORRUPTED),
 					errmsg("lease_fence: the generation key of resource \"%s\" does not hold a generation",
-						   resource));
-		/* heal: every later generation is above the stored one */
-		lf_advance_generation_past(stored);
+						   resource),
+					errdetail("lease_fence writes a generation there as decimal digits without leading zeros; the key holds something else, which the acquire script compares as greater than every generation."),
+					errhint("Something other than lease_fence wrote that key: delete it."));
+		}
+		/* heal: every later generation is above the stored one (bounded) */
+		lf_heal_generation(stored, resource);
 		return LF_C_ACQUIRE_STALE;
 	}
 	if (code == 0)
@@ -955,7 +981,6 @@ lf_acquire(PG_FUNCTION_ARGS)
 
 	a.resource = check_resource(fcinfo, 0);
 	a.ttl = check_ttl(fcinfo, 1);
-	a.minv = check_min_validity(fcinfo, 2, a.ttl);
 	a.scope = check_scope(fcinfo, 3);
 	a.keepalive = false;
 	if (PG_NARGS() > 4)
@@ -979,6 +1004,14 @@ lf_acquire(PG_FUNCTION_ARGS)
 					errmsg("keepalive must not be NULL"));
 		a.keepalive = PG_GETARG_BOOL(5);
 	}
+	/*
+	 * A kept-alive lease never outlives keepalive_max_ms, the first grant
+	 * included: a release at that point that fails leaves a key that
+	 * expires by then.
+	 */
+	if (a.keepalive && a.ttl > lf_keepalive_max_ms)
+		a.ttl = lf_keepalive_max_ms;
+	a.minv = check_min_validity(fcinfo, 2, a.ttl);
 
 	if (a.scope == SCOPE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,

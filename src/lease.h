@@ -66,11 +66,13 @@ extern void lf_report_redis_problem(const char *what, const char *resource, cons
 extern char *lf_check_identity(FunctionCallInfo fcinfo, int argno);
 
 /* keepalive.c */
+extern int	lf_keepalive_max_ms;
 extern void lf_keepalive_precheck(LeaseScope scope);
 extern void lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
 extern void lf_keepalive_stop(LeaseEntry *e);
 extern bool lf_keepalive_is_lost(const LeaseEntry *e);
 extern void lf_keepalive_check_commit(void);
+extern void lf_keepalive_check_prepare(void);
 extern void lf_keepalive_check_entry(const LeaseEntry *e);
 extern void lf_keepalive_xact_end(void);
 

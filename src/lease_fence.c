@@ -231,6 +231,7 @@ _PG_init(void)
 	MarkGUCPrefixReserved("lease_fence");
 
 	lf_stats_init();
+	lf_extension_init();
 	lf_generation_init();
 	lf_registry_init();
 	lf_keepalive_init();

@@ -35,9 +35,21 @@ extern void lf_set_lease_generation(bool is_set, int64 g);
 extern void lf_define_generation_guc(void);
 extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 
+/* extension.c: the extension's own relations, found through the extension */
+typedef enum LfOwnRelation
+{
+	LF_GENERATION_SEQ,			/* lease_fence.generation_seq */
+	LF_RESOURCE_GENERATION,		/* lease_fence.resource_generation */
+	LF_PROTECTED,				/* lease_fence.protected */
+	LF_NUM_OWN_RELATIONS
+} LfOwnRelation;
+
+extern Oid	lf_own_relation(LfOwnRelation which);
+extern void lf_extension_init(void);
+
 /* generation.c */
 extern int64 lf_draw_generation(void);
-extern void lf_advance_generation_past(int64 floor);
+extern void lf_heal_generation(int64 stored, const char *resource);
 extern void lf_generation_init(void);
 
 /*
@@ -83,6 +95,7 @@ extern int64 lf_fence_resource_at(const char *resource, int64 g);
 	X(RELEASE_UNKNOWN, "release", "unknown") \
 	X(CLEANUP_CONFIRMED, "cleanup", "confirmed") \
 	X(CLEANUP_UNCONFIRMED, "cleanup", "unconfirmed") \
+	X(CLEANUP_SKIPPED, "cleanup", "skipped") \
 	X(COMMIT_CHECK_VERIFIED, "commit_check", "verified") \
 	X(COMMIT_CHECK_LF010, "commit_check", "LF010") \
 	X(FENCE_ACCEPTED, "fence", "accepted") \
@@ -92,6 +105,7 @@ extern int64 lf_fence_resource_at(const char *resource, int64 g);
 	X(FENCE_LF004, "fence", "LF004") \
 	X(FENCE_LF010, "fence", "LF010") \
 	X(REPAIR_REPAIRED, "repair", "repaired") \
+	X(HEAL_REFUSED, "heal", "refused") \
 	X(RESOURCE_FENCE_ACCEPTED, "resource_fence", "accepted") \
 	X(RESOURCE_FENCE_LF001, "resource_fence", "LF001") \
 	X(RESOURCE_FENCE_LF002, "resource_fence", "LF002") \

@@ -45,7 +45,6 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_index.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -85,19 +84,10 @@ PG_FUNCTION_INFO_V1(lf_fence_resource);
 static void
 open_resource_table(Relation *rel, Relation *pkey)
 {
-	Oid			nspid = get_namespace_oid(LF_SCHEMA, true);
-	Oid			relid = InvalidOid;
+	Oid			relid = lf_own_relation(LF_RESOURCE_GENERATION);
 	List	   *indexes;
 	Oid			pkeyid = InvalidOid;
 	ListCell   *lc;
-
-	if (OidIsValid(nspid))
-		relid = get_relname_relid(LF_RESOURCE_TABLE, nspid);
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("table %s.%s does not exist", LF_SCHEMA, LF_RESOURCE_TABLE),
-				errhint("Run ALTER EXTENSION lease_fence UPDATE, or CREATE EXTENSION lease_fence in this database."));
 
 	*rel = table_open(relid, RowExclusiveLock);
 	indexes = RelationGetIndexList(*rel);
