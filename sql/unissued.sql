@@ -257,6 +257,43 @@ SELECT * FROM racing ORDER BY id;
 SELECT last_value AS highest_issued FROM lease_fence.generation_seq;
 
 ------------------------------------------------------------------------------
+-- the repair runs each UPDATE as the table's owner, as a security-restricted
+-- operation: what the owner defined (here a trigger that makes its owner a
+-- superuser when it runs as one) never runs with the superuser's rights
+------------------------------------------------------------------------------
+CREATE ROLE regress_lf_tricky;
+CREATE TABLE tricky (id int PRIMARY KEY);
+ALTER TABLE tricky OWNER TO regress_lf_tricky;
+CREATE TABLE tricky_seen (who name, was_superuser boolean, restricted text);
+GRANT INSERT ON tricky_seen TO regress_lf_tricky;
+CREATE FUNCTION tricky_escalate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.tricky_seen
+	VALUES (current_user, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
+	        (SELECT CASE WHEN current_setting('search_path') = 'pg_catalog, pg_temp'
+	                     THEN 'safe search_path' ELSE current_setting('search_path') END));
+	IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+		EXECUTE 'ALTER ROLE regress_lf_tricky SUPERUSER';
+	END IF;
+	RETURN NEW;
+END $$;
+SET ROLE regress_lf_tricky;
+SELECT lease_fence.protect('tricky', tokens => 'external');
+INSERT INTO tricky VALUES (1, 9000000000000000000);
+SELECT lease_fence.protect('tricky');
+CREATE TRIGGER a_escalate BEFORE UPDATE ON tricky FOR EACH ROW EXECUTE FUNCTION public.tricky_escalate();
+RESET ROLE;
+SELECT lease_fence.repair_unissued('tricky', 1000002) AS repaired;
+SELECT * FROM tricky;
+SELECT * FROM tricky_seen;
+SELECT rolsuper AS owner_became_superuser FROM pg_roles WHERE rolname = 'regress_lf_tricky';
+-- the session is the superuser's again afterwards
+SELECT current_user = session_user AS back_to_caller, current_setting('search_path') AS search_path;
+DROP TABLE tricky, tricky_seen;
+DROP FUNCTION tricky_escalate();
+DROP ROLE regress_lf_tricky;
+
+------------------------------------------------------------------------------
 -- stats: every LF004 above, and the rows repaired
 ------------------------------------------------------------------------------
 SET client_min_messages = warning;

@@ -34,6 +34,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_inherits.h"
@@ -47,6 +48,8 @@
 #include "replication/logicalworker.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -619,6 +622,9 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 	if (check_issued && !lf_generation_issued(lf_generation))
 		report_unissued(rel, colname, lf_generation);
+	/* a kept-alive lease of this session that was lost: LF010, as for rows */
+	if (unlikely(lf_keepalive_held > 0))
+		lf_keepalive_check_write(lf_generation);
 
 	/* TRUNCATE holds ACCESS EXCLUSIVE on the table and all its partitions */
 	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
@@ -650,19 +656,77 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 }
 
 /*
+ * What protect() recorded for relid in lease_fence.protected: the fence
+ * column and the tokens.  False when the table is not there.  Read in C,
+ * through the extension (extension.c): no query runs, so no policy of that
+ * table and nothing a look-alike schema defines is involved.
+ */
+static bool
+read_protected(Oid relid, char **colname, char **tokens)
+{
+	Relation	rel = table_open(lf_own_relation(LF_PROTECTED), AccessShareLock);
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			a_relid = SPI_fnumber(desc, "relid");
+	int			a_column = SPI_fnumber(desc, "fence_column");
+	int			a_tokens = SPI_fnumber(desc, "tokens");
+	ScanKeyData key;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	if (a_relid <= 0 || a_column <= 0 || a_tokens <= 0)
+		elog(ERROR, "repair_unissued: lease_fence.protected lacks a column (run ALTER EXTENSION lease_fence UPDATE)");
+	ScanKeyInit(&key, a_relid, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, GetActiveSnapshot(), 1, &key);
+	if (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		col_null;
+		bool		tok_null;
+		Datum		col = slot_getattr(slot, a_column, &col_null);
+		Datum		tok = slot_getattr(slot, a_tokens, &tok_null);
+
+		if (col_null || tok_null)
+			elog(ERROR, "repair_unissued: incomplete row in lease_fence.protected for table with OID %u", relid);
+		*colname = pstrdup(NameStr(*DatumGetName(col)));
+		*tokens = TextDatumGetCString(tok);
+		found = true;
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * Run repair_unissued()'s UPDATE on one table (query, with $1 = the
- * generation and $2 = the highest issued), with the trigger's door open
- * for that table only while it runs; the number of rows it changed.
+ * generation and $2 = the highest issued), with the trigger's door open for
+ * that table only while it runs; the number of rows it changed.
+ *
+ * The UPDATE runs as the table's owner, as a security-restricted operation
+ * with a safe search_path and its setting changes undone after it, as
+ * VACUUM, ANALYZE and REFRESH MATERIALIZED VIEW run what the owner defined:
+ * planning and executing it runs the owner's code (its other triggers,
+ * index expressions, functions in policies and defaults), which must never
+ * run with the calling superuser's rights.
  */
 static uint64
-repair_update(Oid member, int64 generation, const char *query, Datum *args)
+repair_update(Oid member, Oid owner, int64 generation, const char *query, Datum *args)
 {
 	Oid			save_relid = repair_relid;
 	int64		save_generation = repair_generation;
 	Oid			argtypes[2] = {INT8OID, INT8OID};
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
 	volatile uint64 n = 0;
 	int			ret;
 
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_RESTRICTED_OPERATION);
+	save_nestlevel = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	PG_TRY();
 	{
 		repair_relid = member;
@@ -679,6 +743,8 @@ repair_update(Oid member, int64 generation, const char *query, Datum *args)
 		repair_generation = save_generation;
 	}
 	PG_END_TRY();
+	AtEOXact_GUC(false, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 	return n;
 }
 
@@ -690,17 +756,15 @@ repair_update(Oid member, int64 generation, const char *query, Datum *args)
  * must have been issued; returns the number of rows changed, logs it, and
  * counts it in stats (repair / repaired).
  *
- * How: one ordinary UPDATE per table of the tree, through SPI, as the
- * calling superuser.  There is no change of user: nothing the table's owner
- * defined (other triggers, index expressions, functions the planner
- * inlines) runs with rights its caller does not already have, since a
- * superuser could run all of it anyway -- and it runs as it would for any
- * UPDATE that superuser typed.  An UPDATE rather than a heap scan in C keeps
- * indexes, row locks, concurrent writers (the READ COMMITTED re-check) and
- * the table's other triggers (an audit trigger sees the repair) as for any
- * write.  The fence trigger would refuse it (it lowers fences), so while
- * the UPDATE runs the trigger lets exactly its rows through, on that one
- * table only (repair_row).
+ * How: one ordinary UPDATE per table of the tree, through SPI, each run as
+ * that table's owner under the restrictions of a security-restricted
+ * operation (repair_update): whatever the owner defined runs with the
+ * owner's rights, never the superuser's.  An UPDATE rather than a heap scan
+ * in C keeps indexes, row locks, concurrent writers (the READ COMMITTED
+ * re-check) and the table's other triggers (an audit trigger sees the
+ * repair) as for any write.  The fence trigger would refuse it (it lowers
+ * fences), so while the UPDATE runs the trigger lets exactly its rows
+ * through, on that one table only (repair_row).
  */
 Datum
 lf_repair_unissued(PG_FUNCTION_ARGS)
@@ -716,10 +780,7 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	List	   *members = NIL;
 	ListCell   *lc;
 	uint64		repaired = 0;
-	int			ret;
-	Oid			relidtype = REGCLASSOID;
 	Datum		args[2];
-	MemoryContext outer = CurrentMemoryContext;
 
 	if (!superuser())
 		ereport(ERROR,
@@ -746,31 +807,17 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	relname = relation_display_name(rel);
 	table_close(rel, NoLock);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "repair_unissued: SPI_connect failed");
-
 	/* what protect() recorded: the fence column, and whose tokens they are */
-	args[0] = ObjectIdGetDatum(relid);
-	ret = SPI_execute_with_args("SELECT p.fence_column::pg_catalog.text, p.tokens "
-								"FROM lease_fence.protected p WHERE p.relid = $1",
-								1, &relidtype, args, NULL, true, 1);
-	if (ret != SPI_OK_SELECT)
-		elog(ERROR, "repair_unissued: could not read lease_fence.protected");
-	if (SPI_processed != 1)
+	if (!read_protected(relid, &colname, &tokens))
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("repair_unissued: table %s is not protected", relname),
 				errhint("Only tables fenced with lease_fence.protect() can be repaired."));
-	colname = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	tokens = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
-	if (colname == NULL || tokens == NULL)
-		elog(ERROR, "repair_unissued: incomplete row in lease_fence.protected for %s", relname);
 	if (strcmp(tokens, "issued") != 0)
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("repair_unissued: table %s takes %s tokens", relname, tokens),
 				errdetail("Its fences are not generations of this database, so none of them is unissued."));
-	colname = MemoryContextStrdup(outer, colname);	/* outlives SPI_finish */
 
 	/* the tables that hold rows: the table itself, or its leaf partitions */
 	if (relkind == RELKIND_PARTITIONED_TABLE)
@@ -784,18 +831,22 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	else
 		members = list_make1_oid(relid);
 
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "repair_unissued: SPI_connect failed");
 	args[0] = Int64GetDatum(generation);
 	args[1] = Int64GetDatum(highest);
 	foreach(lc, members)
 	{
 		Oid			member = lfirst_oid(lc);
+		Relation	mrel = table_open(member, NoLock);	/* locked above */
+		Oid			owner = mrel->rd_rel->relowner;
 		char	   *query;
 
 		query = psprintf("UPDATE ONLY %s SET %s = $1 WHERE %s > $2",
-						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(member)),
-													get_rel_name(member)),
+						 relation_display_name(mrel),
 						 quote_identifier(colname), quote_identifier(colname));
-		repaired += repair_update(member, generation, query, args);
+		table_close(mrel, NoLock);
+		repaired += repair_update(member, owner, generation, query, args);
 	}
 	SPI_finish();
 
