@@ -15,6 +15,7 @@
 
 #include "access/heapam.h"
 #include "access/htup_details.h"
+#include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
@@ -56,6 +57,21 @@
 #else
 #define lf_create_session_wait_set(nevents) CreateWaitEventSet(TopMemoryContext, (nevents))
 #endif
+
+/*
+ * A session-ending timeout is pending (ProcessInterrupts raises FATAL for
+ * it): idle_in_transaction_session_timeout, idle_session_timeout, and from
+ * 17 on transaction_timeout.
+ */
+static inline bool
+lf_session_timeout_pending(void)
+{
+	return IdleInTransactionSessionTimeoutPending || IdleSessionTimeoutPending
+#if PG_VERSION_NUM >= 170000
+		|| TransactionTimeoutPending
+#endif
+		;
+}
 
 /*
  * A function that never returns: 18 replaced pg_attribute_noreturn(),

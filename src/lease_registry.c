@@ -19,6 +19,8 @@
  */
 #include "postgres.h"
 
+#include <stdio.h>
+
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
@@ -32,6 +34,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/pidfile.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_session_leases);
@@ -219,27 +222,50 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 }
 
 /*
+ * The longest a backend's exit spends releasing its leases, all together
+ * (superuser-only): a session's own cleanup_timeout_ms applies when lower,
+ * but a session cannot make its exit, and so pg_terminate_backend or a
+ * shutdown, wait longer than this.
+ */
+static int	lf_exit_timeout_ms = 1000;
+
+/* the deadline of the cleanups at this backend's exit, once it is known */
+static int64 exit_deadline = 0;
+
+/*
  * The bounded conditional release: same identity, compare-and-delete,
- * within cleanup_timeout_ms, never raising an error (it also runs at commit,
- * abort and backend exit).  fresh: on a new connection.  True when Redis
- * confirmed that the key no longer holds the identity.
+ * never raising an error (it also runs at commit, abort and backend exit),
+ * done by deadline (lf_now_ms()), connect included.  fresh: on a new
+ * connection.  True when Redis confirmed that the key no longer holds the
+ * identity.  A release whose deadline has passed is not tried at all
+ * (*skipped, counted as cleanup / skipped); the caller says so once for
+ * the batch.
  */
 static bool
-cleanup_release(const char *resource, const char *identity, bool fresh)
+cleanup_release(const char *resource, const char *identity, bool fresh, int64 deadline,
+				bool *skipped)
 {
-	char	   *key = lf_lease_key(resource);
+	char	   *key;
 	const char *keys[1];
 	const char *args[2];
 	redisReply *reply = NULL;
 	char		err[LF_ERRLEN];
 	LfRedisOutcome r;
 	bool		confirmed = false;
+	int64		left = deadline - lf_now_ms();
 
+	*skipped = left <= 0;
+	if (*skipped)
+	{
+		lf_count(LF_C_CLEANUP_SKIPPED);
+		return false;
+	}
+	key = lf_lease_key(resource);
 	keys[0] = key;
 	args[0] = identity;
 	args[1] = lf_release_publish();
-	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
-					  fresh ? LF_FRESH : 0, &reply, err);
+	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
+					  (fresh ? LF_FRESH : 0) | LF_WITHIN, &reply, err);
 	if (r == LF_APPLIED)
 	{
 		confirmed = (reply->type == REDIS_REPLY_INTEGER);
@@ -257,12 +283,74 @@ cleanup_release(const char *resource, const char *identity, bool fresh)
 	return confirmed;
 }
 
-/* Settle an entry whose outcome is unknown: release it, bounded. */
+/*
+ * Settle an entry by deadline: stop its keep-alive, release it, bounded.
+ * Returns 1 when the deadline had passed before it could be tried, else 0.
+ */
+static int
+settle_by(LeaseEntry *e, bool fresh, int64 deadline)
+{
+	bool		skipped;
+
+	lf_keepalive_stop(e);
+	e->state = cleanup_release(e->resource, e->identity, fresh, deadline, &skipped) ?
+		STATE_RELEASED : STATE_UNCONFIRMED;
+	return skipped ? 1 : 0;
+}
+
+/* Settle one entry whose outcome is unknown: release it within cleanup_timeout_ms. */
 void
 lf_settle_lease(LeaseEntry *e, bool fresh)
 {
-	lf_keepalive_stop(e);
-	e->state = cleanup_release(e->resource, e->identity, fresh) ? STATE_RELEASED : STATE_UNCONFIRMED;
+	(void) settle_by(e, fresh, lf_now_ms() + lf_cleanup_timeout_ms);
+}
+
+/*
+ * Is the server shutting down?  The postmaster writes "stopping" into the
+ * status line of postmaster.pid (the one pg_ctl reads) before it sends its
+ * children SIGTERM.  Read only at a backend's exit with leases to settle.
+ */
+static bool
+server_stopping(void)
+{
+	FILE	   *f = fopen("postmaster.pid", "r");
+	char		line[256];
+	int			n = 0;
+	bool		stopping = false;
+
+	if (f == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (++n == LOCK_FILE_LINE_PM_STATUS)
+		{
+			stopping = strncmp(line, PM_STATUS_STOPPING, strlen(PM_STATUS_STOPPING)) == 0;
+			break;
+		}
+	fclose(f);
+	return stopping;
+}
+
+/*
+ * The deadline of every cleanup at this backend's exit: one budget for all
+ * of them, the lower of cleanup_timeout_ms and exit_timeout_ms, counted
+ * from the first.
+ */
+static int64
+exit_cleanup_deadline(void)
+{
+	if (exit_deadline == 0)
+		exit_deadline = lf_now_ms() + Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms);
+	return exit_deadline;
+}
+
+/* Say once for a batch how many cleanups its deadline left untried. */
+static void
+report_skipped(int skipped, const char *bound, int bound_ms)
+{
+	if (skipped > 0)
+		ereport(WARNING,
+				errmsg("lease_fence: %d lease releases not tried: %s (%d ms) had passed", skipped, bound, bound_ms),
+				errhint("Those leases expire by their TTL; writes under their generations are still fenced."));
 }
 
 /*
@@ -456,12 +544,17 @@ verify_at_commit(void)
 
 /*
  * End of transaction: release transaction-scoped leases, and settle leases
- * whose outcome an interrupt left unknown.  Must not throw.
+ * whose outcome an interrupt left unknown, all within one cleanup_timeout_ms
+ * (within the exit budget when the transaction ends because the backend
+ * exits).  Must not throw.
  */
 static void
 release_at_xact_end(void)
 {
 	ListCell   *lc;
+	int64		deadline = proc_exit_inprogress ? exit_cleanup_deadline() :
+		lf_now_ms() + lf_cleanup_timeout_ms;
+	int			skipped = 0;
 
 	foreach(lc, leases)
 	{
@@ -469,8 +562,10 @@ release_at_xact_end(void)
 
 		if ((e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD) ||
 			e->state == STATE_UNKNOWN)
-			lf_settle_lease(e, e->state == STATE_UNKNOWN);
+			skipped += settle_by(e, e->state == STATE_UNKNOWN, deadline);
 	}
+	report_skipped(skipped, proc_exit_inprogress ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
+				   proc_exit_inprogress ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
 	maybe_trim(NULL);
 }
 
@@ -506,6 +601,7 @@ lease_xact_callback(XactEvent event, void *arg)
 								errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"));
 				}
+				lf_keepalive_check_prepare();
 			}
 			break;
 		case XACT_EVENT_COMMIT:
@@ -519,11 +615,19 @@ lease_xact_callback(XactEvent event, void *arg)
 	}
 }
 
-/* Backend exit: release session-scoped leases and settle the unsure ones. */
+/*
+ * Backend exit: release session-scoped leases and settle the unsure ones,
+ * all within one budget (exit_cleanup_deadline).  A backend terminated
+ * while the server shuts down tries none: a fast shutdown must not wait on
+ * a Redis that does not answer, and every such lease expires by its TTL.
+ */
 static void
 release_at_exit(int code, Datum arg)
 {
 	ListCell   *lc;
+	int			pending = 0;
+	int			skipped = 0;
+	bool		shutting_down;
 
 	foreach(lc, leases)
 	{
@@ -531,13 +635,38 @@ release_at_exit(int code, Datum arg)
 
 		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
 			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
-			lf_settle_lease(e, false);
+			pending++;
 	}
+	if (pending == 0)
+		return;
+
+	shutting_down = code != 0 && server_stopping();
+	if (shutting_down)
+		exit_deadline = lf_now_ms();	/* nothing is tried */
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
+			skipped += settle_by(e, false, exit_cleanup_deadline());
+	}
+	if (shutting_down)
+		ereport(LOG,
+				errmsg("lease_fence: the server is shutting down: %d leases of this session are left to expire by their TTL", skipped));
+	else
+		report_skipped(skipped, "the exit's cleanup budget",
+					   Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms));
 }
 
 /* Called from _PG_init. */
 void
 lf_registry_init(void)
 {
+	DefineCustomIntVariable("lease_fence.exit_timeout_ms",
+							"The longest a backend's exit spends releasing its leases, all of them together.",
+							"A session's lease_fence.cleanup_timeout_ms applies when it is lower; 0 releases nothing at exit.",
+							&lf_exit_timeout_ms, 1000, 0, 60000,
+							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
 	RegisterXactCallback(lease_xact_callback, NULL);
 }

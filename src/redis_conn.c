@@ -110,6 +110,15 @@ static LfConn *last_used = NULL;
 static LfConn subscriber = {.fd = PGINVALID_SOCKET};
 
 /*
+ * The connection an exchange is under way on; NULL between exchanges.  An
+ * error thrown out of the middle of one (by an interrupt served during its
+ * wait, say) leaves it set: that connection may still deliver the reply,
+ * which would be read as the answer to its next command, so it is closed
+ * before anything else runs on a connection (close_abandoned).
+ */
+static LfConn *in_flight = NULL;
+
+/*
  * Bumped by the assign hook of every setting that decides the server
  * (here, in redis_tls.c and in redis_topology.c): while it stays, the entry
  * lookup_conn found last for the same endpoint is the one it would find
@@ -251,6 +260,17 @@ close_conn(LfConn *c)
 	c->serial = 0;
 }
 
+/* Close the connection an error left in the middle of an exchange, if any. */
+static inline void
+close_abandoned(void)
+{
+	if (unlikely(in_flight != NULL))
+	{
+		close_conn(in_flight);
+		in_flight = NULL;
+	}
+}
+
 /* Close every cached connection. */
 void
 lf_redis_disconnect_all(void)
@@ -274,9 +294,32 @@ disconnect_at_exit(int code, Datum arg)
 }
 
 /*
+ * Does the pending interrupt end a wait for Redis?  A cancel (which
+ * statement_timeout and lock_timeout are), a termination, a session or
+ * transaction timeout and a lost client do: ProcessInterrupts throws for
+ * each, and the caller must first record what became of its request
+ * (unknown).  Every other interrupt -- the ProcSignalBarrier that every
+ * DROP DATABASE sends to every backend, PostgreSQL 15's idle-stats timeout
+ * that a statement started soon after an earlier one finds armed, a
+ * memory-context dump, client_connection_check_interval's check of a
+ * client that is still there -- returns normally from ProcessInterrupts: it
+ * is served where the wait stands, and the wait goes on.  (Should a served
+ * interrupt throw after all -- that check finding the client gone, which
+ * ends the backend -- the connection it left mid-request is closed before
+ * any further use: see close_abandoned.)
+ */
+static bool
+interrupt_ends_wait(void)
+{
+	return QueryCancelPending || ProcDiePending || ClientConnectionLost ||
+		lf_session_timeout_pending();
+}
+
+/*
  * Wait until fd is readable (want LF_WANT_READ) or writable, or the deadline
- * passes.  Returns 1 when ready, 0 on timeout, -1 when an interrupt is
- * pending and may be processed now (only if interruptible).  Postmaster
+ * passes.  Returns 1 when ready, 0 on timeout, -1 when an interrupt that
+ * ends the wait is pending and may be processed now (only if
+ * interruptible; other interrupts are served during the wait).  Postmaster
  * death ends the process.
  */
 static int
@@ -317,7 +360,12 @@ wait_socket(pgsocket fd, int want, int64 deadline, bool interruptible)
 		{
 			ResetLatch(MyLatch);
 			if (interruptible && INTERRUPTS_PENDING_CONDITION() && INTERRUPTS_CAN_BE_PROCESSED())
-				return -1;
+			{
+				if (interrupt_ends_wait())
+					return -1;
+				/* a benign one: served here, and the wait goes on */
+				CHECK_FOR_INTERRUPTS();
+			}
 			continue;
 		}
 		if (event.events & events)
@@ -399,8 +447,24 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
  * closes it.  On LF_REPLY *out is a malloc'd hiredis reply.
  */
 static LfSendResult
+exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
+			  bool interruptible, redisReply **out, char *err);
+
+static LfSendResult
 exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 		 bool interruptible, redisReply **out, char *err)
+{
+	LfSendResult r;
+
+	in_flight = c;
+	r = exchange_once(c, cmd, len, deadline, interruptible, out, err);
+	in_flight = NULL;
+	return r;
+}
+
+static LfSendResult
+exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
+			  bool interruptible, redisReply **out, char *err)
 {
 	size_t		off = 0;
 	char		why[LF_ERRLEN];
@@ -1045,6 +1109,7 @@ lookup_conn(const LfEndpoint *ep)
 	LfConn	   *c;
 	bool		found;
 
+	close_abandoned();
 	if (connections == NULL)
 	{
 		HASHCTL		ctl;
@@ -1122,6 +1187,7 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 
 	*reply = NULL;
 	err[0] = '\0';
+	close_abandoned();
 
 	if (flags & LF_SUBSCRIBER)
 	{
@@ -1183,6 +1249,7 @@ lf_subscriber_wait(int64 deadline)
 	LfConn	   *c = &subscriber;
 	int			want = LF_WANT_READ;
 
+	close_abandoned();
 	for (;;)
 	{
 		void	   *reply = NULL;
