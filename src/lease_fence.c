@@ -215,7 +215,8 @@ lf_define_generation_guc(void)
 
 /*
  * Module load: each module defines its settings next to their storage, and
- * installs its hooks; then our prefix is reserved.
+ * installs its hooks; then our prefix is reserved, once every setting is
+ * defined.
  */
 void
 _PG_init(void)
@@ -228,13 +229,18 @@ _PG_init(void)
 	lf_tls_init();
 	lf_topology_init();
 	lf_scripts_init();
-	MarkGUCPrefixReserved("lease_fence");
-
 	lf_stats_init();
 	lf_extension_init();
 	lf_generation_init();
 	lf_registry_init();
 	lf_keepalive_init();
+
+	/*
+	 * Last: reserving the prefix removes every placeholder that is not a
+	 * setting by now, also the value postgresql.conf gave a setting that a
+	 * module above defines only later.
+	 */
+	MarkGUCPrefixReserved("lease_fence");
 }
 
 /*
