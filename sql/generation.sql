@@ -126,8 +126,9 @@ SELECT lease_fence.advance_generation(5) = :now_at + 1001 AS never_backwards;
 SELECT lease_fence.next_generation() = :now_at + 1002 AS next_still_above;
 SELECT try($$SELECT lease_fence.advance_generation(NULL)$$);
 SELECT try($$SELECT lease_fence.advance_generation(-1)$$);
--- a value that leaves nothing to draw in its epoch (2^40 - 2^24 and above)
-SELECT try($$SELECT lease_fence.advance_generation(1099494850560)$$);
+-- a value after which nothing is left to draw in its epoch (2^40 - 2^24 - 1
+-- and above: the last 2^24 values of an epoch are never handed out)
+SELECT try($$SELECT lease_fence.advance_generation(1099494850559)$$);
 SELECT lease_fence.next_generation() = :now_at + 1003 AS nothing_moved;
 SET ROLE regress_lf_user;
 SELECT try($$SELECT lease_fence.advance_generation(1)$$);

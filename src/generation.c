@@ -624,7 +624,8 @@ advance_past(int64 floor, bool checked, const char *resource)
 	XLogRecPtr	lsn;
 
 	PreventCommandDuringRecovery("lease_fence.next_generation()");
-	if (!checked && LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT)
+	/* floor + 1, the next draw, must be a generation */
+	if (!checked && LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("generation " INT64_FORMAT " leaves no generation to draw after it", floor),
@@ -637,8 +638,8 @@ advance_past(int64 floor, bool checked, const char *resource)
 	{
 		if (checked &&
 			(LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
-			 floor - last >= LF_HEAL_MARGIN ||
-			 LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT))
+			 floor - last > LF_HEAL_MARGIN ||
+			 LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1))
 		{
 			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,

@@ -676,13 +676,23 @@ typedef struct AcquireArgs
 } AcquireArgs;
 
 /*
- * One attempt to acquire, with a generation of its own.  Returns its status;
- * for every status but busy and stale *row is the call's result (counted).
- * Busy: *pttl is what the holder's lease has left (-1 if not known); stale:
- * the next generation drawn is above the stored one.
+ * One attempt to acquire.  Returns its status; for every status but busy and
+ * stale *row is the call's result (counted).  Busy: *pttl is what the
+ * holder's lease has left (-1 if not known); stale: the next generation
+ * drawn is above the stored one.
+ *
+ * The generation: *spare, when it is not 0, else a fresh one.  A busy answer
+ * hands the attempt's generation back in *spare for the next attempt of the
+ * same wait; every other answer clears it.  A busy answer means the script
+ * stopped at the lease key and stored nothing, so the generation was granted
+ * to nobody, and the script checks it against the highest generation granted
+ * for the resource when it is tried again, exactly as for an acquirer that
+ * drew it and took that long to reach Redis: lease order and generation order
+ * still agree.  So a wait draws one generation, not one per wake-up.
  */
 static LfCounter
-acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *pttl, Datum *row)
+acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 *pttl,
+			 Datum *row)
 {
 	const char *resource = a->resource;
 	int64		ttl = a->ttl;
@@ -713,7 +723,8 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *pttl, Datum *
 	}
 
 	/* the generation: durable before it leaves the backend */
-	generation = lf_draw_generation();
+	generation = *spare != 0 ? *spare : lf_draw_generation();
+	*spare = 0;
 	/* (pg_lltoa: printf-style formatting cost more than the rest of the args) */
 	pg_lltoa(generation, genbuf);
 	pg_lltoa(ttl, ttlbuf);
@@ -784,6 +795,7 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *pttl, Datum *
 
 		*pttl = (end != reply->element[1]->str && *end == '\0' && left >= 0) ? left : -1;
 		freeReplyObject(reply);
+		*spare = generation;
 		return LF_C_ACQUIRE_BUSY;
 	}
 	freeReplyObject(reply);
@@ -851,7 +863,8 @@ jittered(int64 ms)
  * subscription made after the first busy answer, and followed by another
  * attempt, so a release in between is not missed), by the holder's lease
  * running out (the busy answer's PTTL), and, without a subscription, by a
- * jittered backoff.  Each attempt draws its own generation.
+ * jittered backoff.  The attempts of one wait share a generation until one
+ * is not busy (see acquire_once).
  */
 static Datum
 acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
@@ -861,13 +874,14 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 	bool		waited = false;
 	int			stale = 0;
 	int64		poll = 10;
+	int64		spare = 0;
 	char	   *channel = lf_release_channel(a->resource);
 
 	for (;;)
 	{
 		int64		pttl = -1;
 		Datum		row = (Datum) 0;
-		LfCounter	status = acquire_once(fcinfo, a, &pttl, &row);
+		LfCounter	status = acquire_once(fcinfo, a, &spare, &pttl, &row);
 		int64		now;
 		int64		wake;
 		int			w;
@@ -1025,7 +1039,8 @@ lf_acquire(PG_FUNCTION_ARGS)
 	if (wait_ms == 0)
 	{
 		Datum		row = (Datum) 0;
-		LfCounter	status = acquire_once(fcinfo, &a, &pttl, &row);
+		int64		spare = 0;
+		LfCounter	status = acquire_once(fcinfo, &a, &spare, &pttl, &row);
 
 		if (status == LF_C_ACQUIRE_BUSY || status == LF_C_ACQUIRE_STALE)
 			row = status_only(fcinfo, status, a.resource);
