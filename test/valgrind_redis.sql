@@ -47,10 +47,12 @@ SELECT vg_step('released', r.status, 'released', r::text) FROM lease_fence.relea
 SELECT vg_step('not_held', r.status, 'not_held', r::text) FROM lease_fence.release('vg:basic', :'id_basic') r;
 SELECT vg_step('lost', r.status, 'lost', r::text) FROM lease_fence.renew('vg:basic', :'id_basic', 30000) r;
 
--- ------------------------------------------------ stale (a :gen key above ours), and healed
-\! redisctl cli SET 'lease_fence:{vg:stale}:gen' 999999999999 >/dev/null
+-- ------------------------------------------------ stale (a :gen key above ours, within reach), and healed
+SELECT lease_fence.next_generation() + 1000 AS vg_stale_gen \gset
+\setenv VG_STALE_GEN :vg_stale_gen
+\! redisctl cli SET 'lease_fence:{vg:stale}:gen' "$VG_STALE_GEN" >/dev/null
 SELECT vg_step('stale', a.status, 'stale', a::text) FROM lease_fence.acquire('vg:stale', 30000) a;
-SELECT vg_step('stale_then_acquired', a.status || '/' || (a.generation > 999999999999)::text, 'acquired/true', a::text)
+SELECT vg_step('stale_then_acquired', a.status || '/' || (a.generation > :vg_stale_gen)::text, 'acquired/true', a::text)
 	FROM lease_fence.acquire('vg:stale', 30000) a;
 SELECT identity AS id_stale FROM lease_fence.leases WHERE resource = 'vg:stale' AND state = 'held' \gset
 SELECT vg_step('stale_release', r.status, 'released', r::text) FROM lease_fence.release('vg:stale', :'id_stale') r;
@@ -59,6 +61,15 @@ SELECT vg_step('stale_release', r.status, 'released', r::text) FROM lease_fence.
 \! redisctl cli SET 'lease_fence:{vg:corrupt}:gen' zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz >/dev/null
 SELECT vg_step('corrupt_gen', a.status, '-', a::text) FROM lease_fence.acquire('vg:corrupt', 30000) a;
 SELECT vg_step('corrupt_gen', :'SQLSTATE', 'XX001');
+-- a generation this database could not have issued, and one with leading
+-- zeros: XX001, nothing moved
+\! redisctl cli SET 'lease_fence:{vg:poisoned}:gen' 9223372036854775807 >/dev/null
+SELECT vg_step('heal_refused', a.status, '-', a::text) FROM lease_fence.acquire('vg:poisoned', 30000) a;
+SELECT vg_step('heal_refused', :'SQLSTATE', 'XX001');
+\! redisctl cli SET 'lease_fence:{vg:zeros}:gen' 0000007 >/dev/null
+SELECT vg_step('heal_leading_zeros', a.status, '-', a::text) FROM lease_fence.acquire('vg:zeros', 30000) a;
+SELECT vg_step('heal_leading_zeros', :'SQLSTATE', 'XX001');
+SELECT vg_step('advance_generation', (lease_fence.advance_generation(lease_fence.next_generation() + 10) > 0)::text, 'true');
 
 -- ------------------------------------------------ insufficient_validity (acquire), then released
 SELECT vg_step('insufficient_validity', a.status, 'insufficient_validity', a::text)
@@ -374,10 +385,40 @@ INSERT INTO vg_ka VALUES (1);
 \set ka_write_state :SQLSTATE
 ROLLBACK;
 SELECT vg_step('keepalive_lost_write', :'ka_write_state', 'LF010');
+BEGIN;
+SET LOCAL lease_fence.generation = :gen_ka;
+TRUNCATE vg_ka;
+\set ka_truncate_state :SQLSTATE
+ROLLBACK;
+SELECT vg_step('keepalive_lost_truncate', :'ka_truncate_state', 'LF010');
 SELECT vg_step('keepalive_lost_release', r.status, 'not_held', r::text) FROM lease_fence.release('vg:ka', :'id_ka') r;
 SELECT vg_step('keepalive_counted', string_agg(outcome, ',' ORDER BY outcome), 'lost,renewed')
 	FROM lease_fence.stats WHERE operation = 'keepalive' AND outcome IN ('renewed', 'lost') AND count > 0;
 \! redisctl cli DEL 'lease_fence:{vg:ka}' >/dev/null
+-- a fenced write under a kept-alive lease cannot be prepared
+SELECT a.identity AS id_ka2, a.generation AS gen_ka2
+	FROM lease_fence.acquire('vg:ka2', 30000, scope => 'session', keepalive => true) a \gset
+BEGIN;
+SET LOCAL lease_fence.generation = :gen_ka2;
+INSERT INTO vg_ka VALUES (2);
+PREPARE TRANSACTION 'vg_ka2';
+SELECT vg_step('keepalive_prepare_refused', :'SQLSTATE', '0A000');
+SELECT vg_step('keepalive_prepare_release', r.status, 'released', r::text) FROM lease_fence.release('vg:ka2', :'id_ka2') r;
+
+-- ------------------------------------------------ one deadline for the cleanups at a transaction's end
+BEGIN;
+SELECT count(*) FROM lease_fence.acquire('vg:budget-tx-1', 30000, 0, 'transaction') a WHERE a.status = 'acquired';
+SELECT count(*) FROM lease_fence.acquire('vg:budget-tx-2', 30000, 0, 'transaction') a WHERE a.status = 'acquired';
+SELECT count(*) FROM lease_fence.acquire('vg:budget-tx-3', 30000, 0, 'transaction') a WHERE a.status = 'acquired';
+\! redisctl pause 3000
+ROLLBACK;
+SELECT vg_step('budget_rollback_untried', (count > 0)::text, 'true') FROM lease_fence.stats WHERE operation = 'cleanup' AND outcome = 'skipped';
+\! redisctl wait
+-- and for those at the backend's exit (three session leases, Redis frozen)
+SELECT count(*) FROM lease_fence.acquire('vg:budget-exit-1', 30000, 0, 'session') a WHERE a.status = 'acquired';
+SELECT count(*) FROM lease_fence.acquire('vg:budget-exit-2', 30000, 0, 'session') a WHERE a.status = 'acquired';
+SELECT count(*) FROM lease_fence.acquire('vg:budget-exit-3', 30000, 0, 'session') a WHERE a.status = 'acquired';
+\! redisctl pause 3000
 
 \setenv VG_PID :pid_b
 \c
@@ -385,6 +426,7 @@ SELECT vg_step('keepalive_counted', string_agg(outcome, ',' ORDER BY outcome), '
 -- ================================================ session C: the counters, once A and B are gone
 SELECT 'PID|' || pg_backend_pid();
 \! redisctl wait-exit session_b_exited "$VG_PID"
+\! redisctl wait
 SELECT vg_step('stats_cluster', string_agg(DISTINCT scope, ','), 'cluster') FROM lease_fence.stats;
 SELECT vg_step('stats_every_lease_outcome',
 		coalesce(string_agg(operation || '/' || outcome, ',' ORDER BY operation, outcome) FILTER (WHERE count = 0), 'none'),
