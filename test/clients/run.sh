@@ -120,7 +120,8 @@ SELECT lease_fence.protect('ledger', strict => true);
 GRANT SELECT, INSERT, UPDATE, DELETE ON account, ledger TO app;
 GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
-                          lease_fence.release(text, text) TO app;
+                          lease_fence.release(text, text),
+                          lease_fence.fence_resource(text) TO app;
 SQL
 
 lf_log "starting pgbouncer (transaction pooling)"

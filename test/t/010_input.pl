@@ -27,9 +27,12 @@ use Test::More;
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('input');
 
+# the control file's default_version
+my ($default_version) = slurp_file("$FindBin::RealBin/../../lease_fence.control")
+  =~ /^default_version = '([^']+)'/m;
 is($node->safe_psql('postgres',
 		"SELECT extversion FROM pg_extension WHERE extname = 'lease_fence'"),
-	'1.2', 'CREATE EXTENSION installs version 1.2');
+	$default_version, "CREATE EXTENSION installs the default version, $default_version");
 
 #
 # Bad input is an ERROR (22023) before anything is sent

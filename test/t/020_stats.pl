@@ -89,7 +89,8 @@ reset_stats();
 my $id1 = $node->safe_psql('postgres',
 	q{SELECT identity FROM lease_fence.acquire('a1', 60000)});
 $node->safe_psql('postgres', q{SELECT lease_fence.acquire('a1', 60000)});    # busy
-$redis->cli('SET', 'lease_fence:{a2}:gen', '999999999');
+$redis->cli('SET', 'lease_fence:{a2}:gen',
+	$node->safe_psql('postgres', 'SELECT lease_fence.next_generation() + 1000'));
 $node->safe_psql('postgres', q{SELECT lease_fence.acquire('a2', 60000)});    # stale
 # granted with less than min_validity_ms left: released again (cleanup confirmed)
 $node->safe_psql('postgres', q{SELECT lease_fence.acquire('a3', 1000, 999)});
