@@ -75,6 +75,23 @@ $$;
 -- issued generation: that blocks every holder of a lower one (LF001), and
 -- each new resource adds a row nobody but a superuser can remove.  Like
 -- acquire, it is for the roles the DBA grants it to (README, "Privileges").
+--
+-- The function is made again rather than REVOKEd: a REVOKE here would
+-- record the function's whole ACL, with any GRANT a user made before the
+-- update, as the extension's initial privileges, which pg_dump leaves out
+-- (and which, from PostgreSQL 17 on, keep that grantee from being dropped).
+-- So grants on it go with the old function, as acquire's did in 1.2: the
+-- roles that fence are granted EXECUTE again in the update's transaction.
+DROP FUNCTION @extschema@.fence_resource(text);
+
+CREATE FUNCTION @extschema@.fence_resource(resource text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_fence_resource'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.fence_resource(text) IS
+'fence a resource in this transaction: LF001 if a higher generation fenced it, else store the current generation and hold the resource to the end of the transaction';
+
 REVOKE EXECUTE ON FUNCTION @extschema@.fence_resource(text) FROM PUBLIC;
 
 ------------------------------------------------------------------------------

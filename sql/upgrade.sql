@@ -69,15 +69,24 @@ SET LOCAL lease_fence.generation = 4;
 UPDATE up SET id = 3 RETURNING *;
 COMMIT;
 
--- 1.3: fence_resource() is no longer PUBLIC's, a GRANT made on it stays;
--- protected_tables reads the triggers
+-- 1.3: fence_resource() is made again, nobody's but its owner's: a grant
+-- made before goes with the old function, and is made again in the
+-- update's transaction (README); protected_tables reads the triggers
 CREATE ROLE lf_up_fencer;
 GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO lf_up_fencer;
+BEGIN;
 ALTER EXTENSION lease_fence UPDATE TO '1.3';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
 SELECT has_function_privilege('public', 'lease_fence.fence_resource(text)', 'EXECUTE') AS public_may_fence,
-       has_function_privilege('lf_up_fencer', 'lease_fence.fence_resource(text)', 'EXECUTE') AS granted_may_fence,
+       has_function_privilege('lf_up_fencer', 'lease_fence.fence_resource(text)', 'EXECUTE') AS fencer_may_fence,
        has_function_privilege('public', 'lease_fence.advance_generation(bigint)', 'EXECUTE') AS public_may_advance;
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO lf_up_fencer;
+COMMIT;
+-- that GRANT is the user's, not the extension's: pg_dump dumps it
+SELECT count(*) AS extension_initial_grants_to_fencer
+FROM pg_init_privs i, LATERAL aclexplode(i.initprivs) a
+WHERE i.objoid = 'lease_fence.fence_resource(text)'::regprocedure
+  AND a.grantee = 'lf_up_fencer'::regrole;
 REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM lf_up_fencer;
 DROP ROLE lf_up_fencer;
 SELECT table_name, fence_column, strict, tokens, ok FROM lease_fence.protected_tables;
