@@ -10,20 +10,25 @@
 
 EXTENSION = lease_fence
 MODULE_big = lease_fence
+# layer by layer, lowest first (docs/design.md, "Layers"; test/layers.sh
+# checks that every call goes to a file listed before its caller)
 OBJS = \
-	src/lease_fence.o \
+	src/stats.o \
 	src/extension.o \
-	src/fence_trigger.o \
 	src/generation.o \
-	src/redis_conn.o \
+	src/current_generation.o \
+	src/resource_fence.o \
+	src/repair.o \
+	src/fence_trigger.o \
+	src/redis_settings.o \
 	src/redis_tls.o \
+	src/redis_conn.o \
 	src/redis_topology.o \
 	src/redis_script.o \
+	src/keepalive.o \
 	src/lease_registry.o \
 	src/lease.o \
-	src/keepalive.o \
-	src/resource_fence.o \
-	src/stats.o
+	src/lease_fence.o
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"

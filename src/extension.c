@@ -19,6 +19,9 @@
  * relcache entry is invalidated (it was dropped, altered, or the whole
  * cache was reset): the catalog is read again only then.
  *
+ * Layer 1 (docs/design.md, "Layers"), its lowest file: it calls only
+ * PostgreSQL.
+ *
  * IDENTIFICATION
  *	  src/extension.c
  *
@@ -34,7 +37,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
-#include "lease_fence.h"
+#include "fence.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"

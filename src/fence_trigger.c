@@ -23,8 +23,13 @@
  * executor's trigger function cache, so later rows cost no catalog or name
  * look-up; the issued check costs one comparison with a cached value.
  *
- * Also here: repair_unissued(), which resets fences that took an unissued
- * value, and the one narrow door in the trigger it goes through.
+ * repair_unissued() (repair.c) opens one narrow door in the UPDATE rule,
+ * for its own rows of one table: the trigger asks lf_repair_row().
+ *
+ * Layer 1 (docs/design.md, "Layers"), its top file: it calls the current
+ * generation, the generations, repair.c's door and the counters, and never
+ * Redis; the lease layer's check of a write (a lost kept-alive lease) comes
+ * through lf_write_check_hook.
  *
  * IDENTIFICATION
  *	  src/fence_trigger.c
@@ -34,7 +39,6 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "catalog/pg_inherits.h"
@@ -42,31 +46,20 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
+#include "fence.h"
 #include "fmgr.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "replication/logicalworker.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
 PG_FUNCTION_INFO_V1(lf_fence_trigger);
 PG_FUNCTION_INFO_V1(lf_truncate_guard);
-PG_FUNCTION_INFO_V1(lf_repair_unissued);
 
 #define DEFAULT_FENCE_COLUMN "fence"
-
-/*
- * While repair_unissued() runs its UPDATE on one table, that table's OID and
- * the generation it writes; InvalidOid otherwise.  Static: nothing but
- * repair_unissued() can open this door.
- */
-static Oid	repair_relid = InvalidOid;
-static int64 repair_generation = 0;
 
 /* What the first row of a statement learns, for the rows after it. */
 typedef struct FenceConfig
@@ -301,21 +294,6 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
 }
 
 /*
- * A row of repair_unissued()'s UPDATE.  It goes through only if its fence
- * is still above the highest issued generation, read again now that the
- * row is locked (a value issued since may be a real holder's: it stays),
- * and if the statement writes the repair's generation; any other row is
- * skipped.
- */
-static Datum
-repair_row(HeapTuple newtuple, bool s_null, int64 s, bool n_null, int64 n)
-{
-	if (!s_null && s > lf_highest_issued() && !n_null && n == repair_generation)
-		return PointerGetDatum(newtuple);
-	return PointerGetDatum(NULL);
-}
-
-/*
  * lease_fence.fence_trigger()
  *
  * The rules (README, "The rules").  G is the current generation (if set),
@@ -381,9 +359,9 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 
 	if (unlikely(lf_generation_invalid))
 		lf_check_generation_valid();
-	/* a kept-alive lease of this session that was lost: LF010 */
-	if (unlikely(lf_keepalive_held > 0) && lf_generation_is_set)
-		lf_keepalive_check_write(lf_generation);
+	/* the lease layer's check (keepalive.c: a lost kept-alive lease, LF010) */
+	if (unlikely(lf_write_check_hook != NULL) && lf_generation_is_set)
+		lf_write_check_hook(lf_generation);
 
 	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 	{
@@ -421,8 +399,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
 			if (config->check_issued && !lf_generation_issued(n))
 				report_unissued(rel, fence_column_name(trigdata->tg_trigger), n);
-			if (unlikely(lf_keepalive_held > 0))
-				lf_keepalive_check_write(n);
+			if (unlikely(lf_write_check_hook != NULL))
+				lf_write_check_hook(n);
 			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
 		}
@@ -449,8 +427,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		d = heap_getattr(newtuple, config->attnum, tupdesc, &n_null);
 		n = n_null ? 0 : DatumGetInt64(d);
 
-		if (unlikely(repair_relid == RelationGetRelid(rel)))
-			return repair_row(newtuple, s_null, s, n_null, n);
+		if (unlikely(lf_repair_relid == RelationGetRelid(rel)))
+			return lf_repair_row(newtuple, s_null, s, n_null, n);
 
 		/* did the statement write a value other than the stored one? */
 		written = (n_null != s_null) || (!n_null && n != s);
@@ -475,8 +453,8 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			supplied = n;
 			if (written && config->check_issued && !lf_generation_issued(supplied))
 				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
-			if (unlikely(lf_keepalive_held > 0))
-				lf_keepalive_check_write(supplied);
+			if (unlikely(lf_write_check_hook != NULL))
+				lf_write_check_hook(supplied);
 		}
 
 		if (!s_null && supplied < s)
@@ -622,9 +600,9 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 	if (check_issued && !lf_generation_issued(lf_generation))
 		report_unissued(rel, colname, lf_generation);
-	/* a kept-alive lease of this session that was lost: LF010, as for rows */
-	if (unlikely(lf_keepalive_held > 0))
-		lf_keepalive_check_write(lf_generation);
+	/* the lease layer's check, as for rows */
+	if (unlikely(lf_write_check_hook != NULL))
+		lf_write_check_hook(lf_generation);
 
 	/* TRUNCATE holds ACCESS EXCLUSIVE on the table and all its partitions */
 	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
@@ -653,206 +631,4 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 		report_stale(rel, colname, highest, lf_generation);
 
 	return PointerGetDatum(NULL);
-}
-
-/*
- * What protect() recorded for relid in lease_fence.protected: the fence
- * column and the tokens.  False when the table is not there.  Read in C,
- * through the extension (extension.c): no query runs, so no policy of that
- * table and nothing a look-alike schema defines is involved.
- */
-static bool
-read_protected(Oid relid, char **colname, char **tokens)
-{
-	Relation	rel = table_open(lf_own_relation(LF_PROTECTED), AccessShareLock);
-	TupleDesc	desc = RelationGetDescr(rel);
-	int			a_relid = SPI_fnumber(desc, "relid");
-	int			a_column = SPI_fnumber(desc, "fence_column");
-	int			a_tokens = SPI_fnumber(desc, "tokens");
-	ScanKeyData key;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
-	bool		found = false;
-
-	if (a_relid <= 0 || a_column <= 0 || a_tokens <= 0)
-		elog(ERROR, "repair_unissued: lease_fence.protected lacks a column (run ALTER EXTENSION lease_fence UPDATE)");
-	ScanKeyInit(&key, a_relid, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	slot = table_slot_create(rel, NULL);
-	scan = table_beginscan(rel, GetActiveSnapshot(), 1, &key);
-	if (table_scan_getnextslot(scan, ForwardScanDirection, slot))
-	{
-		bool		col_null;
-		bool		tok_null;
-		Datum		col = slot_getattr(slot, a_column, &col_null);
-		Datum		tok = slot_getattr(slot, a_tokens, &tok_null);
-
-		if (col_null || tok_null)
-			elog(ERROR, "repair_unissued: incomplete row in lease_fence.protected for table with OID %u", relid);
-		*colname = pstrdup(NameStr(*DatumGetName(col)));
-		*tokens = TextDatumGetCString(tok);
-		found = true;
-	}
-	table_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-/*
- * Run repair_unissued()'s UPDATE on one table (query, with $1 = the
- * generation and $2 = the highest issued), with the trigger's door open for
- * that table only while it runs; the number of rows it changed.
- *
- * The UPDATE runs as the table's owner, as a security-restricted operation
- * with a safe search_path and its setting changes undone after it, as
- * VACUUM, ANALYZE and REFRESH MATERIALIZED VIEW run what the owner defined:
- * planning and executing it runs the owner's code (its other triggers,
- * index expressions, functions in policies and defaults), which must never
- * run with the calling superuser's rights.
- */
-static uint64
-repair_update(Oid member, Oid owner, int64 generation, const char *query, Datum *args)
-{
-	Oid			save_relid = repair_relid;
-	int64		save_generation = repair_generation;
-	Oid			argtypes[2] = {INT8OID, INT8OID};
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
-	volatile uint64 n = 0;
-	int			ret;
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_RESTRICTED_OPERATION);
-	save_nestlevel = NewGUCNestLevel();
-	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	PG_TRY();
-	{
-		repair_relid = member;
-		repair_generation = generation;
-		ret = SPI_execute_with_args(query, 2, argtypes, args, NULL, false, 0);
-		if (ret != SPI_OK_UPDATE)
-			elog(ERROR, "repair_unissued: UPDATE of %s failed: %s",
-				 get_rel_name(member), SPI_result_code_string(ret));
-		n = SPI_processed;
-	}
-	PG_FINALLY();
-	{
-		repair_relid = save_relid;
-		repair_generation = save_generation;
-	}
-	PG_END_TRY();
-	AtEOXact_GUC(false, save_nestlevel);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	return n;
-}
-
-/*
- * lease_fence.repair_unissued(tbl regclass, generation bigint) RETURNS bigint
- *
- * Superuser only.  Sets every fence of tbl (and of the partitions under it)
- * that is above the highest issued generation back to generation, which
- * must have been issued; returns the number of rows changed, logs it, and
- * counts it in stats (repair / repaired).
- *
- * How: one ordinary UPDATE per table of the tree, through SPI, each run as
- * that table's owner under the restrictions of a security-restricted
- * operation (repair_update): whatever the owner defined runs with the
- * owner's rights, never the superuser's.  An UPDATE rather than a heap scan
- * in C keeps indexes, row locks, concurrent writers (the READ COMMITTED
- * re-check) and the table's other triggers (an audit trigger sees the
- * repair) as for any write.  The fence trigger would refuse it (it lowers
- * fences), so while the UPDATE runs the trigger lets exactly its rows
- * through, on that one table only (repair_row).
- */
-Datum
-lf_repair_unissued(PG_FUNCTION_ARGS)
-{
-	Oid			relid;
-	int64		generation;
-	int64		highest;
-	Relation	rel;
-	char		relkind;
-	char	   *relname;
-	char	   *colname;
-	char	   *tokens;
-	List	   *members = NIL;
-	ListCell   *lc;
-	uint64		repaired = 0;
-	Datum		args[2];
-
-	if (!superuser())
-		ereport(ERROR,
-				errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				errmsg("must be superuser to repair fences"),
-				errdetail("repair_unissued() lowers fences, which the fence exists to prevent."));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("repair_unissued: arguments must not be NULL"));
-	relid = PG_GETARG_OID(0);
-	generation = PG_GETARG_INT64(1);
-
-	highest = lf_highest_issued();
-	if (generation < 0 || generation > highest)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("repair_unissued: generation " INT64_FORMAT " was never issued", generation),
-				errdetail("The highest generation issued in this database is " INT64_FORMAT ".", highest),
-				errhint("Use lease_fence.next_generation(), or the generation of the current holder."));
-
-	rel = table_open(relid, RowExclusiveLock);
-	relkind = rel->rd_rel->relkind;
-	relname = relation_display_name(rel);
-	table_close(rel, NoLock);
-
-	/* what protect() recorded: the fence column, and whose tokens they are */
-	if (!read_protected(relid, &colname, &tokens))
-		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("repair_unissued: table %s is not protected", relname),
-				errhint("Only tables fenced with lease_fence.protect() can be repaired."));
-	if (strcmp(tokens, "issued") != 0)
-		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("repair_unissued: table %s takes %s tokens", relname, tokens),
-				errdetail("Its fences are not generations of this database, so none of them is unissued."));
-
-	/* the tables that hold rows: the table itself, or its leaf partitions */
-	if (relkind == RELKIND_PARTITIONED_TABLE)
-	{
-		foreach(lc, find_all_inheritors(relid, RowExclusiveLock, NULL))
-		{
-			if (get_rel_relkind(lfirst_oid(lc)) == RELKIND_RELATION)
-				members = lappend_oid(members, lfirst_oid(lc));
-		}
-	}
-	else
-		members = list_make1_oid(relid);
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "repair_unissued: SPI_connect failed");
-	args[0] = Int64GetDatum(generation);
-	args[1] = Int64GetDatum(highest);
-	foreach(lc, members)
-	{
-		Oid			member = lfirst_oid(lc);
-		Relation	mrel = table_open(member, NoLock);	/* locked above */
-		Oid			owner = mrel->rd_rel->relowner;
-		char	   *query;
-
-		query = psprintf("UPDATE ONLY %s SET %s = $1 WHERE %s > $2",
-						 relation_display_name(mrel),
-						 quote_identifier(colname), quote_identifier(colname));
-		table_close(mrel, NoLock);
-		repaired += repair_update(member, owner, generation, query, args);
-	}
-	SPI_finish();
-
-	lf_count_n(LF_C_REPAIR_REPAIRED, repaired);
-	ereport(LOG,
-			errmsg("lease_fence: repair_unissued: table %s, column \"%s\": " UINT64_FORMAT " fences above the highest issued generation " INT64_FORMAT " set to " INT64_FORMAT,
-				   relname, colname, repaired, highest, generation));
-	PG_RETURN_INT64((int64) repaired);
 }

@@ -45,6 +45,10 @@
  * synchronous standbys, a value is returned only once they confirmed the
  * WAL that covers it.
  *
+ * Layer 1 (docs/design.md, "Layers"): it calls the extension's relations
+ * (extension.c) and the counters; the fence files and the lease layer call
+ * it.
+ *
  * IDENTIFICATION
  *	  src/generation.c
  *
@@ -59,8 +63,8 @@
 #include "access/xlog.h"
 #include "commands/sequence.h"
 #include "compat.h"
+#include "fence.h"
 #include "fmgr.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
@@ -70,7 +74,6 @@
 #include "storage/lmgr.h"
 #include "storage/lock.h"
 #include "storage/lwlock.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -79,7 +82,6 @@
 
 #define LF_SCHEMA "lease_fence"
 #define LF_SEQ_NAME "generation_seq"
-
 
 /* the special space of a sequence page, as commands/sequence.c defines it */
 #define LF_SEQ_MAGIC	  0x1717

@@ -21,8 +21,9 @@
  * the end of an idle owner's lease (its TTL ran out) and keepalive_max_ms.
  * The owner checks the mark, and the lease's local expiry, on every fenced
  * write under the lease's generation and at COMMIT of a transaction that
- * made one: both fail with LF010 (lf_keepalive_check_write,
- * lf_keepalive_check_commit), before the write reaches a row.
+ * made one: both fail with LF010 (check_write, which this file installs as
+ * the fence's lf_write_check_hook while the session keeps a lease alive,
+ * and lf_keepalive_check_commit), before the write reaches a row.
  *
  * The worker connects to no database, so it uses the server's settings
  * (postgresql.conf, ALTER SYSTEM): each entry carries a fingerprint of the
@@ -32,6 +33,10 @@
  *
  * A keep-alive extends a lease; it does not make a paused holder harmless.
  * Only the fence does.
+ *
+ * Layer 3 (docs/design.md, "Layers"), its lowest file: it calls the Redis
+ * layer and the fence layer's hook, never the registry or the SQL functions
+ * above it (an acquire that finds the table full is released by lease.c).
  *
  * IDENTIFICATION
  *	  src/keepalive.c
@@ -45,8 +50,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "fence.h"
 #include "lease.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -67,11 +72,6 @@
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void lf_keepalive_main(Datum arg);
-
-PG_FUNCTION_INFO_V1(lf_keepalive_state);
-
-/* how many leases the cluster can keep alive at once */
-#define LF_KEEPALIVE_SLOTS 1024
 
 /* the longest a keep-alive lasts (superuser-only) */
 int			lf_keepalive_max_ms = 600000;
@@ -140,7 +140,9 @@ typedef struct MyKeepalive
 } MyKeepalive;
 
 static MyKeepalive mine[LF_KEEPALIVE_SLOTS];
-int			lf_keepalive_held = 0;
+static int	held = 0;
+
+static void check_write(int64 g);
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -182,36 +184,6 @@ ka_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/*
- * A fingerprint of the settings that decide where leases live: a lease is
- * renewed where it was acquired only if the worker's are the same.
- */
-static uint64
-settings_fingerprint(void)
-{
-	static const char *const names[] = {
-		"lease_fence.redis_host", "lease_fence.redis_port", "lease_fence.redis_socket",
-		"lease_fence.redis_db", "lease_fence.redis_user", "lease_fence.redis_password_file",
-		"lease_fence.key_prefix", "lease_fence.redis_sslmode", "lease_fence.redis_sslrootcert",
-		"lease_fence.redis_sslcert", "lease_fence.redis_sslkey", "lease_fence.redis_sentinels",
-		"lease_fence.redis_sentinel_master", "lease_fence.redis_sentinel_user",
-		"lease_fence.redis_sentinel_password_file", "lease_fence.redis_cluster"
-	};
-	uint64		h = UINT64CONST(14695981039346656037);	/* FNV-1a */
-	size_t		i;
-
-	for (i = 0; i < lengthof(names); i++)
-	{
-		const char *v = GetConfigOption(names[i], true, false);
-		const char *p;
-
-		for (p = v ? v : ""; *p; p++)
-			h = (h ^ (unsigned char) *p) * UINT64CONST(1099511628211);
-		h = (h ^ 0xff) * UINT64CONST(1099511628211);	/* a separator */
-	}
-	return h == 0 ? 1 : h;
-}
-
 /* ---------------------------------------------------------------------
  * The owner's side
  * ---------------------------------------------------------------------
@@ -244,7 +216,7 @@ lf_keepalive_precheck(LeaseScope scope)
 				errmsg("keepalive needs track_activities"),
 				errdetail("The keep-alive worker tells an active session from an idle one by its pg_stat_activity entry."));
 	worker = pg_atomic_read_u64(&ka->worker_fingerprint);
-	if (worker != 0 && worker != settings_fingerprint())
+	if (worker != 0 && worker != lf_redis_settings_fingerprint())
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("keepalive needs the server's Redis settings"),
@@ -255,10 +227,10 @@ lf_keepalive_precheck(LeaseScope scope)
 /*
  * A kept-alive lease was granted: put it in the table for the worker.
  * start is lf_now_ms() from before the grant was asked for; validity what
- * was left of the lease after it.  When the table is full the lease is
- * released again and the acquire fails.
+ * was left of the lease after it.  False when the table is full: the
+ * caller releases the lease again and fails the acquire.
  */
-void
+bool
 lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 {
 	int			i;
@@ -277,17 +249,12 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 	if (slot < 0)
 	{
 		LWLockRelease(ka->lock);
-		lf_settle_lease(e, false);
-		ereport(ERROR,
-				errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				errmsg("too many kept-alive leases"),
-				errdetail("At most %d leases can be kept alive at once; the lease on resource \"%s\" was released again.",
-						  LF_KEEPALIVE_SLOTS, e->resource));
+		return false;
 	}
 	s = &ka->slots[slot];
 	s->owner_pid = MyProcPid;
 	s->owner_status = MyBEEntry;
-	s->fingerprint = settings_fingerprint();
+	s->fingerprint = lf_redis_settings_fingerprint();
 	s->ttl_ms = e->ttl_ms;
 	s->max_until = start + max;
 	s->next_renew = start + e->ttl_ms / 3;
@@ -300,12 +267,14 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 		SetLatch(ka->worker_latch);
 	LWLockRelease(ka->lock);
 
-	mine[lf_keepalive_held].slot = slot;
-	mine[lf_keepalive_held].generation = e->generation;
-	mine[lf_keepalive_held].written = false;
-	mine[lf_keepalive_held].resource = e->resource;
-	lf_keepalive_held++;
+	mine[held].slot = slot;
+	mine[held].generation = e->generation;
+	mine[held].written = false;
+	mine[held].resource = e->resource;
+	held++;
+	lf_write_check_hook = check_write;
 	e->keepalive_slot = slot;
+	return true;
 }
 
 /* The lease ends (release, end of its transaction or session): no more renewals. */
@@ -319,12 +288,14 @@ lf_keepalive_stop(LeaseEntry *e)
 	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
 	pg_atomic_write_u32(&ka->slots[e->keepalive_slot].state, KA_FREE);
 	LWLockRelease(ka->lock);
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 		if (mine[i].slot == e->keepalive_slot)
 		{
-			mine[i] = mine[--lf_keepalive_held];
+			mine[i] = mine[--held];
 			break;
 		}
+	if (held == 0)
+		lf_write_check_hook = NULL;
 	e->keepalive_slot = -1;
 }
 
@@ -371,15 +342,16 @@ report_lost(const MyKeepalive *m, const char *why, bool at_commit)
 }
 
 /*
- * A fenced write under generation g: refused (LF010) when g is the
+ * The fence's lf_write_check_hook while this session keeps leases alive: a
+ * fenced write under generation g is refused (LF010) when g is the
  * generation of a kept-alive lease of this session that was lost.
  */
-void
-lf_keepalive_check_write(int64 g)
+static void
+check_write(int64 g)
 {
 	int			i;
 
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 	{
 		const char *why;
 
@@ -401,7 +373,7 @@ lf_keepalive_check_commit(void)
 {
 	int			i;
 
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 	{
 		const char *why;
 
@@ -423,7 +395,7 @@ lf_keepalive_check_prepare(void)
 {
 	int			i;
 
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 		if (mine[i].written)
 			ereport(ERROR,
 					errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -439,7 +411,7 @@ lf_keepalive_xact_end(void)
 {
 	int			i;
 
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 		mine[i].written = false;
 }
 
@@ -452,27 +424,25 @@ lf_keepalive_check_entry(const LeaseEntry *e)
 
 	if (e->keepalive_slot < 0 || ka == NULL || !slot_lost(e->keepalive_slot, &why))
 		return;
-	for (i = 0; i < lf_keepalive_held; i++)
+	for (i = 0; i < held; i++)
 		if (mine[i].slot == e->keepalive_slot)
 			report_lost(&mine[i], why, true);
 }
 
 /*
- * lease_fence.keepalive_state(identity text): 'active' while the worker
- * keeps the lease of that identity alive, 'lost' once it could not, NULL
+ * The state of the kept-alive lease of identity, from any session:
+ * "active" while the worker keeps it alive, "lost" once it could not, NULL
  * when no kept-alive lease has it (never kept alive, released, or its
- * session ended).  From any session: an application watches its lease on
- * another connection, so that the watching does not keep the owner busy.
+ * session ended).  lease_fence.keepalive_state() (lease.c) shows it.
  */
-Datum
-lf_keepalive_state(PG_FUNCTION_ARGS)
+const char *
+lf_keepalive_state_of(const char *identity)
 {
-	char	   *identity = lf_check_identity(fcinfo, 0);
 	const char *state = NULL;
 	int			i;
 
 	if (ka == NULL)
-		PG_RETURN_NULL();
+		return NULL;
 	LWLockAcquire(ka->lock, LW_SHARED);
 	for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
 	{
@@ -485,9 +455,7 @@ lf_keepalive_state(PG_FUNCTION_ARGS)
 		break;
 	}
 	LWLockRelease(ka->lock);
-	if (state == NULL)
-		PG_RETURN_NULL();
-	PG_RETURN_TEXT_P(cstring_to_text(state));
+	return state;
 }
 
 /* ---------------------------------------------------------------------
@@ -804,7 +772,7 @@ lf_keepalive_main(Datum arg)
 	ka->worker_latch = MyLatch;
 	LWLockRelease(ka->lock);
 	before_shmem_exit(worker_exit, (Datum) 0);
-	pg_atomic_write_u64(&ka->worker_fingerprint, settings_fingerprint());
+	pg_atomic_write_u64(&ka->worker_fingerprint, lf_redis_settings_fingerprint());
 	ereport(LOG, errmsg("lease_fence keep-alive worker started"));
 
 	for (;;)
@@ -822,7 +790,7 @@ lf_keepalive_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			pg_atomic_write_u64(&ka->worker_fingerprint, settings_fingerprint());
+			pg_atomic_write_u64(&ka->worker_fingerprint, lf_redis_settings_fingerprint());
 		}
 	}
 }

@@ -15,6 +15,9 @@
  * "unconfirmed".  An operation interrupted by a cancel is recorded as
  * "unknown" and cleaned up at the end of the transaction.
  *
+ * Layer 3 (docs/design.md, "Layers"), its top file: the SQL-callable
+ * functions, calling the registry, the keep-alive and everything below.
+ *
  * IDENTIFICATION
  *	  src/lease.c
  *
@@ -30,9 +33,9 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
+#include "fence.h"
 #include "funcapi.h"
 #include "lease.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "redis.h"
 #include "storage/latch.h"
@@ -44,6 +47,7 @@ PG_FUNCTION_INFO_V1(lf_acquire);
 PG_FUNCTION_INFO_V1(lf_renew);
 PG_FUNCTION_INFO_V1(lf_release);
 PG_FUNCTION_INFO_V1(lf_claim_key_prefix);
+PG_FUNCTION_INFO_V1(lf_keepalive_state);
 
 /* ---------------------------------------------------------------------
  * Outcomes
@@ -234,8 +238,8 @@ check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl)
 	return minv;
 }
 
-char *
-lf_check_identity(FunctionCallInfo fcinfo, int argno)
+static char *
+check_identity(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *identity;
 	size_t		i,
@@ -826,8 +830,15 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 		*row = outcome_row(fcinfo, &o);
 		return LF_C_ACQUIRE_INSUFFICIENT_VALIDITY;
 	}
-	if (a->keepalive)
-		lf_keepalive_start(e, start, validity);
+	if (a->keepalive && !lf_keepalive_start(e, start, validity))
+	{
+		lf_settle_lease(e, false);
+		ereport(ERROR,
+				errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				errmsg("too many kept-alive leases"),
+				errdetail("At most %d leases can be kept alive at once; the lease on resource \"%s\" was released again.",
+						  LF_KEEPALIVE_SLOTS, e->resource));
+	}
 	if (scope == SCOPE_TRANSACTION)
 		lf_hold_in_transaction(e);
 
@@ -1102,7 +1113,7 @@ Datum
 lf_renew(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = lf_check_identity(fcinfo, 1);
+	char	   *identity = check_identity(fcinfo, 1);
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
 	char		ttlbuf[32];
@@ -1143,7 +1154,7 @@ Datum
 lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
-	char	   *identity = lf_check_identity(fcinfo, 1);
+	char	   *identity = check_identity(fcinfo, 1);
 	LfRedisOutcome r;
 	long long	answer = 0;
 	LeaseEntry *e = lf_find_lease(resource, identity);
@@ -1170,4 +1181,21 @@ lf_release(PG_FUNCTION_ARGS)
 		e->state = STATE_RELEASED;
 	PG_RETURN_DATUM(status_only(fcinfo, answer == 1 ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
 								resource));
+}
+
+/*
+ * lease_fence.keepalive_state(identity text): 'active' while the worker
+ * keeps the lease of that identity alive, 'lost' once it could not, NULL
+ * when no kept-alive lease has it.  From any session: an application
+ * watches its lease on another connection, so that the watching does not
+ * keep the owner busy.
+ */
+Datum
+lf_keepalive_state(PG_FUNCTION_ARGS)
+{
+	const char *state = lf_keepalive_state_of(check_identity(fcinfo, 0));
+
+	if (state == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(state));
 }

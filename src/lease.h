@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * lease.h
- *	  The session's lease registry (lease_registry.c), used by the SQL
- *	  functions of the lease helper (lease.c).
+ *	  The lease layer (layer 3, docs/design.md "Layers"): keep-alive
+ *	  (keepalive.c), the session's lease registry (lease_registry.c), and the
+ *	  SQL functions of the lease helper (lease.c), each calling only those
+ *	  listed before it, and the layers below.
  *
  * IDENTIFICATION
  *	  src/lease.h
@@ -62,19 +64,22 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 
-/* lease.c: an identity argument, checked (an ERROR if malformed) */
-extern char *lf_check_identity(FunctionCallInfo fcinfo, int argno);
+extern void lf_registry_init(void);
 
-/* keepalive.c */
+/* keepalive.c: how many leases the cluster can keep alive at once */
+#define LF_KEEPALIVE_SLOTS 1024
+
 extern int	lf_keepalive_max_ms;
 extern void lf_keepalive_precheck(LeaseScope scope);
-extern void lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
+extern bool lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
 extern void lf_keepalive_stop(LeaseEntry *e);
 extern bool lf_keepalive_is_lost(const LeaseEntry *e);
 extern void lf_keepalive_check_commit(void);
 extern void lf_keepalive_check_prepare(void);
 extern void lf_keepalive_check_entry(const LeaseEntry *e);
 extern void lf_keepalive_xact_end(void);
+extern const char *lf_keepalive_state_of(const char *identity);
+extern void lf_keepalive_init(void);
 
 /*
  * Validity left after a request that took elapsed ms, for a lease of ttl

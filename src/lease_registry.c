@@ -12,6 +12,9 @@
  * recorded as "unconfirmed" when that is not confirmed either.  The list
  * is the view lease_fence.leases.
  *
+ * Layer 3 (docs/design.md, "Layers"): it calls keepalive.c, the Redis
+ * layer, the resource fence and the current generation; lease.c calls it.
+ *
  * IDENTIFICATION
  *	  src/lease_registry.c
  *
@@ -24,9 +27,9 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
+#include "fence.h"
 #include "funcapi.h"
 #include "lease.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "redis.h"
@@ -393,7 +396,6 @@ set_local_generation(int64 g)
 							 superuser() ? PGC_SUSET : PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 }
-
 
 /*
  * A transaction-scoped lease was granted: its generation is the

@@ -1,10 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * redis.h
- *	  The Redis layer: connections (redis_conn.c), their TLS transport
- *	  (redis_tls.c), and the lease scripts with the classification of their
- *	  replies (redis_script.c).  Nothing above this layer knows the Redis
- *	  protocol.
+ *	  The Redis layer (layer 2, docs/design.md "Layers"): its settings
+ *	  (redis_settings.c), the TLS transport (redis_tls.c), connections
+ *	  (redis_conn.c), which server a command goes to (redis_topology.c), and
+ *	  the lease scripts with the classification of their replies
+ *	  (redis_script.c), each file calling only those listed before it.
+ *	  Nothing above this layer knows the Redis protocol; nothing below it
+ *	  knows Redis at all.
  *
  * IDENTIFICATION
  *	  src/redis.h
@@ -15,6 +18,9 @@
 #define LF_REDIS_H
 
 #include <sys/types.h>
+#include <time.h>
+
+#include "utils/guc.h"
 
 struct redisReply;
 
@@ -22,14 +28,82 @@ struct redisReply;
 #define LF_ERRLEN 256
 
 /* ---------------------------------------------------------------------
- * redis_conn.c: one cached connection per server
+ * redis_settings.c: every setting of the layer
  * ---------------------------------------------------------------------
  */
 
-/* the settings that say how long to wait */
+/* where Redis is, and as whom (superuser-only) */
+extern char *lf_redis_host;
+extern int	lf_redis_port;
+extern char *lf_redis_socket;
+extern int	lf_redis_db;
+extern char *lf_redis_user;
+extern char *lf_redis_password_file;
+
+/* how long to wait */
 extern int	lf_connect_timeout_ms;
 extern int	lf_command_timeout_ms;
 extern int	lf_cleanup_timeout_ms;
+
+/* TLS */
+typedef enum LfSslMode
+{
+	LF_SSL_DISABLE,
+	LF_SSL_REQUIRE,
+	LF_SSL_VERIFY_CA,
+	LF_SSL_VERIFY_FULL
+} LfSslMode;
+
+extern const struct config_enum_entry lf_sslmode_options[];
+extern int	lf_redis_sslmode;
+extern char *lf_redis_sslrootcert;
+extern char *lf_redis_sslcert;
+extern char *lf_redis_sslkey;
+
+/* the topology, and the replicas a grant needs */
+extern char *lf_sentinels;
+extern char *lf_sentinel_master;
+extern char *lf_sentinel_user;
+extern char *lf_sentinel_password_file;
+extern bool lf_cluster;
+extern int	lf_min_replicas;
+extern int	lf_replica_timeout_ms;
+
+/* the key layout */
+extern char *lf_key_prefix;
+extern int	lf_gen_key_ttl_s;
+
+/* a host and port of a sentinel or a cluster node */
+#define LF_MAX_SENTINELS 16
+typedef struct LfNode
+{
+	char		host[256];		/* an address or a DNS name (at most 253) */
+	int			port;
+} LfNode;
+
+extern uint64 lf_redis_settings_version(void);
+extern uint64 lf_redis_settings_fingerprint(void);
+extern bool lf_parse_host_port(const char *s, size_t len, char *host, size_t hostlen, int *port);
+extern int	lf_parse_sentinels(const char *list, LfNode *out);
+extern bool lf_read_secret_file(const char *path, const char *setting,
+								char *buf, size_t buflen, size_t *len,
+								char *err, size_t errlen);
+extern void lf_redis_settings_init(void);
+
+/* Milliseconds on the monotonic clock: every deadline of the layer. */
+static inline int64
+lf_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---------------------------------------------------------------------
+ * redis_conn.c: one cached connection per server
+ * ---------------------------------------------------------------------
+ */
 
 /* what became of one command sent on a connection */
 typedef enum LfSendResult
@@ -63,13 +137,6 @@ typedef struct LfEndpoint
 	bool		check_role;		/* a new connection asks ROLE: must be master */
 } LfEndpoint;
 
-/* where Redis is, and as whom (redis_conn.c; sentinels: redis_topology.c) */
-extern char *lf_redis_host;
-extern int	lf_redis_port;
-extern char *lf_sentinel_user;
-extern char *lf_sentinel_password_file;
-
-extern int64 lf_now_ms(void);
 extern LfSendResult lf_conn_command(const LfEndpoint *ep, int argc, const char **argv,
 									const size_t *argvlen, int timeout_ms, int flags,
 									struct redisReply **reply, char *err);
@@ -77,24 +144,13 @@ extern uint64 lf_conn_serial(const LfEndpoint *ep);
 extern int	lf_subscriber_wait(int64 deadline);
 extern void lf_subscriber_close(void);
 extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
-extern uint64 lf_redis_settings_version(void);
-/* assign hooks of the settings that decide the server */
-extern void lf_redis_string_changed(const char *newval, void *extra);
-extern void lf_redis_int_changed(int newval, void *extra);
-extern void lf_redis_bool_changed(bool newval, void *extra);
 extern void lf_redis_disconnect_all(void);
-extern bool lf_read_secret_file(const char *path, const char *setting,
-								char *buf, size_t buflen, size_t *len,
-								char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------
  * redis_topology.c: which server a command goes to (the one the settings
  * name, the master Sentinel names, or the Cluster node of the key's slot)
  * ---------------------------------------------------------------------
  */
-extern int	lf_min_replicas;
-extern int	lf_replica_timeout_ms;
-
 extern LfSendResult lf_redis_command(const char *route_key, int argc, const char **argv,
 									 const size_t *argvlen, int timeout_ms, int flags,
 									 struct redisReply **reply, char *err);
@@ -147,9 +203,6 @@ typedef enum LfScript
 	LF_NUM_SCRIPTS
 } LfScript;
 
-extern char *lf_key_prefix;
-extern int	lf_gen_key_ttl_s;
-
 extern LfRedisOutcome lf_run_script(LfScript script, int nkeys, const char **keys,
 									int nargs, const char **args, int timeout_ms,
 									int flags, struct redisReply **reply, char *err);
@@ -158,5 +211,6 @@ extern char *lf_release_channel(const char *resource);
 extern const char *lf_release_publish(void);
 extern char *lf_generation_key(const char *resource);
 extern char *lf_owner_key(void);
+extern void lf_scripts_init(void);
 
 #endif							/* LF_REDIS_H */

@@ -35,6 +35,9 @@
  * Host names are resolved with getaddrinfo(), which does not honour
  * connect_timeout_ms or interrupts (see README, "Settings").
  *
+ * Layer 2 (docs/design.md, "Layers"): it calls the settings and the TLS
+ * transport below it; redis_topology.c picks the endpoint from above.
+ *
  * IDENTIFICATION
  *	  src/redis_conn.c
  *
@@ -43,43 +46,26 @@
 #include "postgres.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
 
 #include "compat.h"
-#include "lease_fence.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
-
-/* where Redis is (superuser-only settings) */
-char	   *lf_redis_host = NULL;
-int			lf_redis_port = 6379;
-static char *lf_redis_socket = NULL;
-static int	lf_redis_db = 0;
-static char *lf_redis_user = NULL;
-static char *lf_redis_password_file = NULL;
-
-/* how long to wait (each user's choice, within bounds) */
-int			lf_connect_timeout_ms = 1000;
-int			lf_command_timeout_ms = 1000;
-int			lf_cleanup_timeout_ms = 500;
 
 /* longest password we read from redis_password_file */
 #define LF_MAX_PASSWORD 512
@@ -119,42 +105,15 @@ static LfConn subscriber = {.fd = PGINVALID_SOCKET};
 static LfConn *in_flight = NULL;
 
 /*
- * Bumped by the assign hook of every setting that decides the server
- * (here, in redis_tls.c and in redis_topology.c): while it stays, the entry
- * lookup_conn found last for the same endpoint is the one it would find
- * again, without building the key.  Entries are never removed, and
- * dynahash never moves them.
+ * The entry lookup_conn found last, for the same endpoint and settings
+ * version (lf_redis_settings_version): it is the one it would find again,
+ * without building the key.  Entries are never removed, and dynahash never
+ * moves them.
  */
-static uint64 settings_version = 1;
 static LfConn *last_conn = NULL;
 static uint64 last_conn_version = 0;
 static LfEndpoint last_ep;		/* the endpoint last_conn is for; its host: */
 static char last_ep_host[256];
-
-void
-lf_redis_string_changed(const char *newval, void *extra)
-{
-	settings_version++;
-}
-
-void
-lf_redis_int_changed(int newval, void *extra)
-{
-	settings_version++;
-}
-
-void
-lf_redis_bool_changed(bool newval, void *extra)
-{
-	settings_version++;
-}
-
-/* changes whenever a setting that decides the server does */
-uint64
-lf_redis_settings_version(void)
-{
-	return settings_version;
-}
 
 /*
  * One wait event set, for the socket last waited on, kept while that socket
@@ -165,16 +124,6 @@ static WaitEventSet *wait_set = NULL;
 static pgsocket wait_set_fd = PGINVALID_SOCKET;
 static int	wait_set_pos = -1;
 static uint32 wait_set_events = 0;
-
-/* Milliseconds on the monotonic clock. */
-int64
-lf_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Does ep mean the unix socket lease_fence.redis_socket names? */
 static bool
@@ -244,7 +193,10 @@ close_socket(LfConn *c)
 		lf_tls_free(c->tls);
 	c->tls = NULL;
 	if (c->fd != PGINVALID_SOCKET)
+	{
 		close(c->fd);
+		ReleaseExternalFD();
+	}
 	c->fd = PGINVALID_SOCKET;
 }
 
@@ -657,88 +609,6 @@ connection_looks_alive(LfConn *c)
 }
 
 /*
- * Read a secret file (the Redis password, the TLS key) into buf, NUL
- * terminated, its length in *len.  The file must be a regular file owned by
- * the server's OS user and not readable by group or others, like a .pgpass
- * file.  Returns false with a message (never the secret) in err.
- *
- * The file is opened with O_NONBLOCK and its type checked on the open
- * descriptor before anything is read: a plain open() of a FIFO waits for a
- * writer, without bound and deaf to cancel and terminate (PostgreSQL's
- * signal handlers restart it).  Opening a FIFO for reading without blocking
- * returns at once, and O_NOCTTY keeps a terminal device from becoming our
- * controlling terminal before it is refused.  O_NONBLOCK does not change
- * how a regular file is read (POSIX: it has no effect there).  Checking the
- * descriptor, not the path, also follows symlinks to what is actually
- * opened.
- */
-bool
-lf_read_secret_file(const char *path, const char *setting, char *buf, size_t buflen,
-					size_t *len, char *err, size_t errlen)
-{
-	int			fd;
-	struct stat st;
-	size_t		got = 0;
-
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0)
-	{
-		snprintf(err, errlen, "could not open %s: %s", setting, strerror(errno));
-		return false;
-	}
-	if (fstat(fd, &st) != 0)
-	{
-		snprintf(err, errlen, "could not stat %s: %s", setting, strerror(errno));
-		close(fd);
-		return false;
-	}
-	if (!S_ISREG(st.st_mode))
-	{
-		close(fd);
-		snprintf(err, errlen, "%s is not a regular file (it is %s)", setting,
-				 S_ISFIFO(st.st_mode) ? "a FIFO" :
-				 S_ISDIR(st.st_mode) ? "a directory" :
-				 S_ISCHR(st.st_mode) ? "a character device" :
-				 S_ISBLK(st.st_mode) ? "a block device" :
-				 S_ISSOCK(st.st_mode) ? "a socket" : "of another type");
-		return false;
-	}
-	if (st.st_uid != geteuid() || (st.st_mode & (S_IRWXG | S_IRWXO)) != 0)
-	{
-		close(fd);
-		snprintf(err, errlen, "%s must be a regular file owned by the server's user with no group or world access (chmod 0600)", setting);
-		return false;
-	}
-	while (got < buflen - 1)
-	{
-		ssize_t		n = read(fd, buf + got, buflen - 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-		{
-			close(fd);
-			explicit_bzero(buf, buflen);
-			snprintf(err, errlen, "could not read %s: %s", setting, strerror(errno));
-			return false;
-		}
-		if (n == 0)
-			break;
-		got += n;
-	}
-	close(fd);
-	if (got == buflen - 1)
-	{
-		explicit_bzero(buf, buflen);
-		snprintf(err, errlen, "%s is too large (the limit is %zu bytes)", setting, buflen - 2);
-		return false;
-	}
-	buf[got] = '\0';
-	*len = got;
-	return true;
-}
-
-/*
  * Send a command of the connection's set-up (AUTH, SELECT, PING) and expect
  * the status reply expected.  Nothing of a lease has been sent yet, so any
  * failure leaves the lease "unavailable".
@@ -832,14 +702,33 @@ connect_one(pgsocket fd, const struct sockaddr *addr, socklen_t addrlen,
 	return 1;
 }
 
-/* A new non-blocking socket, close-on-exec, or PGINVALID_SOCKET (err). */
+/*
+ * A new non-blocking socket, close-on-exec, or PGINVALID_SOCKET (err).
+ *
+ * Each socket is counted as one of PostgreSQL's own open files
+ * (AcquireExternalFD, as postgres_fdw's connections are), and given back in
+ * close_socket: PostgreSQL keeps its files under max_files_per_process by
+ * closing cached ones, which it can only do when it knows how many other
+ * descriptors the process holds.  When the backend's share for such
+ * descriptors is used up, the connection is refused before anything is
+ * sent: "unavailable", with the reason in the WARNING.
+ */
 static pgsocket
 new_socket(int family, char *err)
 {
-	pgsocket	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	pgsocket	fd;
 
+	if (!AcquireExternalFD())
+	{
+		snprintf(err, LF_ERRLEN, "this backend has too many open files for another Redis connection (see max_files_per_process)");
+		return PGINVALID_SOCKET;
+	}
+	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd == PGINVALID_SOCKET)
+	{
 		snprintf(err, LF_ERRLEN, "could not create a socket: %s", strerror(errno));
+		ReleaseExternalFD();
+	}
 	return fd;
 }
 
@@ -1120,7 +1009,7 @@ lookup_conn(const LfEndpoint *ep)
 								  HASH_ELEM | HASH_STRINGS);
 		on_proc_exit(disconnect_at_exit, (Datum) 0);
 	}
-	if (last_conn != NULL && last_conn_version == settings_version &&
+	if (last_conn != NULL && last_conn_version == lf_redis_settings_version() &&
 		ep->kind == last_ep.kind && ep->check_role == last_ep.check_role &&
 		(ep->kind == LF_EP_SETTINGS ||
 		 (ep->port == last_ep.port && strcmp(ep->host, last_ep_host) == 0)))
@@ -1137,7 +1026,7 @@ lookup_conn(const LfEndpoint *ep)
 			c->serial = 0;
 		}
 		last_conn = c;
-		last_conn_version = settings_version;
+		last_conn_version = lf_redis_settings_version();
 		last_ep = *ep;
 		if (ep->kind != LF_EP_SETTINGS)
 			strlcpy(last_ep_host, ep->host, sizeof(last_ep_host));
@@ -1318,51 +1207,3 @@ lf_subscriber_close(void)
 	close_conn(&subscriber);
 }
 
-/* Called from _PG_init: the settings of where Redis is and how long to wait. */
-void
-lf_redis_conn_init(void)
-{
-	/*
-	 * Where Redis is: superuser-only, so that no other role can point the
-	 * server's network connections at a host of its choosing.
-	 */
-	DefineCustomStringVariable("lease_fence.redis_host",
-							   "Host name or IP address of the Redis server for the lease helper.",
-							   NULL, &lf_redis_host, "127.0.0.1",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomIntVariable("lease_fence.redis_port",
-							"TCP port of the Redis server.",
-							NULL, &lf_redis_port, 6379, 1, 65535,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_socket",
-							   "Unix socket of the Redis server; when set, used instead of host and port.",
-							   NULL, &lf_redis_socket, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomIntVariable("lease_fence.redis_db",
-							"Redis database number (SELECT).",
-							NULL, &lf_redis_db, 0, 0, 1000000,
-							PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_user",
-							   "Redis ACL user name for AUTH; empty for the default user.",
-							   NULL, &lf_redis_user, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_password_file",
-							   "File holding the Redis password (owned by the server's user, mode 0600).",
-							   "The password itself is never a setting: settings are visible to pg_read_all_settings.",
-							   &lf_redis_password_file, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-
-	/* how long to wait: each user may choose, within bounds */
-	DefineCustomIntVariable("lease_fence.connect_timeout_ms",
-							"How long to wait for a connection to Redis, TLS handshake and connection check included.",
-							NULL, &lf_connect_timeout_ms, 1000, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.command_timeout_ms",
-							"How long to wait for Redis to answer a lease request.",
-							NULL, &lf_command_timeout_ms, 1000, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.cleanup_timeout_ms",
-							"How long a conditional release after an unknown outcome may take, connect included.",
-							NULL, &lf_cleanup_timeout_ms, 500, 1, 60000,
-							PGC_USERSET, GUC_UNIT_MS, NULL, NULL, NULL);
-}

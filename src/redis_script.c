@@ -23,6 +23,9 @@
  * which also loads it.  Builds with assertions check the constants against
  * the texts at load time.
  *
+ * Layer 2 (docs/design.md, "Layers"), its top file: it calls the topology
+ * below it; the lease layer calls it.
+ *
  * IDENTIFICATION
  *	  src/redis_script.c
  *
@@ -30,22 +33,14 @@
  */
 #include "postgres.h"
 
-#include <limits.h>
-
 #include <hiredis/hiredis.h>
 #ifdef USE_ASSERT_CHECKING
 #include <openssl/sha.h>
 #endif
 
-#include "lease_fence.h"
 #include "lib/stringinfo.h"
 #include "redis.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
-
-/* the key layout (superuser-only settings) */
-char	   *lf_key_prefix = NULL;
-int			lf_gen_key_ttl_s = 604800;
 
 /*
  * Generations are compared as decimal strings (shorter is smaller), so no
@@ -333,26 +328,7 @@ lf_owner_key(void)
 	return psprintf("%sowner", lf_key_prefix ? lf_key_prefix : "");
 }
 
-/*
- * GUC check hook of lease_fence.key_prefix: no braces.  The keys of a
- * resource are <key_prefix>{<resource>}...; a brace in the prefix would move
- * the Redis Cluster hash tag away from the resource, and the lease key and
- * the generation key could land in different slots.
- */
-static bool
-check_key_prefix(char **newval, void **extra, GucSource source)
-{
-	if (*newval && strpbrk(*newval, "{}") != NULL)
-	{
-		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errdetail("A key prefix must not contain '{' or '}'.");
-		GUC_check_errhint("The resource name in braces is the key's Redis Cluster hash tag.");
-		return false;
-	}
-	return true;
-}
-
-/* Called from _PG_init: the settings of the key layout. */
+/* Called from _PG_init: builds with assertions check the scripts' SHA1s. */
 void
 lf_scripts_init(void)
 {
@@ -373,13 +349,4 @@ lf_scripts_init(void)
 	}
 #endif
 
-	DefineCustomStringVariable("lease_fence.key_prefix",
-							   "Prefix of the Redis keys of leases; two databases must not share one.",
-							   "It must not contain '{' or '}': the resource in braces is the Redis Cluster hash tag.",
-							   &lf_key_prefix, "lease_fence:",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_key_prefix, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.gen_key_ttl_s",
-							"Seconds the highest-generation key of a resource outlives its last grant (0: forever).",
-							NULL, &lf_gen_key_ttl_s, 604800, 0, INT_MAX,
-							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 }

@@ -23,6 +23,10 @@
  * OpenSSL call here leaves the thread's error queue empty: the server's own
  * TLS code (libpq, the SSL server side) reads that queue too.
  *
+ * Layer 2 (docs/design.md, "Layers"): it reads the settings
+ * (redis_settings.c) and nothing else of lease_fence's; redis_conn.c calls
+ * it.
+ *
  * IDENTIFICATION
  *	  src/redis_tls.c
  *
@@ -38,30 +42,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "lease_fence.h"
 #include "redis.h"
-#include "utils/guc.h"
-
-typedef enum LfSslMode
-{
-	LF_SSL_DISABLE,
-	LF_SSL_REQUIRE,
-	LF_SSL_VERIFY_CA,
-	LF_SSL_VERIFY_FULL
-} LfSslMode;
-
-static const struct config_enum_entry sslmode_options[] = {
-	{"disable", LF_SSL_DISABLE, false},
-	{"require", LF_SSL_REQUIRE, false},
-	{"verify-ca", LF_SSL_VERIFY_CA, false},
-	{"verify-full", LF_SSL_VERIFY_FULL, false},
-	{NULL, 0, false}
-};
-
-static int	lf_redis_sslmode = LF_SSL_DISABLE;
-static char *lf_redis_sslrootcert = NULL;
-static char *lf_redis_sslcert = NULL;
-static char *lf_redis_sslkey = NULL;
 
 /* the largest key file we read */
 #define LF_MAX_KEY_FILE 65536
@@ -94,7 +75,7 @@ lf_tls_describe(char *buf, size_t len)
 		buf[0] = '\0';
 	else
 		snprintf(buf, len, "%s|%s|%s|%s",
-				 sslmode_options[lf_redis_sslmode].name,
+				 lf_sslmode_options[lf_redis_sslmode].name,
 				 is_set(lf_redis_sslrootcert) ? lf_redis_sslrootcert : "",
 				 is_set(lf_redis_sslcert) ? lf_redis_sslcert : "",
 				 is_set(lf_redis_sslkey) ? lf_redis_sslkey : "");
@@ -421,25 +402,3 @@ lf_tls_free(void *tls)
 	ERR_clear_error();
 }
 
-/* Called from _PG_init: the TLS settings, superuser-only as where to connect. */
-void
-lf_tls_init(void)
-{
-	DefineCustomEnumVariable("lease_fence.redis_sslmode",
-							 "Whether to use TLS to Redis, and how to verify the server: disable, require, verify-ca, verify-full.",
-							 "Not used over lease_fence.redis_socket.",
-							 &lf_redis_sslmode, LF_SSL_DISABLE, sslmode_options,
-							 PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_int_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sslrootcert",
-							   "File of the certificate authorities that Redis's certificate must chain to; empty for the system's.",
-							   NULL, &lf_redis_sslrootcert, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sslcert",
-							   "File of the client certificate sent to Redis (mutual TLS).",
-							   NULL, &lf_redis_sslcert, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sslkey",
-							   "File of the client certificate's private key (owned by the server's user, mode 0600).",
-							   NULL, &lf_redis_sslkey, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-}

@@ -24,6 +24,9 @@
  * A redirection is an answer that nothing was applied, so following it
  * never makes an outcome unknown: only a lost reply does.
  *
+ * Layer 2 (docs/design.md, "Layers"): it calls the connections and the
+ * settings below it; redis_script.c and the lease layer call it.
+ *
  * IDENTIFICATION
  *	  src/redis_topology.c
  *
@@ -31,29 +34,16 @@
  */
 #include "postgres.h"
 
-#include <limits.h>
 #include <netdb.h>
 
 #include <hiredis/hiredis.h>
 
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "stats.h"
 #include "storage/latch.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
-
-/* the topology (superuser-only settings) */
-static char *lf_sentinels = NULL;
-static char *lf_sentinel_master = NULL;
-char	   *lf_sentinel_user = NULL;
-char	   *lf_sentinel_password_file = NULL;
-static bool lf_cluster = false;
-
-/* replication safety of a grant (superuser-only, per database) */
-int			lf_min_replicas = 0;
-int			lf_replica_timeout_ms = 1000;
 
 /* how long an address the sentinels gave is used before asking again */
 #define LF_SENTINEL_RECHECK_MS 5000
@@ -62,7 +52,6 @@ int			lf_replica_timeout_ms = 1000;
 /* pause between tries of a command a cluster answered TRYAGAIN or CLUSTERDOWN */
 #define LF_CLUSTER_RETRY_MS 20
 /* the sentinels and the cluster nodes a backend keeps track of */
-#define LF_MAX_SENTINELS 16
 #define LF_MAX_NODES 1024
 #define LF_SLOTS 16384
 
@@ -77,108 +66,16 @@ static struct
 }			master;
 
 /* the cluster: nodes seen, and which serves each slot (index + 1; 0: none) */
-typedef struct LfNode
-{
-	char		host[256];		/* an address or a DNS name (at most 253) */
-	int			port;
-} LfNode;
-
 static LfNode *nodes = NULL;
 static int	nnodes = 0;
 static uint16 *slot_node = NULL;
 static bool map_valid = false;
 static uint64 map_version = 0;
 
-/*
- * Split "host:port" (the port after the last colon; a host may be an IPv6
- * address in brackets) into host and *port.  False if it is not one.
- */
-static bool
-parse_host_port(const char *s, size_t len, char *host, size_t hostlen, int *port)
-{
-	const char *colon = NULL;
-	const char *h = s;
-	size_t		hlen;
-	long		p = 0;
-	size_t		i;
-
-	for (i = 0; i < len; i++)
-		if (s[i] == ':')
-			colon = s + i;
-	if (colon == NULL || colon == s || colon == s + len - 1)
-		return false;
-	for (i = colon - s + 1; i < len; i++)
-	{
-		if (s[i] < '0' || s[i] > '9' || p > 65535)
-			return false;
-		p = p * 10 + (s[i] - '0');
-	}
-	if (p < 1 || p > 65535)
-		return false;
-	hlen = colon - s;
-	if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']')
-	{
-		h++;
-		hlen -= 2;
-	}
-	if (hlen == 0 || hlen >= hostlen)
-		return false;
-	memcpy(host, h, hlen);
-	host[hlen] = '\0';
-	*port = (int) p;
-	return true;
-}
-
 /* ---------------------------------------------------------------------
  * Sentinel
  * ---------------------------------------------------------------------
  */
-
-/*
- * The sentinels of lease_fence.redis_sentinels, in order.  Returns how many;
- * -1 if the list is malformed (the check hook refuses that, so only a
- * placeholder set before the library loaded can be).
- */
-static int
-parse_sentinels(const char *list, LfNode *out)
-{
-	const char *p = list;
-	int			n = 0;
-
-	while (*p)
-	{
-		const char *end;
-
-		while (*p == ' ' || *p == ',')
-			p++;
-		if (*p == '\0')
-			break;
-		end = p;
-		while (*end && *end != ',' && *end != ' ')
-			end++;
-		if (n == LF_MAX_SENTINELS ||
-			!parse_host_port(p, end - p, out[n].host, sizeof(out[n].host), &out[n].port))
-			return -1;
-		n++;
-		p = end;
-	}
-	return n;
-}
-
-static bool
-check_sentinels(char **newval, void **extra, GucSource source)
-{
-	LfNode		list[LF_MAX_SENTINELS];
-
-	if (*newval && parse_sentinels(*newval, list) < 0)
-	{
-		GUC_check_errcode(ERRCODE_INVALID_PARAMETER_VALUE);
-		GUC_check_errdetail("The list must be host:port entries separated by commas, at most %d.",
-							LF_MAX_SENTINELS);
-		return false;
-	}
-	return true;
-}
 
 static bool
 sentinel_mode(void)
@@ -221,7 +118,7 @@ ask_sentinels(int flags, int64 deadline, char *err)
 		snprintf(err, LF_ERRLEN, "lease_fence.redis_sentinels is set but lease_fence.redis_sentinel_master is not");
 		return false;
 	}
-	n = parse_sentinels(lf_sentinels, list);
+	n = lf_parse_sentinels(lf_sentinels, list);
 	if (n <= 0)
 	{
 		snprintf(err, LF_ERRLEN, "lease_fence.redis_sentinels names no sentinel");
@@ -534,7 +431,7 @@ redirect_target(const char *str)
 	if (p == NULL || (p = strchr(p + 1, ' ')) == NULL)
 		return 0;
 	p++;
-	if (!parse_host_port(p, strlen(p), host, sizeof(host), &port))
+	if (!lf_parse_host_port(p, strlen(p), host, sizeof(host), &port))
 		return 0;
 	return node_index(host, port);
 }
@@ -793,36 +690,3 @@ lf_redis_sharded_pubsub(void)
 	return lf_cluster;
 }
 
-/* Called from _PG_init: the settings of the topology. */
-void
-lf_topology_init(void)
-{
-	DefineCustomStringVariable("lease_fence.redis_sentinels",
-							   "Redis Sentinels to ask where the master is, as host:port,...; when set, redis_host, redis_port and redis_socket are not used.",
-							   NULL, &lf_sentinels, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, check_sentinels, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sentinel_master",
-							   "Name of the master the sentinels monitor.",
-							   NULL, &lf_sentinel_master, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sentinel_user",
-							   "ACL user name for AUTH on the sentinels; empty for the default user.",
-							   NULL, &lf_sentinel_user, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomStringVariable("lease_fence.redis_sentinel_password_file",
-							   "File holding the sentinels' password (owned by the server's user, mode 0600).",
-							   NULL, &lf_sentinel_password_file, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_string_changed, NULL);
-	DefineCustomBoolVariable("lease_fence.redis_cluster",
-							 "Talk to a Redis Cluster: redis_host and redis_port only seed its slot map.",
-							 NULL, &lf_cluster, false,
-							 PGC_SUSET, GUC_SUPERUSER_ONLY, NULL, lf_redis_bool_changed, NULL);
-	DefineCustomIntVariable("lease_fence.redis_min_replicas",
-							"Replicas that must acknowledge a grant (WAIT) before acquire reports it; 0: none.",
-							NULL, &lf_min_replicas, 0, 0, 100,
-							PGC_SUSET, 0, NULL, NULL, NULL);
-	DefineCustomIntVariable("lease_fence.redis_replica_timeout_ms",
-							"How long to wait for lease_fence.redis_min_replicas to acknowledge a grant.",
-							NULL, &lf_replica_timeout_ms, 1000, 1, 60000,
-							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
-}

@@ -29,6 +29,11 @@
  * re-check, the decision is made against what the newest holder committed,
  * so a stale holder in REPEATABLE READ gets LF001 too, not 40001.
  *
+ * Layer 1 (docs/design.md, "Layers"): it reads the current generation and
+ * the generations below it; a transaction-scoped lease (lease_registry.c)
+ * calls lf_fence_resource_at() from above.  The lease layer's check of a
+ * write comes through lf_write_check_hook.
+ *
  * IDENTIFICATION
  *	  src/resource_fence.c
  *
@@ -48,8 +53,8 @@
 #include "catalog/pg_index.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
+#include "fence.h"
 #include "fmgr.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
 #include "storage/lmgr.h"
@@ -387,9 +392,9 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 	 */
 	lf_check_issued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
 					psprintf("Resource \"%s\"", resource));
-	/* a kept-alive lease of this session that was lost: LF010 */
-	if (lf_keepalive_held > 0)
-		lf_keepalive_check_write(lf_generation);
+	/* the lease layer's check (keepalive.c: a lost kept-alive lease, LF010) */
+	if (lf_write_check_hook != NULL)
+		lf_write_check_hook(lf_generation);
 
 	PG_RETURN_INT64(lf_fence_resource_at(resource, lf_generation));
 }

@@ -16,6 +16,9 @@
  * variable and added to shared memory once per transaction.  Rejections are
  * added at once, so they count although the rejecting transaction aborts.
  *
+ * Layer 0 (docs/design.md, "Layers"): every file may count, and this file
+ * calls none of lease_fence's.
+ *
  * IDENTIFICATION
  *	  src/stats.c
  *
@@ -26,9 +29,9 @@
 #include "access/xact.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "lease_fence.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"

@@ -1,0 +1,122 @@
+/*-------------------------------------------------------------------------
+ *
+ * fence.h
+ *	  The fence layer (layer 1, docs/design.md "Layers"): the extension's own
+ *	  relations (extension.c), issued generations (generation.c), the
+ *	  current generation (current_generation.c), resource fences
+ *	  (resource_fence.c), repair_unissued (repair.c) and the row fence
+ *	  (fence_trigger.c).  It needs no Redis and reaches no file above it:
+ *	  what the leases above must tell the fence, they tell through
+ *	  lf_write_check_hook.
+ *
+ * IDENTIFICATION
+ *	  src/fence.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef LF_FENCE_H
+#define LF_FENCE_H
+
+#include "access/htup.h"
+#include "utils/elog.h"
+
+#include "compat.h"
+#include "stats.h"
+
+/* SQLSTATEs of class LF: see README.md */
+#define ERRCODE_LF_STALE_GENERATION			MAKE_SQLSTATE('L','F','0','0','1')
+#define ERRCODE_LF_MISSING_GENERATION		MAKE_SQLSTATE('L','F','0','0','2')
+#define ERRCODE_LF_CONFLICTING_GENERATION	MAKE_SQLSTATE('L','F','0','0','3')
+#define ERRCODE_LF_UNISSUED_GENERATION		MAKE_SQLSTATE('L','F','0','0','4')
+#define ERRCODE_LF_LEASE_LOST_AT_COMMIT		MAKE_SQLSTATE('L','F','0','1','0')
+
+/* ---------------------------------------------------------------------
+ * extension.c: the extension's own relations, found through the extension
+ * ---------------------------------------------------------------------
+ */
+typedef enum LfOwnRelation
+{
+	LF_GENERATION_SEQ,			/* lease_fence.generation_seq */
+	LF_RESOURCE_GENERATION,		/* lease_fence.resource_generation */
+	LF_PROTECTED,				/* lease_fence.protected */
+	LF_NUM_OWN_RELATIONS
+} LfOwnRelation;
+
+extern Oid	lf_own_relation(LfOwnRelation which);
+extern void lf_extension_init(void);
+
+/* ---------------------------------------------------------------------
+ * generation.c: durable generations, and which were issued
+ * ---------------------------------------------------------------------
+ */
+extern int64 lf_draw_generation(void);
+extern void lf_heal_generation(int64 stored, const char *resource);
+extern void lf_generation_init(void);
+
+/*
+ * lf_highest_issued() is the one place that knows what "issued" means;
+ * lf_issued_cached is this backend's last reading of it, which only a larger
+ * supplied generation makes it refresh.
+ */
+extern int64 lf_issued_cached;
+extern int64 lf_highest_issued(void);
+extern bool lf_generation_issued_slow(int64 generation);
+
+/* Was generation ever issued in this database?  Free unless it exceeds the cache. */
+static inline bool
+lf_generation_issued(int64 generation)
+{
+	return likely(generation <= lf_issued_cached) || lf_generation_issued_slow(generation);
+}
+
+/*
+ * Refuse (LF004, counted as c) a supplied generation this database never
+ * issued, before anything is written.  target names what was written,
+ * capitalised, for the DETAIL: "Table public.t, column \"fence\"",
+ * "Resource \"r\"".  On a hot path, test lf_generation_issued() first and
+ * build target only when it fails, as the fence trigger does.
+ */
+LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) LF_NORETURN_AFTER;
+extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
+
+/* ---------------------------------------------------------------------
+ * current_generation.c: the generation fenced writes carry
+ * ---------------------------------------------------------------------
+ */
+
+/* name of the GUC that carries the current generation */
+#define LF_GENERATION_GUC "lease_fence.generation"
+
+extern bool lf_generation_is_set;
+extern int64 lf_generation;
+extern bool lf_generation_invalid;
+extern void lf_check_generation_valid(void);
+extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
+extern void lf_set_lease_generation(bool is_set, int64 g);
+extern void lf_current_generation_init(void);
+
+/*
+ * A check of every fenced write (rows, TRUNCATE, fence_resource) under
+ * generation g, before anything is written: it throws to refuse the write.
+ * NULL while nobody needs one, so that the fence pays one branch.  The
+ * lease layer installs it while this session has kept-alive leases
+ * (keepalive.c: LF010 for a lost one): news from above travels down by a
+ * hook, never by a call upward.
+ */
+typedef void (*LfWriteCheck) (int64 g);
+extern LfWriteCheck lf_write_check_hook;
+
+/* ---------------------------------------------------------------------
+ * resource_fence.c
+ * ---------------------------------------------------------------------
+ */
+extern int64 lf_fence_resource_at(const char *resource, int64 g);
+
+/* ---------------------------------------------------------------------
+ * repair.c: repair_unissued() and the one door it opens in the fence
+ * ---------------------------------------------------------------------
+ */
+extern Oid	lf_repair_relid;
+extern Datum lf_repair_row(HeapTuple newtuple, bool s_null, int64 s, bool n_null, int64 n);
+
+#endif							/* LF_FENCE_H */
