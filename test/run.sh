@@ -4,6 +4,9 @@
 # As root it installs the Debian packages it needs, builds the extension as
 # the postgres user in a private copy of the tree, installs it, starts a
 # throwaway PostgreSQL in a temp dir (unix socket only), and runs
+#   - layers       test/layers.sh on the objects just built: every call in
+#                  src/ goes down the layers (and the check itself refuses
+#                  each kind of violation, built on purpose)
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
@@ -19,9 +22,9 @@
 # /var/cache/lease_fence; see README, "Supported PostgreSQL versions").
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
-#   LF_SUITES="regress tap"        run only these suites (of: regress
-#                                  isolation server tap clients demo
-#                                  valgrind logs)
+#   LF_SUITES="regress tap"        run only these suites (of: layers
+#                                  regress isolation server tap clients
+#                                  demo valgrind logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
@@ -40,7 +43,7 @@ passed=0
 failed=0
 # valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
 # written for; on the others only when LF_SUITES names it
-default_suites="regress isolation server tap clients demo logs"
+default_suites="layers regress isolation server tap clients demo logs"
 [ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind"
 suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
@@ -74,6 +77,18 @@ run_suite() {
 	cat "$out"
 	return $rc
 }
+
+# the layers of src/, read from the object files the build just made
+if want layers; then
+	lf_log "layers"
+	bash "$top/test/layers.sh" --self-test "$LF_SRC/src" >"$LF_WORK/layers.out" 2>&1
+	cat "$LF_WORK/layers.out"
+	ok=$(grep -cE '^ok - ' "$LF_WORK/layers.out")
+	bad=$(grep -cE '^not ok - ' "$LF_WORK/layers.out")
+	[ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "layers: $ok passed, $bad failed"
+fi
 
 # pg_regress
 if want regress; then
