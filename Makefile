@@ -23,6 +23,7 @@ OBJS = \
 	src/redis_settings.o \
 	src/redis_tls.o \
 	src/redis_conn.o \
+	src/redis_watch.o \
 	src/redis_topology.o \
 	src/redis_script.o \
 	src/keepalive.o \

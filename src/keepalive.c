@@ -590,6 +590,23 @@ renew_one(SlotCopy *c, int64 now)
 	if (r == LF_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
 
+	if (r == LF_APPLIED && answer == 1 && lf_min_replicas > 0)
+	{
+		/* a renewal the replicas do not have is no renewal: try again soon */
+		bool		interrupted;
+		int			acked = lf_wait_replicas(lf_replica_timeout_ms + lf_command_timeout_ms,
+											 LF_INTERRUPTIBLE, &interrupted, err);
+
+		if (interrupted)
+			CHECK_FOR_INTERRUPTS();
+		if (acked < lf_min_replicas)
+		{
+			if (acked >= 0)
+				snprintf(err, sizeof(err), "%d of %d replicas acknowledged the renewal",
+						 acked, lf_min_replicas);
+			r = LF_UNKNOWN;
+		}
+	}
 	if (r == LF_APPLIED && answer == 1)
 	{
 		int64		validity = lf_validity_after(ttl, lf_now_ms() - start);

@@ -84,6 +84,7 @@ static const struct
 	[LF_C_RENEW_INSUFFICIENT_VALIDITY] = {OP_RENEW, 0},
 	[LF_C_RENEW_UNAVAILABLE] = {OP_RENEW, 0},
 	[LF_C_RENEW_UNKNOWN] = {OP_RENEW, LF_NULL},
+	[LF_C_RENEW_UNREPLICATED] = {OP_RENEW, 0},
 	[LF_C_RELEASE_RELEASED] = {OP_RELEASE, 1},
 	[LF_C_RELEASE_NOT_HELD] = {OP_RELEASE, 0},
 	[LF_C_RELEASE_UNAVAILABLE] = {OP_RELEASE, 0},
@@ -304,6 +305,44 @@ check_scope(FunctionCallInfo fcinfo, int argno)
  * ---------------------------------------------------------------------
  */
 
+/*
+ * While a waiting acquire runs: the latest moment any of its requests may
+ * still wait for Redis, wait_ms plus one command_timeout_ms after it
+ * started (a request started before the deadline ends by then, connects
+ * and cleanups included); 0 otherwise.
+ */
+static int64 wait_hard_deadline = 0;
+
+/* The timeout of one request of an acquire: at most base, never past the hard deadline. */
+static int
+request_timeout(int base)
+{
+	int64		left;
+
+	if (wait_hard_deadline == 0)
+		return base;
+	left = wait_hard_deadline - lf_now_ms();
+	return (int) Max(1, Min(left, base));
+}
+
+/* The flags of one request of an acquire: in a wait, connects count too. */
+static int
+request_flags(void)
+{
+	return LF_INTERRUPTIBLE | (wait_hard_deadline != 0 ? LF_WITHIN : 0);
+}
+
+/* Release e, bounded by cleanup_timeout_ms and, in a wait, by its hard deadline. */
+static void
+settle(LeaseEntry *e, bool fresh)
+{
+	int64		deadline = lf_now_ms() + lf_cleanup_timeout_ms;
+
+	if (wait_hard_deadline != 0 && wait_hard_deadline < deadline)
+		deadline = wait_hard_deadline;
+	lf_settle_lease_by(e, fresh, deadline);
+}
+
 /* the connection (lf_redis_connection_serial) and prefix last found ours */
 static uint64 claim_checked_serial = 0;
 static char *claim_checked_prefix = NULL;
@@ -388,8 +427,8 @@ key_prefix_is_ours(const char *resource)
 	keys[0] = key;
 	args[0] = id;
 	args[1] = value;
-	r = lf_run_script(LF_SCRIPT_CLAIM, 1, keys, 2, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
+	r = lf_run_script(LF_SCRIPT_CLAIM, 1, keys, 2, args, request_timeout(lf_command_timeout_ms),
+					  request_flags(), &reply, err);
 	if (r == LF_INTERRUPTED)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -586,54 +625,50 @@ parse_stored_generation(const char *s, int64 *value)
  */
 static Datum
 acquire_unknown(FunctionCallInfo fcinfo, const char *resource, const char *identity,
-				int64 generation, LeaseScope scope, int64 ttl, int64 minv, const char *err)
+				int64 generation, LeaseScope scope, int64 ttl, int64 minv, const char *err,
+				bool *released)
 {
 	LfOutcome	o = {LF_C_ACQUIRE_UNKNOWN, resource, identity, true, generation};
 	LeaseEntry *e;
 
 	lf_report_redis_problem("acquire", resource, err);
 	e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
-	lf_settle_lease(e, true);
+	settle(e, true);
+	*released = e->state == STATE_RELEASED;
 	return outcome_row(fcinfo, &o);
 }
 
 /*
- * After a grant, with lease_fence.redis_min_replicas set: how many replicas
- * acknowledged it (WAIT, on the connection that granted it: WAIT counts
- * the replicas that have its own connection's writes), or -1 when WAIT
- * gave no answer (err says why).  An interrupt records the lease as unknown,
- * to be released at the end of the transaction, and acts.
+ * After a grant, a renewal or a release, with lease_fence.redis_min_replicas
+ * set: how many replicas acknowledged it (WAIT, on the connection that ran
+ * it), or -1 when WAIT gave no answer (err says why).  An interrupt records
+ * the lease as unknown, to be released at the end of the transaction, and
+ * acts.
  */
+/* Say that fewer replicas than redis_min_replicas have a write of operation. */
+static void
+report_unreplicated(const char *operation, const char *resource, int acked, const char *err)
+{
+	if (acked >= 0)
+		ereport(WARNING,
+				errmsg("lease_fence: %s of resource \"%s\": %d of %d replicas acknowledged it within %d ms",
+					   operation, resource, acked, lf_min_replicas, lf_replica_timeout_ms));
+	else
+		ereport(WARNING,
+				errmsg("lease_fence: %s of resource \"%s\": could not learn whether replicas have it (%s)",
+					   operation, resource, err));
+}
+
 static int
 replicas_acknowledged(const char *resource, const char *identity, int64 generation,
 					  LeaseScope scope, int64 ttl, int64 minv, char *err)
 {
-	char		want[16];
-	char		timeout[16];
-	const char *argv[3] = {"WAIT", want, timeout};
-	size_t		lens[3];
-	redisReply *reply = NULL;
-	LfSendResult r;
-	int			acked = -1;
+	bool		interrupted;
+	int			acked = lf_wait_replicas(request_timeout(lf_replica_timeout_ms + lf_command_timeout_ms),
+										 LF_INTERRUPTIBLE, &interrupted, err);
 
-	pg_ltoa(lf_min_replicas, want);
-	pg_ltoa(lf_replica_timeout_ms, timeout);
-	lens[0] = 4;
-	lens[1] = strlen(want);
-	lens[2] = strlen(timeout);
-	r = lf_redis_command(NULL, 3, argv, lens, lf_replica_timeout_ms + lf_command_timeout_ms,
-						 LF_INTERRUPTIBLE | LF_SAME_CONN, &reply, err);
-	if (r == LF_SEND_INTERRUPTED)
+	if (interrupted)
 		lf_lease_interrupted(resource, identity, generation, scope, ttl, minv);
-	if (r == LF_REPLY)
-	{
-		if (reply->type == REDIS_REPLY_INTEGER)
-			acked = reply->integer > INT_MAX ? INT_MAX : (int) reply->integer;
-		else
-			snprintf(err, LF_ERRLEN, "WAIT answered: %s",
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
-		freeReplyObject(reply);
-	}
 	return acked;
 }
 
@@ -646,7 +681,7 @@ replicas_acknowledged(const char *resource, const char *identity, int64 generati
 static Datum
 acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *identity,
 					 int64 generation, LeaseScope scope, int64 ttl, int64 minv,
-					 int acked, const char *err)
+					 int acked, const char *err, bool *released)
 {
 	LeaseEntry *e;
 
@@ -659,7 +694,8 @@ acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *
 				errmsg("lease_fence: acquire of resource \"%s\": could not learn whether replicas have the grant (%s); releasing it",
 					   resource, err));
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, 0);
-	lf_settle_lease(e, acked < 0);
+	settle(e, acked < 0);
+	*released = e->state == STATE_RELEASED;
 	if (e->state == STATE_RELEASED)
 		return status_only(fcinfo, LF_C_ACQUIRE_UNREPLICATED, resource);
 	{
@@ -683,7 +719,9 @@ typedef struct AcquireArgs
  * One attempt to acquire.  Returns its status; for every status but busy and
  * stale *row is the call's result (counted).  Busy: *pttl is what the
  * holder's lease has left (-1 if not known); stale: the next generation
- * drawn is above the stored one.
+ * drawn is above the stored one.  *retry: an outcome that certainly holds
+ * nothing now, which a waiting acquire tries again (unavailable,
+ * unreplicated, and unknown once its release was confirmed).
  *
  * The generation: *spare, when it is not 0, else a fresh one.  A busy answer
  * hands the attempt's generation back in *spare for the next attempt of the
@@ -696,7 +734,7 @@ typedef struct AcquireArgs
  */
 static LfCounter
 acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 *pttl,
-			 Datum *row)
+			 Datum *row, bool *retry)
 {
 	const char *resource = a->resource;
 	int64		ttl = a->ttl;
@@ -718,11 +756,13 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	LeaseEntry *e;
 
 	new_identity(identity);
+	*retry = false;
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
 	if (!key_prefix_is_ours(resource))
 	{
 		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
+		*retry = true;
 		return LF_C_ACQUIRE_UNAVAILABLE;
 	}
 
@@ -743,8 +783,8 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 
 	/* validity is measured from before the request is sent */
 	start = lf_now_ms();
-	r = lf_run_script(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
+	r = lf_run_script(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, request_timeout(lf_command_timeout_ms),
+					  request_flags(), &reply, err);
 	validity = lf_validity_after(ttl, lf_now_ms() - start);
 
 	if (r == LF_INTERRUPTED)
@@ -753,11 +793,12 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	{
 		lf_report_redis_problem("acquire", resource, err);
 		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
+		*retry = true;
 		return LF_C_ACQUIRE_UNAVAILABLE;
 	}
 	if (r == LF_UNKNOWN)
 	{
-		*row = acquire_unknown(fcinfo, resource, identity, generation, scope, ttl, minv, err);
+		*row = acquire_unknown(fcinfo, resource, identity, generation, scope, ttl, minv, err, retry);
 		return LF_C_ACQUIRE_UNKNOWN;
 	}
 
@@ -768,7 +809,7 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	{
 		freeReplyObject(reply);
 		*row = acquire_unknown(fcinfo, resource, identity, generation, scope,
-							   ttl, minv, "unexpected reply to the acquire script");
+							   ttl, minv, "unexpected reply to the acquire script", retry);
 		return LF_C_ACQUIRE_UNKNOWN;
 	}
 	code = reply->element[0]->integer;
@@ -814,7 +855,7 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 		if (acked < lf_min_replicas)
 		{
 			*row = acquire_unreplicated(fcinfo, resource, identity, generation,
-										scope, ttl, minv, acked, err);
+										scope, ttl, minv, acked, err, retry);
 			return LF_C_ACQUIRE_UNREPLICATED;
 		}
 		/* the lease is held from when it was asked for: WAIT took some of it */
@@ -826,13 +867,13 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	{
 		LfOutcome	o = {LF_C_ACQUIRE_INSUFFICIENT_VALIDITY, resource, NULL, false, 0, true, validity};
 
-		lf_settle_lease(e, false);
+		settle(e, false);
 		*row = outcome_row(fcinfo, &o);
 		return LF_C_ACQUIRE_INSUFFICIENT_VALIDITY;
 	}
 	if (a->keepalive && !lf_keepalive_start(e, start, validity))
 	{
-		lf_settle_lease(e, false);
+		settle(e, false);
 		ereport(ERROR,
 				errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				errmsg("too many kept-alive leases"),
@@ -892,14 +933,36 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 	{
 		int64		pttl = -1;
 		Datum		row = (Datum) 0;
-		LfCounter	status = acquire_once(fcinfo, a, &spare, &pttl, &row);
+		bool		retry = false;
+		LfCounter	status = acquire_once(fcinfo, a, &spare, &pttl, &row, &retry);
 		int64		now;
 		int64		wake;
 		int			w;
 
-		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE)
+		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry)
 			return row;
 		now = lf_now_ms();
+		if (retry)
+		{
+			/*
+			 * Nothing held, but no answer either (Redis unreachable, a
+			 * failover under way, an unknown outcome released again): not
+			 * yet.  Try again after the backoff of an unsubscribed wait;
+			 * at the deadline, this attempt's outcome is the answer.
+			 */
+			int			rc;
+
+			if (now >= deadline)
+				return row;
+			wake = Min(deadline, now + jittered(poll));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
 		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
 		{
 			if (waited && status == LF_C_ACQUIRE_BUSY)
@@ -917,7 +980,7 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 		{
 			char		err[LF_ERRLEN];
 
-			if (lf_redis_subscribe(channel, err))
+			if (lf_redis_subscribe(channel, request_timeout(lf_connect_timeout_ms), err))
 				subscribed = true;
 			else
 			{
@@ -975,16 +1038,19 @@ acquire_waiting_closing(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 dea
 {
 	volatile Datum result = (Datum) 0;
 
+	wait_hard_deadline = deadline + lf_command_timeout_ms;
 	PG_TRY();
 	{
 		result = acquire_waiting(fcinfo, a, deadline);
 	}
 	PG_CATCH();
 	{
+		wait_hard_deadline = 0;
 		lf_subscriber_close();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	wait_hard_deadline = 0;
 	lf_subscriber_close();
 	return result;
 }
@@ -1051,7 +1117,8 @@ lf_acquire(PG_FUNCTION_ARGS)
 	{
 		Datum		row = (Datum) 0;
 		int64		spare = 0;
-		LfCounter	status = acquire_once(fcinfo, &a, &spare, &pttl, &row);
+		bool		retry;
+		LfCounter	status = acquire_once(fcinfo, &a, &spare, &pttl, &row, &retry);
 
 		if (status == LF_C_ACQUIRE_BUSY || status == LF_C_ACQUIRE_STALE)
 			row = status_only(fcinfo, status, a.resource);
@@ -1141,6 +1208,20 @@ lf_renew(PG_FUNCTION_ARGS)
 			e->state = STATE_RELEASED;
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_LOST, resource));
 	}
+	if (lf_min_replicas > 0)
+	{
+		/* a renewal the replicas do not have could be undone by a failover */
+		char		err[LF_ERRLEN];
+		int			acked = replicas_acknowledged(resource, identity, e ? e->generation : 0,
+												  e ? e->scope : SCOPE_EXPLICIT, ttl, minv, err);
+
+		if (acked < lf_min_replicas)
+		{
+			report_unreplicated("renew", resource, acked, err);
+			PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_UNREPLICATED, resource));
+		}
+		o.validity = lf_validity_after(ttl, lf_now_ms() - start);
+	}
 	if (e)
 		e->expires_at = GetCurrentTimestamp() + (o.validity > 0 ? o.validity : 0) * 1000;
 	o.have_validity = true;
@@ -1177,6 +1258,27 @@ lf_release(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNKNOWN, resource));
 	}
 
+	if (answer == 1 && lf_min_replicas > 0)
+	{
+		/*
+		 * A deletion the replicas do not have could be undone by a
+		 * failover, and the lease come back until its TTL: not "released"
+		 * but unknown, settled at the end of the transaction.
+		 */
+		char		err[LF_ERRLEN];
+		int			acked = replicas_acknowledged(resource, identity, e ? e->generation : 0,
+												  e ? e->scope : SCOPE_EXPLICIT, 0, 0, err);
+
+		if (acked < lf_min_replicas)
+		{
+			report_unreplicated("release", resource, acked, err);
+			if (e)
+				e->state = STATE_UNKNOWN;
+			else
+				lf_add_lease(resource, identity, 0, SCOPE_EXPLICIT, STATE_UNKNOWN, 0, 0, 0);
+			PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNKNOWN, resource));
+		}
+	}
 	if (e)
 		e->state = STATE_RELEASED;
 	PG_RETURN_DATUM(status_only(fcinfo, answer == 1 ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,

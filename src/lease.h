@@ -58,6 +58,7 @@ extern LeaseEntry *lf_add_lease(const char *resource, const char *identity, int6
 								LeaseScope scope, LeaseState state, int64 ttl, int64 minv,
 								int64 validity);
 extern void lf_settle_lease(LeaseEntry *e, bool fresh);
+extern void lf_settle_lease_by(LeaseEntry *e, bool fresh, int64 deadline);
 extern void lf_hold_in_transaction(LeaseEntry *e);
 LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const char *identity,
 													int64 generation, LeaseScope scope,

@@ -43,6 +43,7 @@ _PG_init(void)
 
 	/* layer 2: Redis */
 	lf_redis_settings_init();
+	lf_watch_init();
 	lf_scripts_init();
 
 	/* layer 3: leases */

@@ -308,6 +308,13 @@ lf_settle_lease(LeaseEntry *e, bool fresh)
 	(void) settle_by(e, fresh, lf_now_ms() + lf_cleanup_timeout_ms);
 }
 
+/* The same, done by deadline (lf_now_ms()). */
+void
+lf_settle_lease_by(LeaseEntry *e, bool fresh, int64 deadline)
+{
+	(void) settle_by(e, fresh, deadline);
+}
+
 /*
  * Is the server shutting down?  The postmaster writes "stopping" into the
  * status line of postmaster.pid (the one pg_ctl reads) before it sends its

@@ -135,6 +135,9 @@ typedef struct LfEndpoint
 	const char *host;			/* LF_EP_NODE, LF_EP_SENTINEL */
 	int			port;
 	bool		check_role;		/* a new connection asks ROLE: must be master */
+	/* with check_role, an open connection asks ROLE again before a command */
+	uint64		role_epoch;		/* ... when its last check was under another */
+	int			role_max_age_ms;	/* ... or is older than this (0: no limit) */
 } LfEndpoint;
 
 extern LfSendResult lf_conn_command(const LfEndpoint *ep, int argc, const char **argv,
@@ -147,6 +150,23 @@ extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern void lf_redis_disconnect_all(void);
 
 /* ---------------------------------------------------------------------
+ * redis_watch.c: the Sentinel watch's answer (a background worker)
+ * ---------------------------------------------------------------------
+ */
+typedef struct LfWatchAnswer
+{
+	uint64		epoch;			/* changes whenever the answer does */
+	bool		settled;		/* the sentinels agree, no failover under way */
+	char		host[256];		/* the master, when settled */
+	int			port;
+	char		why[LF_ERRLEN];	/* why not settled */
+} LfWatchAnswer;
+
+extern bool lf_watch_answer(LfWatchAnswer *out);
+extern uint64 lf_watch_epoch(void);
+extern void lf_watch_init(void);
+
+/* ---------------------------------------------------------------------
  * redis_topology.c: which server a command goes to (the one the settings
  * name, the master Sentinel names, or the Cluster node of the key's slot)
  * ---------------------------------------------------------------------
@@ -155,8 +175,9 @@ extern LfSendResult lf_redis_command(const char *route_key, int argc, const char
 									 const size_t *argvlen, int timeout_ms, int flags,
 									 struct redisReply **reply, char *err);
 extern uint64 lf_redis_connection_serial(const char *route_key);
-extern bool lf_redis_subscribe(const char *channel, char *err);
+extern bool lf_redis_subscribe(const char *channel, int timeout_ms, char *err);
 extern bool lf_redis_sharded_pubsub(void);
+extern int	lf_wait_replicas(int timeout_ms, int flags, bool *interrupted, char *err);
 
 /* ---------------------------------------------------------------------
  * redis_tls.c: the TLS transport (OpenSSL)

@@ -80,6 +80,8 @@ typedef struct LfConn
 	void	   *tls;			/* SSL *, or NULL on a plain connection */
 	redisReader *reader;		/* hiredis's reply parser, malloc'd */
 	uint64		serial;			/* lf_conn_serial() */
+	uint64		role_epoch;		/* the endpoint's role_epoch at its last ROLE */
+	int64		role_checked_at;	/* lf_now_ms() of its last ROLE */
 } LfConn;
 
 static HTAB *connections = NULL;
@@ -975,8 +977,13 @@ connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptibl
 	/* the connection check: after it, nothing stands between us and Redis */
 	if (!setup_command(c, 1, ping, "PONG", deadline, interruptible, interrupted, err))
 		goto fail;
-	if (ep->check_role && !check_role(c, ep, deadline, interruptible, interrupted, err))
-		goto fail;
+	if (ep->check_role)
+	{
+		if (!check_role(c, ep, deadline, interruptible, interrupted, err))
+			goto fail;
+		c->role_epoch = ep->role_epoch;
+		c->role_checked_at = lf_now_ms();
+	}
 
 	c->serial = ++last_serial;
 	return true;
@@ -1024,6 +1031,8 @@ lookup_conn(const LfEndpoint *ep)
 			c->tls = NULL;
 			c->reader = NULL;
 			c->serial = 0;
+			c->role_epoch = 0;
+			c->role_checked_at = 0;
 		}
 		last_conn = c;
 		last_conn_version = lf_redis_settings_version();
@@ -1115,6 +1124,29 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 				CHECK_FOR_INTERRUPTS();
 			return LF_NOT_SENT;
 		}
+	}
+	else if (ep != NULL && ep->check_role &&
+			 (c->role_epoch != ep->role_epoch ||
+			  (ep->role_max_age_ms > 0 && lf_now_ms() - c->role_checked_at > ep->role_max_age_ms)))
+	{
+		/*
+		 * A master's connection whose ROLE answer may be out of date (the
+		 * Sentinel watch's answer changed since, or it is older than the
+		 * endpoint allows): ask again before the command, which is not sent
+		 * to a server that says it is no longer a master.
+		 */
+		bool		interrupted = false;
+
+		if (!check_role(c, ep, within ? overall : lf_now_ms() + lf_command_timeout_ms,
+						interruptible, &interrupted, err))
+		{
+			close_conn(c);
+			if (interrupted)
+				CHECK_FOR_INTERRUPTS();
+			return LF_NOT_SENT;
+		}
+		c->role_epoch = ep->role_epoch;
+		c->role_checked_at = lf_now_ms();
 	}
 
 	r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,

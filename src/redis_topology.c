@@ -34,6 +34,7 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
 #include <netdb.h>
 
 #include <hiredis/hiredis.h>
@@ -42,11 +43,17 @@
 #include "redis.h"
 #include "stats.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
-/* how long an address the sentinels gave is used before asking again */
+/*
+ * Without the Sentinel watch: how long an address the sentinels gave is
+ * used before asking again, and how old a master connection's last ROLE
+ * answer may be before a command (redis_watch.c says why)
+ */
 #define LF_SENTINEL_RECHECK_MS 5000
+#define LF_ROLE_MAX_AGE_MS 1000
 /* redirections followed for one command before giving up */
 #define LF_MAX_REDIRECTS 16
 /* pause between tries of a command a cluster answered TRYAGAIN or CLUSTERDOWN */
@@ -190,12 +197,49 @@ master_needs_asking(void)
 		lf_now_ms() - master.asked_at >= LF_SENTINEL_RECHECK_MS;
 }
 
+/*
+ * A command for the master, with the Sentinel watch's answer (redis_watch.c):
+ * not sent while the master is not settled (a failover under way, the
+ * sentinels disagreeing), and a reply that arrives under another answer
+ * than the command was sent under is no answer: it may come from a server
+ * that is no longer the master (LF_NO_REPLY, an unknown outcome).
+ */
+static LfSendResult
+watched_command(const LfWatchAnswer *w, int argc, const char **argv, const size_t *argvlen,
+				int timeout_ms, int flags, redisReply **reply, char *err)
+{
+	LfEndpoint	ep = {LF_EP_NODE, w->host, w->port, true, w->epoch, 0};
+	LfSendResult r;
+
+	*reply = NULL;
+	if (!w->settled)
+	{
+		snprintf(err, LF_ERRLEN, "the Sentinel master \"%s\" is not settled: %s",
+				 lf_sentinel_master, w->why);
+		return LF_NOT_SENT;
+	}
+	r = lf_conn_command(&ep, argc, argv, argvlen, timeout_ms, flags, reply, err);
+	if (r == LF_REPLY && lf_watch_epoch() != w->epoch)
+	{
+		freeReplyObject(*reply);
+		*reply = NULL;
+		snprintf(err, LF_ERRLEN, "the Sentinel master \"%s\" changed while the request was in flight",
+				 lf_sentinel_master);
+		return LF_NO_REPLY;
+	}
+	return r;
+}
+
 static LfSendResult
 sentinel_command(int argc, const char **argv, const size_t *argvlen,
 				 int timeout_ms, int flags, redisReply **reply, char *err)
 {
 	int64		overall = lf_now_ms() + timeout_ms;
 	int			attempt;
+	LfWatchAnswer w;
+
+	if (lf_watch_answer(&w))
+		return watched_command(&w, argc, argv, argvlen, timeout_ms, flags, reply, err);
 
 	*reply = NULL;
 	for (attempt = 0;; attempt++)
@@ -215,6 +259,8 @@ sentinel_command(int argc, const char **argv, const size_t *argvlen,
 		ep.host = master.host;
 		ep.port = master.port;
 		ep.check_role = true;
+		ep.role_epoch = 0;
+		ep.role_max_age_ms = LF_ROLE_MAX_AGE_MS;
 		if ((attempt > 0 || asked) && (flags & (LF_FRESH | LF_WITHIN)))
 		{
 			left = (int) (overall - lf_now_ms());
@@ -624,7 +670,15 @@ lf_redis_connection_serial(const char *route_key)
 	}
 	if (sentinel_mode())
 	{
-		LfEndpoint	ep = {LF_EP_NODE, master.host, master.port, true};
+		LfEndpoint	ep = {LF_EP_NODE, master.host, master.port, true, 0, LF_ROLE_MAX_AGE_MS};
+		LfWatchAnswer w;
+
+		if (lf_watch_answer(&w))
+		{
+			LfEndpoint	wep = {LF_EP_NODE, w.host, w.port, true, w.epoch, 0};
+
+			return w.settled ? lf_conn_serial(&wep) : 0;
+		}
 
 		/*
 		 * Not master_needs_asking(): the periodic re-ask is no reason to
@@ -647,7 +701,7 @@ lf_redis_connection_serial(const char *route_key)
  * wait then polls); an interrupt acts at once (nothing of a lease was sent).
  */
 bool
-lf_redis_subscribe(const char *channel, char *err)
+lf_redis_subscribe(const char *channel, int timeout_ms, char *err)
 {
 	const char *argv[2];
 	size_t		lens[2];
@@ -659,7 +713,7 @@ lf_redis_subscribe(const char *channel, char *err)
 	argv[1] = channel;
 	lens[0] = strlen(argv[0]);
 	lens[1] = strlen(channel);
-	r = lf_redis_command(channel, 2, argv, lens, lf_connect_timeout_ms,
+	r = lf_redis_command(channel, 2, argv, lens, timeout_ms,
 						 LF_INTERRUPTIBLE | LF_WITHIN | LF_SUBSCRIBER, &reply, err);
 	if (r == LF_SEND_INTERRUPTED)
 	{
@@ -690,3 +744,40 @@ lf_redis_sharded_pubsub(void)
 	return lf_cluster;
 }
 
+/*
+ * After a write: how many replicas acknowledged it (WAIT
+ * lease_fence.redis_min_replicas, on the connection the write ran on: WAIT
+ * counts the replicas that have its own connection's writes), or -1 when
+ * WAIT gave no answer (err says why; *interrupted when an interrupt that
+ * ends a wait is pending, for the caller to act on).  All of it within
+ * timeout_ms; WAIT itself waits replica_timeout_ms at most.
+ */
+int
+lf_wait_replicas(int timeout_ms, int flags, bool *interrupted, char *err)
+{
+	char		want[16];
+	char		timeout[16];
+	const char *argv[3] = {"WAIT", want, timeout};
+	size_t		lens[3];
+	redisReply *reply = NULL;
+	LfSendResult r;
+	int			acked = -1;
+
+	pg_ltoa(lf_min_replicas, want);
+	pg_ltoa(Max(1, Min(lf_replica_timeout_ms, timeout_ms - lf_command_timeout_ms)), timeout);
+	lens[0] = 4;
+	lens[1] = strlen(want);
+	lens[2] = strlen(timeout);
+	r = lf_redis_command(NULL, 3, argv, lens, timeout_ms, flags | LF_SAME_CONN, &reply, err);
+	*interrupted = r == LF_SEND_INTERRUPTED;
+	if (r == LF_REPLY)
+	{
+		if (reply->type == REDIS_REPLY_INTEGER)
+			acked = reply->integer > INT_MAX ? INT_MAX : (int) reply->integer;
+		else
+			snprintf(err, LF_ERRLEN, "WAIT answered: %s",
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+		freeReplyObject(reply);
+	}
+	return acked;
+}

@@ -30,6 +30,7 @@
 	X(RENEW_INSUFFICIENT_VALIDITY, "renew", "insufficient_validity") \
 	X(RENEW_UNAVAILABLE, "renew", "unavailable") \
 	X(RENEW_UNKNOWN, "renew", "unknown") \
+	X(RENEW_UNREPLICATED, "renew", "unreplicated") \
 	X(RELEASE_RELEASED, "release", "released") \
 	X(RELEASE_NOT_HELD, "release", "not_held") \
 	X(RELEASE_UNAVAILABLE, "release", "unavailable") \

@@ -29,6 +29,7 @@ ORDER="
 2 redis_settings
 2 redis_tls
 2 redis_conn
+2 redis_watch
 2 redis_topology
 2 redis_script
 3 keepalive
