@@ -48,6 +48,7 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "redis.h"
+#include "stats.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -241,6 +242,7 @@ poll_once(uint64 fingerprint)
 	bool		settled = true;
 	const SentinelView *first = NULL;
 	char		why[LF_ERRLEN];
+	bool		discovered;
 
 	why[0] = '\0';
 	for (i = 0; i < n; i++)
@@ -273,8 +275,8 @@ poll_once(uint64 fingerprint)
 	}
 
 	SpinLockAcquire(&watch->mutex);
-	if (watch->fingerprint != fingerprint || watch->settled != settled ||
-		(settled && (strcmp(watch->host, first->host) != 0 || watch->port != first->port)))
+	discovered = settled && (strcmp(watch->host, first->host) != 0 || watch->port != first->port);
+	if (watch->fingerprint != fingerprint || watch->settled != settled || discovered)
 	{
 		watch->epoch++;
 		watch->fingerprint = fingerprint;
@@ -288,6 +290,13 @@ poll_once(uint64 fingerprint)
 	strlcpy(watch->why, why, sizeof(watch->why));
 	watch->updated_at = lf_now_ms();
 	SpinLockRelease(&watch->mutex);
+	if (discovered)
+	{
+		lf_count(LF_C_SENTINEL_MASTER_DISCOVERED);
+		ereport(LOG,
+				errmsg("lease_fence: the sentinels name %s:%d the master \"%s\"",
+					   first->host, first->port, lf_sentinel_master));
+	}
 }
 
 /* The worker: poll while Sentinel is configured, idle otherwise. */
