@@ -1025,9 +1025,26 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 		}
 		else if (w == -2)
 		{
-			/* the subscription is gone: poll from here on */
+			/*
+			 * The subscription is gone: poll from here on.  Its server may
+			 * be going down (killed, failing over) while the connection the
+			 * next attempt would use does not show it yet: drop that one
+			 * too, so that the attempt connects anew ("unavailable", tried
+			 * again) instead of sending into a dying connection (an
+			 * unknown outcome), and wait a poll interval first.
+			 */
+			int			rc;
+
 			subscribed = false;
 			no_subscription = true;
+			lf_redis_disconnect_all();
+			now = lf_now_ms();
+			wake = Min(deadline, now + jittered(poll));
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
 		}
 	}
 }

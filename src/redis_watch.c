@@ -227,6 +227,10 @@ ask_one(const LfNode *s, SentinelView *v)
 	freeReplyObject(reply);
 }
 
+/* what each sentinel (by its place in the list) said last, and when */
+static SentinelView last[LF_MAX_SENTINELS];
+static int64 last_at[LF_MAX_SENTINELS];
+
 /*
  * One poll: every sentinel asked, the answer computed and, when it changed,
  * published under a new epoch.
@@ -249,6 +253,21 @@ poll_once(uint64 fingerprint)
 	{
 		ask_one(&list[i], &views[i]);
 		CHECK_FOR_INTERRUPTS();
+		if (views[i].answered)
+		{
+			last[i] = views[i];
+			last_at[i] = lf_now_ms();
+		}
+		else if (last[i].answered && lf_now_ms() - last_at[i] < LF_WATCH_STALE_MS)
+		{
+			/*
+			 * A sentinel that missed this poll counts with what it said last,
+			 * for a while: during a graceful failover only its leader
+			 * reports it, and one missed answer of the leader must not let
+			 * the others, who still name the old master, settle on it.
+			 */
+			views[i] = last[i];
+		}
 		if (!views[i].answered)
 			continue;
 		answered++;
@@ -336,8 +355,9 @@ lf_watch_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			/* the connections of the old settings are of no use */
+			/* the connections and answers of the old settings are of no use */
 			lf_redis_disconnect_all();
+			memset(last, 0, sizeof(last));
 		}
 	}
 }
