@@ -1,0 +1,138 @@
+# 091_sentinel_graceful.pl — a graceful SENTINEL FAILOVER: nothing of a
+# lease lands on the old master, which stays up and writable for ~10 s
+# after the switch (README, "Sentinel, Cluster and replication safety").
+# A master, two replicas, three redis-sentinels (quorum 2), and a node with
+# lease_fence preloaded (the sentinel watch).  Pinned:
+#  - while the failover runs, acquires of fresh resources are unavailable
+#    or acquired, and every acquired key is on the new master, none on the
+#    old one; the holder's renewals meanwhile are unavailable or renewed;
+#  - once every sentinel names the new master (the old one still says ROLE
+#    master), a lease taken before the failover is released on the new
+#    master, acquired again there by another session, and renewed;
+#  - the old master ran no lease script after the failover started
+#    (INFO commandstats since CONFIG RESETSTAT) and holds none of the keys
+#    of leases acquired since.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use LeaseFenceTopology;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $old = LeaseFenceRedis->new;
+my @replicas = map {
+	LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $old->port ])
+} 1 .. 2;
+LeaseFenceTopology::wait_for('the replicas to sync', sub {
+	!grep { $_->cli('INFO', 'replication') !~ /master_link_status:up/ } @replicas });
+my @sentinels = map {
+	LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $old->port)
+} 1 .. 3;
+
+# every sentinel sees the master, both replicas and the two other sentinels
+LeaseFenceTopology::wait_for('the sentinels to settle', sub {
+	!grep {
+		my $m = $_->cli('SENTINEL', 'master', 'lf');
+		my @up = $_->cli('SENTINEL', 'replicas', 'lf') =~ /\nflags\nslave\n/g;
+		$m !~ /\nflags\nmaster\n/ || $m !~ /\nnum-slaves\n2\n/
+		  || $m !~ /\nnum-other-sentinels\n2\n/ || @up != 2
+	} @sentinels });
+
+my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
+my $node = $old->node('graceful',
+	"shared_preload_libraries = 'lease_fence'",
+	"lease_fence.redis_sentinels = '$list'",
+	"lease_fence.redis_sentinel_master = 'lf'",
+	'lease_fence.connect_timeout_ms = 500');
+
+my ($h, $c, $w) = map { session($node) } 1 .. 3;
+my $held = acquire($h, 'R', 60000);
+need($held->{status}, 'acquired', 'H acquires R before the failover');
+LeaseFenceTopology::wait_for('both replicas to have R', sub {
+	!grep { $_->cli('GET', lkey('R')) ne $held->{identity} } @replicas });
+
+# the address each sentinel names, and whether it reports the failover over
+sub named
+{
+	my ($s) = @_;
+	my (undef, $port) = split /\n/, $s->cli('SENTINEL', 'get-master-addr-by-name', 'lf');
+	return $port;
+}
+sub failover_over
+{
+	return !grep {
+		named($_) == $old->port || $_->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress|o_down/
+	} @sentinels;
+}
+
+need($old->cli('CONFIG', 'RESETSTAT'), 'OK', 'CONFIG RESETSTAT on the old master');
+need($sentinels[0]->cli('SENTINEL', 'FAILOVER', 'lf'), 'OK', 'SENTINEL FAILOVER lf');
+need($sentinels[0]->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress/ ? 1 : 0, 1,
+	'the leader reports the failover');
+# the watch asks every 50 ms: let it see the failover before the first acquire
+usleep(300_000);
+
+# acquire a fresh resource every 50 ms, and H renews R (a backend that used
+# the old master a moment before the switch), until the failover is over
+# and one more was acquired
+my (%seen, %renewals, @granted, $over);
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+for (my $i = 1; time() < $deadline; $i++)
+{
+	my $r = acquire($c, "fresh$i", 60000);
+	$seen{ $r->{status} }++;
+	push @granted, [ "fresh$i", $r->{identity} ] if $r->{status} eq 'acquired';
+	$renewals{ renew($h, 'R', $held->{identity}, 60000)->{status} }++;
+	$over ||= failover_over();
+	last if $over && @granted;
+	usleep(50_000);
+}
+my ($new) = grep { $_->port == named($sentinels[0]) } @replicas;
+die 'harness: the sentinels name none of the replicas' unless $over && $new;
+my $window = (split /\n/, $old->cli('ROLE'))[0] eq 'master';
+note $window ? 'the old master still says ROLE master'
+  : 'NOTE: the old master is already a replica: the window is over';
+
+# the window: the sentinels name the new master, the old one is writable
+is(release($h, 'R', $held->{identity})->{status}, 'released', 'H releases R after the switch: released');
+is($new->cli('EXISTS', lkey('R')), '0', "R's key is gone from the new master");
+my $got = acquire($w, 'R', 60000);
+is($got->{status}, 'acquired', 'W acquires R: acquired');
+is($new->cli('GET', lkey('R')), $got->{identity} // 'none', "W's key is on the new master");
+isnt($old->cli('GET', lkey('R')), $got->{identity} // 'none', "W's key is not on the old master");
+is(renew($w, 'R', $got->{identity} // '0' x 32, 60000)->{status}, 'renewed', 'W renews R: renewed');
+
+# while the failover ran
+is(join(',', sort grep { $_ ne 'unavailable' && $_ ne 'acquired' } keys %seen), '',
+	'during the failover every acquire was unavailable or acquired ('
+	  . join(', ', map { "$_ $seen{$_}" } sort keys %seen) . ')');
+ok($seen{unavailable}, 'some acquires were unavailable while the failover ran');
+is(join(',', sort grep { $_ ne 'unavailable' && $_ ne 'renewed' } keys %renewals), '',
+	"H's renewals meanwhile were unavailable or renewed ("
+	  . join(', ', map { "$_ $renewals{$_}" } sort keys %renewals) . ')');
+ok(scalar(@granted), 'acquires are granted again once the sentinels agree');
+is(join(',', map { $_->[0] } grep { $new->cli('GET', lkey($_->[0])) ne $_->[1] } @granted), '',
+	'every acquired key is on the new master');
+is(join(',', map { $_->[0] } grep { $old->cli('EXISTS', lkey($_->[0])) } @granted), '',
+	'none is on the old master');
+
+my $stats = $old->cli('INFO', 'commandstats');
+is(join(',', $stats =~ /^cmdstat_((?:eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)):/mg), '',
+	'the old master ran no lease script after the failover started');
+push @granted, [ 'R', $got->{identity} ] if $got->{identity};
+is(join(',', map { $_->[0] } grep { $old->cli('GET', lkey($_->[0])) eq $_->[1] } @granted),
+	'', 'it holds none of the keys of leases acquired after the failover started');
+note 'the old master ' . ((split /\n/, $old->cli('ROLE'))[0] eq 'master'
+	? 'still says ROLE master at the end' : 'became a replica before the end');
+
+$_->quit for $h, $c, $w;
+$node->stop;
+done_testing();
