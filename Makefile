@@ -5,6 +5,9 @@
 # make installcheck         run the pg_regress, isolation and TAP suites against a
 #                           running server (test/run.sh does it all on a throwaway one)
 # make bench                the benchmarks (test/bench/run.sh)
+# make faults               the fault-injection run (test/faults/run.sh): workers
+#                           acquire -> fenced write -> release while Sentinel,
+#                           Cluster and PostgreSQL fail over, then the checks
 # make dist                 dist/lease_fence-VERSION.zip for PGXN, from the
 #                           committed HEAD (git archive; VERSION from META.json)
 
@@ -71,6 +74,13 @@ include $(PGXS)
 .PHONY: bench
 bench:
 	bash test/bench/run.sh
+
+# make faults: throwaway servers, three failover scenarios of about
+# LF_FAULTS_SECONDS each (default 20), the checks and the availability per
+# fault (about 2 minutes on 2 CPUs; settings at the head of test/faults/run.sh)
+.PHONY: faults
+faults:
+	bash test/faults/run.sh
 
 # make dist: the release archive, as pgvector makes it — what is committed
 # at HEAD (uncommitted changes are not in it), under lease_fence-VERSION/;

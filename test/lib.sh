@@ -185,8 +185,40 @@ lf_stop_redis() {
 	fi
 }
 
+# The fault-injection run (test/faults/faults.py: README, "Tests") on this
+# run's build, as $LF_USER, with its servers under $LF_WORK/faults.  Its
+# settings (LF_FAULTS_*) come from the environment.  Prints its report and
+# returns its exit status.
+lf_faults() {
+	lf_as_user mkdir -p "$LF_WORK/faults" || return 1
+	lf_as_user /usr/bin/python3 "$LF_SRC/test/faults/faults.py" \
+		--pg-bin "$PG_BIN" --work "$LF_WORK/faults"
+}
+
+# What a fault-injection run that was itself killed left running: its
+# PostgreSQL servers (a postmaster.pid in a data dir of $LF_WORK/faults) and
+# its Redis servers (a pid file beside each, checked to be a process whose
+# working directory is that server's directory, so a reused pid is left
+# alone).  Its workers exit by themselves once their driver is gone.
+lf_stop_faults() {
+	local d pid cwd
+	[ -n "${LF_WORK:-}" ] && [ -d "$LF_WORK/faults" ] || return 0
+	for d in "$LF_WORK"/faults/*/*/data; do
+		[ -f "$d/postmaster.pid" ] &&
+			lf_as_user "$PG_BIN/pg_ctl" -D "$d" -m immediate -w stop >/dev/null 2>&1
+	done
+	for d in "$LF_WORK"/faults/*/*/; do
+		[ -f "$d/pid" ] || continue
+		pid=$(cat "$d/pid")
+		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+		[ "$cwd/" = "$d" ] && kill -9 "$pid" 2>/dev/null
+	done
+	return 0
+}
+
 # Stop what we started and remove the temp dir (kept when LF_KEEP=1).
 lf_cleanup() {
+	lf_stop_faults
 	lf_stop_redis
 	lf_stop_pg
 	if [ -n "${LF_WORK:-}" ] && [ -d "$LF_WORK" ]; then

@@ -14,8 +14,11 @@
 #   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
 #   - demo         (demo/run.sh from a directory the postgres user cannot enter)
 #   - valgrind     test/valgrind.sh (memcheck), on Debian's 15 only
+#   - faults       test/faults/faults.py, briefly (LF_FAULTS_SECONDS=8):
+#                  workers acquire -> fenced write -> release while Sentinel,
+#                  Cluster and PostgreSQL fail over; on Debian's 15 only
 #   - logs         no TRAP (failed Assert) or PANIC in the server logs of the
-#                  run (its server's and the TAP clusters')
+#                  run (its server's, the TAP clusters' and the fault run's)
 # then stops everything and prints "N passed, N failed".
 # LF_PG picks the PostgreSQL: 15 (Debian's package, the default), or
 # 15-cassert, 17, 18: built with assertions by test/pg_build.sh (once, into
@@ -24,7 +27,7 @@
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: layers
 #                                  regress isolation server tap clients
-#                                  demo valgrind logs)
+#                                  demo valgrind faults logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
@@ -42,11 +45,15 @@ lf_log "$("$PG_BIN/postgres" --version), assertions: $(lf_as_user "$PG_BIN/psql"
 passed=0
 failed=0
 # valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
-# written for; on the others only when LF_SUITES names it
+# written for, and so does the brief fault-injection run (faults); on the
+# others only when LF_SUITES names them
 default_suites="layers regress isolation server tap clients demo logs"
-[ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind"
+[ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind faults"
 suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
+# the fault-injection run's Python modules (Debian's python3-psycopg and
+# python3-redis)
+if want faults; then lf_need_packages python3-psycopg python3-redis || exit 1; fi
 # one test point: name, then a command whose success is the behaviour
 check() {
 	local name=$1; shift
@@ -233,12 +240,30 @@ if want valgrind; then
 	lf_log "valgrind: done"
 fi
 
+# The fault-injection run, briefly (test/faults/faults.py: three scenarios
+# of about 10 to 25 s, servers of its own under $LF_WORK/faults): every "ok -"
+# / "not ok -" line of it is one test point; its availability report is
+# printed as it is, and its closing line renamed, like the client tests'.
+if want faults; then
+	lf_log "faults"
+	LF_FAULTS_SECONDS=${LF_FAULTS_SECONDS:-8} lf_faults >"$LF_WORK/faults.out" 2>&1
+	rc=$?
+	sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/faults: \1/' "$LF_WORK/faults.out"
+	ok=$(grep -cE '^ok - ' "$LF_WORK/faults.out")
+	bad=$(grep -cE '^not ok - ' "$LF_WORK/faults.out")
+	[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "faults: $ok passed, $bad failed"
+fi
+
 # A failed Assert prints "TRAP:" to the server log and a PANIC aborts the
 # server: neither may appear in any server log of this run.  The run's own
 # server wrote one (it ran the suites above), so there is always a log.
 if want logs; then
 	logs=("$LF_WORK/postgres.log")
-	for f in "$LF_SRC"/tmp_check/log/*.log; do [ -f "$f" ] && logs+=("$f"); done
+	for f in "$LF_SRC"/tmp_check/log/*.log "$LF_WORK"/faults/*/*/postgres.log; do
+		[ -f "$f" ] && logs+=("$f")
+	done
 	no_trap() {
 		[ -s "$LF_WORK/postgres.log" ] || { echo "no server log at $LF_WORK/postgres.log"; return 1; }
 		! grep -HnE '^TRAP:|PANIC:' "${logs[@]}"
