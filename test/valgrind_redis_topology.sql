@@ -77,4 +77,38 @@ RESET lease_fence.redis_replica_timeout_ms;
 SET lease_fence.redis_sentinel_master = 'nobody';
 SELECT vg_step('sentinel_unknown_name', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:s3', 30000) a;
 RESET lease_fence.redis_sentinel_master;
+-- renew and release WAIT too: without a replica, unreplicated and unknown
+SET lease_fence.redis_sentinel_master = 'vg';
+SELECT a.identity AS id_s4 FROM lease_fence.acquire('vg:s4', 30000) a \gset
+SET lease_fence.redis_min_replicas = 1;
+SET lease_fence.redis_replica_timeout_ms = 100;
+SELECT vg_step('sentinel_renew_unreplicated', r.status, 'unreplicated', r::text) FROM lease_fence.renew('vg:s4', :'id_s4', 30000) r;
+SELECT vg_step('sentinel_release_unreplicated', r.status, 'unknown', r::text) FROM lease_fence.release('vg:s4', :'id_s4') r;
+RESET lease_fence.redis_min_replicas;
+RESET lease_fence.redis_replica_timeout_ms;
+
+-- the Sentinel watch (a background worker, under valgrind too), from the
+-- server's settings: once it has named the master, this session, whose
+-- settings are the same, takes its answer instead of asking the sentinel
+ALTER SYSTEM SET lease_fence.redis_sentinels = :'sentinels';
+ALTER SYSTEM SET lease_fence.redis_sentinel_master = 'vg';
+SELECT pg_reload_conf();
+DO $$
+BEGIN
+	FOR i IN 1..600 LOOP
+		EXIT WHEN (SELECT count FROM lease_fence.stats
+		           WHERE operation = 'sentinel' AND outcome = 'master_discovered') >= 2;
+		PERFORM pg_sleep(0.1);
+	END LOOP;
+END $$;
+SELECT vg_step('watch_discovered', (count >= 2)::text, 'true')
+	FROM lease_fence.stats WHERE operation = 'sentinel' AND outcome = 'master_discovered';
+SELECT vg_step('watch_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:w', 30000) a;
+SELECT identity AS id_w FROM lease_fence.leases WHERE resource = 'vg:w' AND state = 'held' \gset
+SELECT vg_step('watch_renewed', r.status, 'renewed', r::text) FROM lease_fence.renew('vg:w', :'id_w', 30000) r;
+SELECT vg_step('watch_released', r.status, 'released', r::text) FROM lease_fence.release('vg:w', :'id_w') r;
+ALTER SYSTEM RESET lease_fence.redis_sentinels;
+ALTER SYSTEM RESET lease_fence.redis_sentinel_master;
+SELECT pg_reload_conf();
+RESET lease_fence.redis_sentinel_master;
 RESET lease_fence.redis_sentinels;
