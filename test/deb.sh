@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
 # test/deb.sh — the release archive and the Debian package, as a user gets
-# them.  As root, from a git checkout:
+# them, for the PostgreSQL this Debian release ships (15 on Debian 12; 17 on
+# Debian 13, where .ci/run runs it inside test/debian_root.sh's root).  As
+# root, from a git checkout:
 #   1. `make dist` makes dist/lease_fence-VERSION.zip (the committed HEAD)
 #      with META.json, the control file, every install / upgrade script and
 #      the sources; META.json's version is the control file's default_version
 #   2. the .deb is built from that archive with pg_buildext
-#      (dpkg-buildpackage -b, as the postgres user): postgresql-15-lease-fence
-#   3. dpkg -i installs it into /usr/lib/postgresql/15 and
-#      /usr/share/postgresql/15; CREATE EXTENSION works on a throwaway server
+#      (dpkg-buildpackage -b, as the postgres user): postgresql-NN-lease-fence,
+#      after `pg_buildext updatecontrol` names this release's majors in
+#      debian/control, as a Debian maintainer would
+#   3. dpkg -i installs it into /usr/lib/postgresql/NN and
+#      /usr/share/postgresql/NN; CREATE EXTENSION works on a throwaway server
 #      of the system installation, and demo/run.sh runs against it
 #      (LF_INSTALLED=1: no build, no copy)
 #   4. dpkg -r removes it again, leaving no lease_fence file behind
 # and prints "N passed, N failed".
 #
-# Step 3 changes the machine's PostgreSQL 15 installation for a minute, and
+# Step 3 changes the machine's PostgreSQL installation for a minute, and
 # test/run.sh copies that installation at its start: run this after the
 # other runs, not beside them (.ci/run runs it last).  The package is removed
 # on every exit path; a postgresql-15-lease-fence installed before we
-# started is left alone and the test refuses to run.
+# started is left alone and the test refuses to run.  NN below is
+# $LF_DEBIAN_MAJOR (test/lib.sh).
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/test/lib.sh"
 
-PKG=postgresql-15-lease-fence
+PKG=postgresql-$LF_DEBIAN_MAJOR-lease-fence
 [ "$(id -u)" -eq 0 ] || { echo "test/deb.sh installs a package: run it as root" >&2; exit 1; }
 lf_need_packages debhelper postgresql-server-dev-all dpkg-dev unzip git || exit 1
 if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed'; then
@@ -47,7 +52,7 @@ deb_cleanup() {
 trap deb_cleanup EXIT
 
 # the workdir gives us a temp dir the postgres user owns; LF_INSTALLED=1
-# makes it copy no PostgreSQL installation (the package is for Debian's 15)
+# makes it copy no PostgreSQL installation (the package is for Debian's own)
 unset LF_PG LF_PG_ROOT
 LF_INSTALLED=1
 lf_make_workdir "$top" || exit 1
@@ -58,7 +63,7 @@ version=$(sed -nE '0,/"version"/s/^ *"version": *"([^"]+)".*/\1/p' "$top/META.js
 mkdir -p "$out"
 git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 ||
 	{ echo "not a git checkout: make dist needs one" >&2; exit 1; }
-(cd "$top" && make -s dist PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config) >"$out/dist.log" 2>&1
+(cd "$top" && make -s dist PG_CONFIG="/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin/pg_config") >"$out/dist.log" 2>&1
 zip=$top/dist/lease_fence-$version.zip
 check "make dist makes dist/lease_fence-$version.zip" [ -s "$zip" ]
 (cd "$out" && unzip -q "$zip") || exit 1
@@ -96,7 +101,7 @@ check "META.json is complete and its version is the control file's default_versi
 # 2. the .deb, from the archive, as the postgres user
 chown -R "$LF_USER" "$out"
 lf_log "building $PKG with pg_buildext"
-(cd "$src" && lf_as_user dpkg-buildpackage -us -uc -b) >"$out/build.log" 2>&1
+(cd "$src" && lf_as_user pg_buildext updatecontrol && lf_as_user dpkg-buildpackage -us -uc -b) >"$out/build.log" 2>&1
 deb=$(ls "$out/${PKG}_"*.deb 2>/dev/null | head -n 1)
 [ -n "$deb" ] || tail -n 30 "$out/build.log"
 check "dpkg-buildpackage makes $PKG" [ -n "$deb" ]
@@ -104,11 +109,11 @@ check "dpkg-buildpackage makes $PKG" [ -n "$deb" ]
 deb_contents() {
 	local list
 	list=$(dpkg-deb -c "$deb") || return 1
-	grep -q '/usr/lib/postgresql/15/lib/lease_fence\.so$' <<<"$list" &&
-		grep -q '/usr/share/postgresql/15/extension/lease_fence\.control$' <<<"$list" &&
-		grep -q '/usr/share/postgresql/15/extension/lease_fence--1\.0\.sql$' <<<"$list"
+	grep -q "/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib/lease_fence\\.so\$" <<<"$list" &&
+		grep -q "/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence\\.control\$" <<<"$list" &&
+		grep -q "/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence--1\\.0\\.sql\$" <<<"$list"
 }
-check "the package holds lease_fence.so and the extension files for 15" deb_contents
+check "the package holds lease_fence.so and the extension files for $LF_DEBIAN_MAJOR" deb_contents
 
 # 3. install, CREATE EXTENSION, the demo
 if dpkg -i "$deb" >"$out/install.log" 2>&1; then installed=1; else cat "$out/install.log"; fi
@@ -141,7 +146,7 @@ if [ "$installed" = 1 ]; then
 	dpkg -r "$PKG" >"$out/remove.log" 2>&1 && installed=0
 	gone() {
 		[ "$installed" = 0 ] || { cat "$out/remove.log"; return 1; }
-		! ls /usr/lib/postgresql/15/lib/lease_fence.so /usr/share/postgresql/15/extension/lease_fence* 2>/dev/null
+		! ls "/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib/lease_fence.so" "/usr/share/postgresql/$LF_DEBIAN_MAJOR"/extension/lease_fence* 2>/dev/null
 	}
 	check "dpkg -r removes every file of the package" gone
 fi

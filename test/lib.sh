@@ -9,12 +9,20 @@
 # copy, and is stopped by lf_cleanup.  Two runs at once cannot swap
 # lease_fence.so under each other.
 
-LF_PACKAGES="make gcc postgresql-15 postgresql-server-dev-15 libhiredis-dev libssl-dev openssl redis-server redis-sentinel redis-tools libipc-run-perl rsync"
-# the PostgreSQL installation a run copies: Debian's 15 unless told otherwise
+# The PostgreSQL major this Debian release ships: 15 on Debian 12, 17 on
+# Debian 13 (a run on 17 is one inside test/debian_root.sh's root).
+if [ -z "${LF_DEBIAN_MAJOR:-}" ]; then
+	case $(cut -d. -f1 /etc/debian_version 2>/dev/null) in
+		13 | trixie*) LF_DEBIAN_MAJOR=17 ;;
+		*) LF_DEBIAN_MAJOR=15 ;;
+	esac
+fi
+LF_PACKAGES="make gcc postgresql-$LF_DEBIAN_MAJOR postgresql-server-dev-$LF_DEBIAN_MAJOR libhiredis-dev libssl-dev openssl redis-server redis-sentinel redis-tools libipc-run-perl rsync"
+# the PostgreSQL installation a run copies: Debian's unless told otherwise
 # (lf_make_workdir sets PG_BIN and PG_CONFIG to the private copy)
 LF_PG_ROOT=${LF_PG_ROOT:-}
-PG_BIN=/usr/lib/postgresql/15/bin
-# LF_INSTALLED=1: use the machine's PostgreSQL 15 installation as it is, with
+PG_BIN=/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
+# LF_INSTALLED=1: use the machine's Debian PostgreSQL installation as it is, with
 # lease_fence already installed in it (the .deb): no copy, no build
 LF_INSTALLED=${LF_INSTALLED:-0}
 LF_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,11 +38,11 @@ lf_log() { printf '%s\n' "== $*" >&2; }
 # sets LF_PG_ROOT, which the scripts this one starts inherit.
 lf_select_pg() {
 	local major
-	case ${LF_PG:-15} in
-		15 | 15-debian) return 0 ;;
+	case ${LF_PG:-$LF_DEBIAN_MAJOR} in
+		"$LF_DEBIAN_MAJOR" | "$LF_DEBIAN_MAJOR-debian") return 0 ;;
 		15-cassert) major=15 ;;
-		17 | 17-cassert) major=17 ;;
 		18 | 18-cassert) major=18 ;;
+		17) echo "LF_PG=17 runs inside Debian 13's root: test/run.sh enters it (test/debian_root.sh)" >&2; return 2 ;;
 		*) echo "LF_PG=$LF_PG: expected one of 15, 15-cassert, 17, 18" >&2; return 2 ;;
 	esac
 	LF_PG_ROOT=$(bash "$LF_LIB_DIR/pg_build.sh" "$major") || return 1
@@ -101,18 +109,18 @@ lf_make_workdir() {
 	root=$LF_WORK/pg
 	if [ "$LF_INSTALLED" = 1 ]; then
 		# the installed package is what is tested: nothing is copied
-		PG_BIN=/usr/lib/postgresql/15/bin
+		PG_BIN=/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	elif [ -n "$LF_PG_ROOT" ]; then
 		# a PostgreSQL built from source into its own prefix (test/pg_build.sh)
 		cp -a "$LF_PG_ROOT" "$root"
 		PG_BIN=$root/bin
 	else
 		mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
-		cp -a /usr/lib/postgresql/15 "$root/usr/lib/postgresql/"
-		cp -a /usr/share/postgresql/15 "$root/usr/share/postgresql/"
+		cp -a "/usr/lib/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/lib/postgresql/"
+		cp -a "/usr/share/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/share/postgresql/"
 		# headers are only read: a link will do
 		ln -s /usr/include/postgresql "$root/usr/include/postgresql"
-		PG_BIN=$root/usr/lib/postgresql/15/bin
+		PG_BIN=$root/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	fi
 	PG_CONFIG=$PG_BIN/pg_config
 	export PG_CONFIG
@@ -124,8 +132,8 @@ lf_make_workdir() {
 # (warnings are errors): no root needed.
 lf_build_install() {
 	if [ "$LF_INSTALLED" = 1 ]; then
-		[ -f /usr/share/postgresql/15/extension/lease_fence.control ] && return 0
-		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL 15 (install the .deb)" >&2
+		[ -f "/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ] && return 0
+		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL $LF_DEBIAN_MAJOR (install the .deb)" >&2
 		return 1
 	fi
 	lf_log "building lease_fence"

@@ -20,9 +20,11 @@
 #   - logs         no TRAP (failed Assert) or PANIC in the server logs of the
 #                  run (its server's, the TAP clusters' and the fault run's)
 # then stops everything and prints "N passed, N failed".
-# LF_PG picks the PostgreSQL: 15 (Debian's package, the default), or
-# 15-cassert, 17, 18: built with assertions by test/pg_build.sh (once, into
-# /var/cache/lease_fence; see README, "Supported PostgreSQL versions").
+# LF_PG picks the PostgreSQL: 15 (Debian's package, the default), 15-cassert
+# or 18, built with assertions by test/pg_build.sh (once, into
+# /var/cache/lease_fence), or 17, Debian 13's package, inside a Debian 13
+# root (test/debian_root.sh, made once into the same cache); see README,
+# "Supported PostgreSQL versions".
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: layers
@@ -34,6 +36,13 @@ set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/test/lib.sh"
+
+# PostgreSQL 17 is Debian 13's own package: the whole run happens inside a
+# Debian 13 root of its own (test/debian_root.sh), on a copy of this tree
+if [ "${LF_PG:-}" = 17 ] && [ "$LF_DEBIAN_MAJOR" != 17 ]; then
+	bash "$top/test/debian_root.sh" run test/run.sh
+	exit $?
+fi
 
 lf_need_packages || exit 1
 trap lf_cleanup EXIT
