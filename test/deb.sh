@@ -30,7 +30,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 PKG=postgresql-$LF_DEBIAN_MAJOR-lease-fence
 [ "$(id -u)" -eq 0 ] || { echo "test/deb.sh installs a package: run it as root" >&2; exit 1; }
-lf_need_packages debhelper postgresql-server-dev-all dpkg-dev unzip git || exit 1
+lf_need_packages build-essential debhelper postgresql-server-dev-all dpkg-dev unzip git || exit 1
 if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed'; then
 	echo "$PKG is installed already (not by this test): remove it (dpkg -r $PKG) to run this test" >&2
 	exit 1
