@@ -440,3 +440,71 @@ COMMENT ON VIEW @extschema@.protected_tables IS
 'protected tables, with the fence column, mode and tokens their fence triggers take; ok = false and the reason when a fence trigger or TRUNCATE guard is missing, disabled, not lease_fence''s, not as protect() recorded, or not last, or a DO INSTEAD rule bypasses it';
 
 GRANT SELECT ON @extschema@.protected_tables TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- One call per fenced transaction: set_generation(generation, resource)
+------------------------------------------------------------------------------
+
+-- set_generation(generation, resource) sets the transaction's generation and,
+-- with a resource, fences it as fence_resource() does: a client sends one
+-- parameterizable statement instead of a SET LOCAL it must build as a string
+-- and a second call.  A call with the generation alone now means this form
+-- (resource NULL: transaction-scoped, nothing fenced, as before); the
+-- is_local form stays, without its default (both would match a call with one
+-- argument), so set_generation(g, true | false) means what it meant.
+DROP FUNCTION @extschema@.set_generation(bigint, boolean);
+
+CREATE FUNCTION @extschema@.set_generation(generation bigint, is_local boolean)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_set_generation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.set_generation(bigint, boolean) IS
+'set the current generation that fenced writes carry, for the transaction (is_local) or the session';
+
+CREATE FUNCTION @extschema@.set_generation(generation bigint, resource text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_set_generation_resource'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.set_generation(bigint, text) IS
+'set the transaction''s current generation and, with a resource, fence it as fence_resource() does (which needs EXECUTE on fence_resource)';
+
+------------------------------------------------------------------------------
+-- Why a lease operation was not granted or not known: a reason column
+------------------------------------------------------------------------------
+
+-- unavailable, unknown and unreplicated rows say why (the WARNING's text,
+-- which poolers and ORMs do not pass on); NULL otherwise.  acquire's row
+-- type gains the column at its end.  renew and release return new row
+-- types, so they are made again: EXECUTE granted on them before goes with
+-- them, as acquire's did in 1.2 (README, "Privileges").
+ALTER TYPE @extschema@.lease ADD ATTRIBUTE reason text;
+
+DROP FUNCTION @extschema@.renew(text, text, bigint, bigint);
+
+CREATE FUNCTION @extschema@.renew(resource text, identity text, ttl_ms bigint,
+                                  min_validity_ms bigint DEFAULT 0,
+                                  OUT renewed boolean, OUT status text, OUT validity_ms bigint,
+                                  OUT reason text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lf_renew'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.renew(text, text, bigint, bigint) IS
+'extend a lease that still holds this identity (never recreates a lost one); status renewed, lost, insufficient_validity, unreplicated, unavailable or unknown';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.renew(text, text, bigint, bigint) FROM PUBLIC;
+
+DROP FUNCTION @extschema@.release(text, text);
+
+CREATE FUNCTION @extschema@.release(resource text, identity text,
+                                    OUT released boolean, OUT status text, OUT reason text)
+RETURNS record
+AS 'MODULE_PATHNAME', 'lf_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.release(text, text) IS
+'delete a lease only if it still holds this identity; status released, not_held, unavailable or unknown';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.release(text, text) FROM PUBLIC;

@@ -193,7 +193,8 @@ SET LOCAL lease_fence.generation = 5;
 UPDATE strict_t SET v = 'x' WHERE id = 1 RETURNING *;
 INSERT INTO strict_t VALUES (3, 'c', NULL) RETURNING *;
 DELETE FROM strict_t WHERE id = 2 RETURNING *;
-SELECT try($$UPDATE strict_t SET v = 'y', fence = 4 WHERE id = 1$$);
+-- a fence above the stored one that is not the current generation: LF003
+SELECT try($$UPDATE strict_t SET v = 'y', fence = 6 WHERE id = 1$$);
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 4;

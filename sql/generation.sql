@@ -93,6 +93,14 @@ SELECT lease_fence.current_generation();
 COMMIT;
 SELECT lease_fence.current_generation() IS NULL AS gone_after_commit;
 
+-- set_generation(generation, resource): a NULL resource fences nothing, and
+-- the generation is the transaction's, as with the generation alone
+BEGIN;
+SELECT lease_fence.set_generation(46, NULL);
+SELECT lease_fence.current_generation();
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS gone_after_commit;
+
 -- 64 bits, not 32
 BEGIN;
 SET LOCAL lease_fence.generation = '9223372036854775807';
@@ -111,7 +119,9 @@ SELECT try($$SET LOCAL lease_fence.generation = '9223372036854775808'$$);
 SELECT try($$SET LOCAL lease_fence.generation = '8 9'$$);
 SELECT try($$SELECT lease_fence.set_generation(-1)$$);
 SELECT try($$SELECT lease_fence.set_generation(NULL)$$);
-SELECT try($$SELECT lease_fence.set_generation(8, NULL)$$);
+SELECT try($$SELECT lease_fence.set_generation(8, NULL::boolean)$$);
+SELECT try($$SELECT lease_fence.set_generation(NULL, 'r')$$);
+SELECT try($$SELECT lease_fence.set_generation(8, '')$$);
 SELECT lease_fence.current_generation() AS still_seven;
 COMMIT;
 SELECT lease_fence.set_generation(NULL);

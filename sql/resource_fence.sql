@@ -224,5 +224,76 @@ DROP INDEX lease_fence.rf_extra;
 SELECT pg_temp.rf_count('accepted') AS accepted, pg_temp.rf_count('LF001') AS lf001,
        pg_temp.rf_count('LF002') AS lf002;
 
+------------------------------------------------------------------------------
+-- set_generation(generation, resource): the generation and the resource
+-- fence in one call, exactly as fence_resource() makes it
+------------------------------------------------------------------------------
+BEGIN;
+SELECT lease_fence.set_generation(50, 'rf:job:1') AS set_and_fenced;
+SELECT lease_fence.current_generation();
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS transaction_scoped;
+SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:1';
+-- a later call with a lower generation is LF001, and nothing changes
+BEGIN;
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(45, 'rf:job:1')$$);
+COMMIT;
+SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:1';
+-- held to the end of the transaction: a stale holder waits for the newer
+-- one (test/specs/resource_fence.spec); here, one transaction sees its own
+BEGIN;
+SELECT lease_fence.set_generation(52, 'rf:job:1');
+SELECT lease_fence.set_generation(52, 'rf:job:1') AS again;
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(51, 'rf:job:1')$$) AS lower_after_own;
+ROLLBACK;
+SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:1';
+-- bad input: 22004 / 22023 / LF004, and nothing is fenced
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(NULL, 'rf:job:2')$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(-1, 'rf:job:2')$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(60, '')$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(60, repeat('x', 1025))$$);
+-- (the detail names the highest generation issued, which other files move)
+SELECT split_part(pg_temp.try($$SELECT lease_fence.set_generation(9000000000000, 'rf:job:2')$$), ' | ', 1) AS unissued;
+SELECT count(*) AS job_2_fenced FROM lease_fence.resource_fences WHERE resource = 'rf:job:2';
+
+-- the error fields of a resource fence's rejection: the table behind the
+-- fences, and the resource as the constraint name
+CREATE FUNCTION pg_temp.fields(stmt text,
+	OUT code text, OUT schema_name text, OUT table_name text,
+	OUT column_name text, OUT constraint_name text)
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	code := '00000';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE,
+		schema_name = SCHEMA_NAME, table_name = TABLE_NAME,
+		column_name = COLUMN_NAME, constraint_name = CONSTRAINT_NAME;
+END $$;
+SELECT * FROM pg_temp.fields($$SELECT lease_fence.set_generation(45, 'rf:job:1')$$);	-- LF001
+SELECT * FROM pg_temp.fields($$SELECT lease_fence.fence_resource('rf:job:1')$$);	-- LF002
+SELECT * FROM pg_temp.fields($$SELECT lease_fence.set_generation(9000000000000, 'rf:job:1')$$);	-- LF004
+
+-- fencing needs EXECUTE on fence_resource(), whichever function is called:
+-- without it, set_generation() with a resource is 42501 and fences
+-- nothing; with the generation alone it is everybody's
+CREATE ROLE regress_lf_rf_app2;
+SET ROLE regress_lf_rf_app2;
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(60, 'rf:job:3')$$) AS without_grant;
+BEGIN;
+SELECT lease_fence.set_generation(60) AS generation_alone;
+COMMIT;
+RESET ROLE;
+SELECT count(*) AS job_3_fenced FROM lease_fence.resource_fences WHERE resource = 'rf:job:3';
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO regress_lf_rf_app2;
+SET ROLE regress_lf_rf_app2;
+BEGIN;
+SELECT lease_fence.set_generation(60, 'rf:job:3') AS with_grant;
+COMMIT;
+RESET ROLE;
+SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:3';
+REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM regress_lf_rf_app2;
+DROP ROLE regress_lf_rf_app2;
+
 -- leave nothing behind
 DELETE FROM lease_fence.resource_generation WHERE resource LIKE 'rf:%';

@@ -74,6 +74,16 @@ lf_session_timeout_pending(void)
 }
 
 /*
+ * The privilege check of a function: object_aclcheck() from 16 on, which
+ * replaced pg_proc_aclcheck().
+ */
+#if PG_VERSION_NUM >= 160000
+#define lf_proc_aclcheck(proc, role, mode) object_aclcheck(ProcedureRelationId, (proc), (role), (mode))
+#else
+#define lf_proc_aclcheck(proc, role, mode) pg_proc_aclcheck((proc), (role), (mode))
+#endif
+
+/*
  * A function that never returns: 18 replaced pg_attribute_noreturn(),
  * written after the declarator, with pg_noreturn, written before it.
  */

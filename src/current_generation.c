@@ -219,37 +219,41 @@ lf_current_generation_init(void)
 }
 
 /*
- * lease_fence.set_generation(generation bigint, is_local boolean DEFAULT true)
+ * lease_fence.set_generation(generation bigint, is_local boolean)
  *
- * set_config() for lease_fence.generation, with the types checked.  NULL is
- * an error, not "clear": a caller that passes the generation of a lease it
- * did not get must not silently write unfenced.  RESET clears it.
+ * set_config() for lease_fence.generation, with the types checked.
+ * set_generation(generation, resource) (resource_fence.c) is the other
+ * form, and the one a call with the generation alone means.
  */
-Datum
-lf_set_generation(PG_FUNCTION_ARGS)
+/*
+ * A generation argument, checked: NULL is an error, not "clear" (a caller
+ * that passes the generation of a lease it did not get must not silently
+ * write unfenced; RESET clears it), and so is a negative one.
+ */
+int64
+lf_check_generation_arg(FunctionCallInfo fcinfo, int argno)
 {
 	int64		generation;
-	bool		is_local;
-	char		buf[32];
 
-	if (PG_ARGISNULL(0))
+	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				errmsg("generation must not be NULL"),
 				errhint("To clear the current generation, use RESET %s.", LF_GENERATION_GUC));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("is_local must not be NULL"));
-
-	generation = PG_GETARG_INT64(0);
-	is_local = PG_GETARG_BOOL(1);
-
+	generation = PG_GETARG_INT64(argno);
 	if (generation < 0)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("generation must not be negative"),
 				errdetail("The generation given was " INT64_FORMAT ".", generation));
+	return generation;
+}
+
+/* Make generation the current one, for the transaction (is_local) or the session. */
+void
+lf_set_current_generation(int64 generation, bool is_local)
+{
+	char		buf[32];
 
 	snprintf(buf, sizeof(buf), INT64_FORMAT, generation);
 	(void) set_config_option(LF_GENERATION_GUC, buf,
@@ -257,7 +261,18 @@ lf_set_generation(PG_FUNCTION_ARGS)
 							 PGC_S_SESSION,
 							 is_local ? GUC_ACTION_LOCAL : GUC_ACTION_SET,
 							 true, 0, false);
+}
 
+Datum
+lf_set_generation(PG_FUNCTION_ARGS)
+{
+	int64		generation = lf_check_generation_arg(fcinfo, 0);
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("is_local must not be NULL"));
+	lf_set_current_generation(generation, PG_GETARG_BOOL(1));
 	PG_RETURN_INT64(generation);
 }
 

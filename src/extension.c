@@ -142,3 +142,13 @@ lf_own_relation(LfOwnRelation which)
 	cached[which] = relid;
 	return relid;
 }
+
+/*
+ * The OID lf_own_relation() would return, if this backend has looked it up
+ * already; InvalidOid otherwise.  Reads no catalog: for error reports.
+ */
+Oid
+lf_own_relation_cached(LfOwnRelation which)
+{
+	return cached[which];
+}

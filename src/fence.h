@@ -18,7 +18,9 @@
 #define LF_FENCE_H
 
 #include "access/htup.h"
+#include "fmgr.h"
 #include "utils/elog.h"
+#include "utils/relcache.h"
 
 #include "compat.h"
 #include "stats.h"
@@ -43,6 +45,7 @@ typedef enum LfOwnRelation
 } LfOwnRelation;
 
 extern Oid	lf_own_relation(LfOwnRelation which);
+extern Oid	lf_own_relation_cached(LfOwnRelation which);
 extern void lf_extension_init(void);
 
 /* ---------------------------------------------------------------------
@@ -76,8 +79,8 @@ lf_generation_issued(int64 generation)
  * "Resource \"r\"".  On a hot path, test lf_generation_issued() first and
  * build target only when it fails, as the fence trigger does.
  */
-LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target) LF_NORETURN_AFTER;
-extern void lf_check_issued(int64 supplied, LfCounter c, const char *target);
+LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target,
+												  Relation rel, int attnum, const char *resource) LF_NORETURN_AFTER;
 
 /* ---------------------------------------------------------------------
  * current_generation.c: the generation fenced writes carry
@@ -93,17 +96,21 @@ extern bool lf_generation_invalid;
 extern void lf_check_generation_valid(void);
 extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 extern void lf_set_lease_generation(bool is_set, int64 g);
+extern int64 lf_check_generation_arg(FunctionCallInfo fcinfo, int argno);
+extern void lf_set_current_generation(int64 generation, bool is_local);
 extern void lf_current_generation_init(void);
 
 /*
  * A check of every fenced write (rows, TRUNCATE, fence_resource) under
- * generation g, before anything is written: it throws to refuse the write.
+ * generation g, before anything is written: it throws to refuse the write,
+ * naming what was written in the error's fields (rel and attnum for a row,
+ * resource for a resource fence: lf_errresource).
  * NULL while nobody needs one, so that the fence pays one branch.  The
  * lease layer installs it while this session has kept-alive leases
  * (keepalive.c: LF010 for a lost one): news from above travels down by a
  * hook, never by a call upward.
  */
-typedef void (*LfWriteCheck) (int64 g);
+typedef void (*LfWriteCheck) (int64 g, Relation rel, int attnum, const char *resource);
 extern LfWriteCheck lf_write_check_hook;
 
 /* ---------------------------------------------------------------------
@@ -111,6 +118,9 @@ extern LfWriteCheck lf_write_check_hook;
  * ---------------------------------------------------------------------
  */
 extern int64 lf_fence_resource_at(const char *resource, int64 g);
+extern int64 lf_fence_resource_current(const char *resource);
+extern char *lf_check_resource_arg(text *t);
+extern int	lf_errresource(const char *resource);
 
 /* ---------------------------------------------------------------------
  * repair.c: repair_unissued() and the one door it opens in the fence

@@ -238,7 +238,7 @@ configure(const char *fname, TriggerData *trigdata, FenceConfig *config)
 
 /* LF001: the write carries a generation lower than the row's fence. */
 static void
-report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
+report_stale(Relation rel, const char *colname, AttrNumber attnum, int64 stored, int64 supplied)
 {
 	lf_count(LF_C_FENCE_LF001);
 	ereport(ERROR,
@@ -246,20 +246,22 @@ report_stale(Relation rel, const char *colname, int64 stored, int64 supplied)
 			errmsg("stale generation: write rejected by fence"),
 			errdetail("Table %s, column \"%s\": stored generation " INT64_FORMAT ", supplied generation " INT64_FORMAT ".",
 					  relation_display_name(rel), colname, stored, supplied),
-			errhint("A holder with a newer generation has written this row; this writer's lease is gone. Stop, and acquire a new generation before writing again."));
+			errhint("A holder with a newer generation has written this row; this writer's lease is gone. Stop, and acquire a new generation before writing again."),
+			errtablecol(rel, attnum));
 }
 
 /* LF004: the supplied generation was never issued by this database. */
 static void
-report_unissued(Relation rel, const char *colname, int64 supplied)
+report_unissued(Relation rel, const char *colname, AttrNumber attnum, int64 supplied)
 {
 	lf_report_unissued(supplied, LF_C_FENCE_LF004,
-					   psprintf("Table %s, column \"%s\"", relation_display_name(rel), colname));
+					   psprintf("Table %s, column \"%s\"", relation_display_name(rel), colname),
+					   rel, attnum, NULL);
 }
 
 /* LF002: no generation where one is required. */
 static void
-report_missing(Relation rel, const char *colname, bool is_null)
+report_missing(Relation rel, const char *colname, AttrNumber attnum, bool is_null)
 {
 	lf_count(LF_C_FENCE_LF002);
 	if (is_null)
@@ -269,7 +271,8 @@ report_missing(Relation rel, const char *colname, bool is_null)
 				errdetail("Table %s, column \"%s\": the fence would be NULL, and a NULL fence is never accepted.",
 						  relation_display_name(rel), colname),
 				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
-						LF_GENERATION_GUC));
+						LF_GENERATION_GUC),
+				errtablecol(rel, attnum));
 	else
 		ereport(ERROR,
 				errcode(ERRCODE_LF_MISSING_GENERATION),
@@ -277,12 +280,13 @@ report_missing(Relation rel, const char *colname, bool is_null)
 				errdetail("Table %s is fenced in strict mode and no current generation is set.",
 						  relation_display_name(rel)),
 				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
-						LF_GENERATION_GUC));
+						LF_GENERATION_GUC),
+				errtablecol(rel, attnum));
 }
 
 /* LF003: the statement writes a fence that contradicts the current generation. */
 static void
-report_conflict(Relation rel, const char *colname, int64 written, int64 current)
+report_conflict(Relation rel, const char *colname, AttrNumber attnum, int64 written, int64 current)
 {
 	lf_count(LF_C_FENCE_LF003);
 	ereport(ERROR,
@@ -290,7 +294,8 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
 			errmsg("conflicting generation: write rejected by fence"),
 			errdetail("Table %s, column \"%s\": the statement writes " INT64_FORMAT " but the current generation is " INT64_FORMAT ".",
 					  relation_display_name(rel), colname, written, current),
-			errhint("Leave the fence column out of the statement, or write the current generation into it."));
+			errhint("Leave the fence column out of the statement, or write the current generation into it."),
+			errtablecol(rel, attnum));
 }
 
 /*
@@ -301,8 +306,9 @@ report_conflict(Relation rel, const char *colname, int64 written, int64 current)
  * "Issued?" applies with tokens "issued" (the default): a value greater
  * than any next_generation() has handed out -> LF004.
  *
- *	UPDATE: N is NULL and differs from S -> LF002; G set and N differs from
- *			both S and G -> LF003; supplied = G if set, else N (strict: G
+ *	UPDATE: N is NULL and differs from S -> LF002; G set and N above S and
+ *			other than G -> LF003 (N at or below S is a full-row save's
+ *			reloaded fence: not written); supplied = G if set, else N (strict: G
  *			required, LF002); supplied NULL -> LF002; G not issued, or no G
  *			and N differs from S and is not issued -> LF004; supplied < S
  *			-> LF001; otherwise the row's fence becomes supplied.
@@ -361,7 +367,7 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		lf_check_generation_valid();
 	/* the lease layer's check (keepalive.c: a lost kept-alive lease, LF010) */
 	if (unlikely(lf_write_check_hook != NULL) && lf_generation_is_set)
-		lf_write_check_hook(lf_generation);
+		lf_write_check_hook(lf_generation, rel, config->attnum, NULL);
 
 	if (TRIGGER_FIRED_BY_DELETE(trigdata->tg_event))
 	{
@@ -373,14 +379,14 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 			int64		s;
 
 			if (config->check_issued && !lf_generation_issued(lf_generation))
-				report_unissued(rel, fence_column_name(trigdata->tg_trigger), lf_generation);
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), config->attnum, lf_generation);
 			d = heap_getattr(oldtuple, config->attnum, tupdesc, &s_null);
 			s = s_null ? 0 : DatumGetInt64(d);
 			if (!s_null && lf_generation < s)
-				report_stale(rel, fence_column_name(trigdata->tg_trigger), s, lf_generation);
+				report_stale(rel, fence_column_name(trigdata->tg_trigger), config->attnum, s, lf_generation);
 		}
 		else if (config->strict)
-			report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+			report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, false);
 		lf_fence_accepted_pending++;
 		return PointerGetDatum(oldtuple);
 	}
@@ -394,18 +400,18 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		if (!lf_generation_is_set)
 		{
 			if (config->strict)
-				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, false);
 			if (n_null)
-				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, true);
 			if (config->check_issued && !lf_generation_issued(n))
-				report_unissued(rel, fence_column_name(trigdata->tg_trigger), n);
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), config->attnum, n);
 			if (unlikely(lf_write_check_hook != NULL))
-				lf_write_check_hook(n);
+				lf_write_check_hook(n, rel, config->attnum, NULL);
 			lf_fence_accepted_pending++;
 			return PointerGetDatum(newtuple);
 		}
 		if (config->check_issued && !lf_generation_issued(lf_generation))
-			report_unissued(rel, fence_column_name(trigdata->tg_trigger), lf_generation);
+			report_unissued(rel, fence_column_name(trigdata->tg_trigger), config->attnum, lf_generation);
 		if (!n_null && n == lf_generation)
 		{
 			lf_fence_accepted_pending++;
@@ -434,31 +440,40 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 		written = (n_null != s_null) || (!n_null && n != s);
 
 		if (written && n_null)
-			report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+			report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, true);
 
 		if (lf_generation_is_set)
 		{
+			/*
+			 * A full-row save: an ORM writes back every column, the fence
+			 * as it loaded it.  A value below the stored one is not the
+			 * statement's own generation, and is not counted as written:
+			 * the current generation is checked as if the fence were left
+			 * alone (LF001 when it is stale).
+			 */
+			if (written && !s_null && n < s)
+				written = false;
 			if (written && n != lf_generation)
-				report_conflict(rel, fence_column_name(trigdata->tg_trigger), n, lf_generation);
+				report_conflict(rel, fence_column_name(trigdata->tg_trigger), config->attnum, n, lf_generation);
 			supplied = lf_generation;
 			if (config->check_issued && !lf_generation_issued(supplied))
-				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), config->attnum, supplied);
 		}
 		else
 		{
 			if (config->strict)
-				report_missing(rel, fence_column_name(trigdata->tg_trigger), false);
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, false);
 			if (n_null)
-				report_missing(rel, fence_column_name(trigdata->tg_trigger), true);
+				report_missing(rel, fence_column_name(trigdata->tg_trigger), config->attnum, true);
 			supplied = n;
 			if (written && config->check_issued && !lf_generation_issued(supplied))
-				report_unissued(rel, fence_column_name(trigdata->tg_trigger), supplied);
+				report_unissued(rel, fence_column_name(trigdata->tg_trigger), config->attnum, supplied);
 			if (unlikely(lf_write_check_hook != NULL))
-				lf_write_check_hook(supplied);
+				lf_write_check_hook(supplied, rel, config->attnum, NULL);
 		}
 
 		if (!s_null && supplied < s)
-			report_stale(rel, fence_column_name(trigdata->tg_trigger), s, supplied);
+			report_stale(rel, fence_column_name(trigdata->tg_trigger), config->attnum, s, supplied);
 
 		if (!n_null && n == supplied)
 		{
@@ -551,6 +566,7 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	bool		found = false;
 	int64		highest = 0;
 	bool		check_issued;
+	AttrNumber	attnum;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -584,6 +600,7 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 
 	colname = fence_column_name(trigdata->tg_trigger);
 	relname = relation_display_name(rel);
+	attnum = lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 	lf_check_generation_valid();
 
 	if (!lf_generation_is_set)
@@ -594,15 +611,15 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 				errmsg("missing generation: TRUNCATE rejected by fence"),
 				errdetail("Table %s is fenced and no current generation is set.", relname),
 				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
-						LF_GENERATION_GUC));
+						LF_GENERATION_GUC),
+				errtablecol(rel, attnum));
 	}
 
-	(void) lookup_fence_column(fname, rel, trigdata->tg_trigger, colname);
 	if (check_issued && !lf_generation_issued(lf_generation))
-		report_unissued(rel, colname, lf_generation);
+		report_unissued(rel, colname, attnum, lf_generation);
 	/* the lease layer's check, as for rows */
 	if (unlikely(lf_write_check_hook != NULL))
-		lf_write_check_hook(lf_generation);
+		lf_write_check_hook(lf_generation, rel, attnum, NULL);
 
 	/* TRUNCATE holds ACCESS EXCLUSIVE on the table and all its partitions */
 	if (rel->rd_rel->relkind == RELKIND_PARTITIONED_TABLE)
@@ -628,7 +645,7 @@ lf_truncate_guard(PG_FUNCTION_ARGS)
 	UnregisterSnapshot(snap);
 
 	if (found && highest > lf_generation)
-		report_stale(rel, colname, highest, lf_generation);
+		report_stale(rel, colname, attnum, highest, lf_generation);
 
 	return PointerGetDatum(NULL);
 }

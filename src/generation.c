@@ -240,10 +240,12 @@ lf_generation_issued_slow(int64 generation)
  * LF004: the supplied generation was never issued in this database.  A
  * fence that took such a value (a typo, a timestamp, a generation of
  * another database) would lock every real holder out of the row; refusing
- * it before anything is written keeps the fence a fence.
+ * it before anything is written keeps the fence a fence.  The error names
+ * the table and column (rel, attnum) or the resource it refuses.
  */
 void
-lf_report_unissued(int64 supplied, LfCounter c, const char *target)
+lf_report_unissued(int64 supplied, LfCounter c, const char *target,
+				   Relation rel, int attnum, const char *resource)
 {
 	int64		highest = lf_highest_issued();
 
@@ -253,15 +255,9 @@ lf_report_unissued(int64 supplied, LfCounter c, const char *target)
 			errmsg("unissued generation: write rejected by fence"),
 			errdetail("%s: supplied generation " INT64_FORMAT ", highest generation issued in this database " INT64_FORMAT ".",
 					  target, supplied, highest),
-			errhint("Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => 'external'."));
-}
-
-/* Refuse (LF004) a supplied generation that was never issued. */
-void
-lf_check_issued(int64 supplied, LfCounter c, const char *target)
-{
-	if (!lf_generation_issued(supplied))
-		lf_report_unissued(supplied, c, target);
+			errhint("Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => 'external'."),
+			rel != NULL ? errtablecol(rel, attnum) : 0,
+			resource != NULL ? lf_errresource(resource) : 0);
 }
 
 /*

@@ -142,7 +142,7 @@ typedef struct MyKeepalive
 static MyKeepalive mine[LF_KEEPALIVE_SLOTS];
 static int	held = 0;
 
-static void check_write(int64 g);
+static void check_write(int64 g, Relation rel, int attnum, const char *resource);
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -327,10 +327,17 @@ lf_keepalive_is_lost(const LeaseEntry *e)
 	return e->keepalive_slot >= 0 && ka != NULL && slot_lost(e->keepalive_slot, &why);
 }
 
-LF_NORETURN_BEFORE static void report_lost(const MyKeepalive *m, const char *why, bool at_commit) LF_NORETURN_AFTER;
+LF_NORETURN_BEFORE static void report_lost(const MyKeepalive *m, const char *why, bool at_commit,
+											Relation rel, int attnum, const char *resource) LF_NORETURN_AFTER;
 
+/*
+ * LF010: the kept-alive lease m was lost.  A refused write names what it
+ * wrote in the error's fields: the table and column (rel, attnum), or the
+ * resource it fenced.
+ */
 static void
-report_lost(const MyKeepalive *m, const char *why, bool at_commit)
+report_lost(const MyKeepalive *m, const char *why, bool at_commit,
+			Relation rel, int attnum, const char *resource)
 {
 	lf_count(at_commit ? LF_C_COMMIT_CHECK_LF010 : LF_C_FENCE_LF010);
 	ereport(ERROR,
@@ -338,7 +345,9 @@ report_lost(const MyKeepalive *m, const char *why, bool at_commit)
 			errmsg(at_commit ? "kept-alive lease on resource \"%s\" was lost before commit"
 				   : "kept-alive lease on resource \"%s\" was lost: write refused", m->resource),
 			errdetail("Generation " INT64_FORMAT ": %s.", m->generation, why),
-			errhint("Stop working under this lease; acquire it again. Releasing it acknowledges the loss."));
+			errhint("Stop working under this lease; acquire it again. Releasing it acknowledges the loss."),
+			rel != NULL ? errtablecol(rel, attnum) : 0,
+			resource != NULL ? lf_errresource(resource) : 0);
 }
 
 /*
@@ -347,7 +356,7 @@ report_lost(const MyKeepalive *m, const char *why, bool at_commit)
  * generation of a kept-alive lease of this session that was lost.
  */
 static void
-check_write(int64 g)
+check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	int			i;
 
@@ -358,7 +367,7 @@ check_write(int64 g)
 		if (mine[i].generation != g)
 			continue;
 		if (slot_lost(mine[i].slot, &why))
-			report_lost(&mine[i], why, false);
+			report_lost(&mine[i], why, false, rel, attnum, resource);
 		mine[i].written = true;
 	}
 }
@@ -380,7 +389,7 @@ lf_keepalive_check_commit(void)
 		if (mine[i].written && slot_lost(mine[i].slot, &why))
 		{
 			mine[i].written = false;
-			report_lost(&mine[i], why, true);
+			report_lost(&mine[i], why, true, NULL, 0, NULL);
 		}
 	}
 }
@@ -426,7 +435,7 @@ lf_keepalive_check_entry(const LeaseEntry *e)
 		return;
 	for (i = 0; i < held; i++)
 		if (mine[i].slot == e->keepalive_slot)
-			report_lost(&mine[i], why, true);
+			report_lost(&mine[i], why, true, NULL, 0, NULL);
 }
 
 /*

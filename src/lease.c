@@ -104,15 +104,33 @@ typedef struct LfOutcome
 } LfOutcome;
 
 /*
+ * Why the last request could not be applied or its outcome is not known (the
+ * text of its WARNING, never a secret): the reason column of an unavailable,
+ * unknown or unreplicated row.  Set by report_problem(), used and cleared by
+ * the next row built.
+ */
+static char reason[LF_ERRLEN];
+
+/* Say why a request was not applied or its outcome is unknown, and keep it. */
+static void
+report_problem(const char *operation, const char *resource, const char *err)
+{
+	lf_report_redis_problem(operation, resource, err);
+	strlcpy(reason, err, sizeof(reason));
+}
+
+/*
  * Count the outcome and build its row: lease_fence.lease for acquire,
- * (renewed, status, validity_ms) for renew, (released, status) for release.
+ * (renewed, status, validity_ms) for renew, (released, status) for release,
+ * each with the reason last (from 1.3 on: a function of 1.2 has no such
+ * column until ALTER EXTENSION UPDATE, and gets none).
  */
 static Datum
 outcome_row(FunctionCallInfo fcinfo, const LfOutcome *o)
 {
 	TupleDesc	tupdesc;
-	Datum		values[6];
-	bool		nulls[6];
+	Datum		values[7];
+	bool		nulls[7];
 	int			n = 0;
 
 	Assert(o->status <= LF_C_RELEASE_UNKNOWN);
@@ -153,6 +171,18 @@ outcome_row(FunctionCallInfo fcinfo, const LfOutcome *o)
 		nulls[n] = !o->have_validity;
 		values[n++] = Int64GetDatum(o->validity);
 	}
+	if (n < tupdesc->natts)
+	{
+		bool		why = reason[0] != '\0' &&
+			(statuses[o->status].done == LF_NULL ||
+			 o->status == LF_C_ACQUIRE_UNAVAILABLE || o->status == LF_C_RENEW_UNAVAILABLE ||
+			 o->status == LF_C_RELEASE_UNAVAILABLE || o->status == LF_C_ACQUIRE_UNREPLICATED ||
+			 o->status == LF_C_RENEW_UNREPLICATED);
+
+		nulls[n] = !why;
+		values[n++] = why ? CStringGetTextDatum(reason) : (Datum) 0;
+	}
+	reason[0] = '\0';
 	Assert(n == tupdesc->natts);
 	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
 }
@@ -460,7 +490,7 @@ key_prefix_is_ours(const char *resource)
 			snprintf(msg, sizeof(msg), "%s", err);
 		else
 			snprintf(msg, sizeof(msg), "checking the owner of key_prefix: %s", err);
-		lf_report_redis_problem("acquire", resource, msg);
+		report_problem("acquire", resource, msg);
 		return false;
 	}
 
@@ -631,7 +661,7 @@ acquire_unknown(FunctionCallInfo fcinfo, const char *resource, const char *ident
 	LfOutcome	o = {LF_C_ACQUIRE_UNKNOWN, resource, identity, true, generation};
 	LeaseEntry *e;
 
-	lf_report_redis_problem("acquire", resource, err);
+	report_problem("acquire", resource, err);
 	e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
 	settle(e, true);
 	*released = e->state == STATE_RELEASED;
@@ -650,13 +680,18 @@ static void
 report_unreplicated(const char *operation, const char *resource, int acked, const char *err)
 {
 	if (acked >= 0)
+	{
+		snprintf(reason, sizeof(reason), "%d of %d replicas acknowledged it within %d ms",
+				 acked, lf_min_replicas, lf_replica_timeout_ms);
 		ereport(WARNING,
-				errmsg("lease_fence: %s of resource \"%s\": %d of %d replicas acknowledged it within %d ms",
-					   operation, resource, acked, lf_min_replicas, lf_replica_timeout_ms));
+				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, reason));
+	}
 	else
+	{
+		snprintf(reason, sizeof(reason), "could not learn whether replicas have it (%s)", err);
 		ereport(WARNING,
-				errmsg("lease_fence: %s of resource \"%s\": could not learn whether replicas have it (%s)",
-					   operation, resource, err));
+				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, reason));
+	}
 }
 
 static int
@@ -684,17 +719,19 @@ acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *
 					 int acked, const char *err, bool *released)
 {
 	LeaseEntry *e;
+	char		why[LF_ERRLEN];
 
 	if (acked >= 0)
-		ereport(WARNING,
-				errmsg("lease_fence: acquire of resource \"%s\": %d of %d replicas acknowledged the grant within %d ms; releasing it",
-					   resource, acked, lf_min_replicas, lf_replica_timeout_ms));
+		snprintf(why, sizeof(why), "%d of %d replicas acknowledged the grant within %d ms",
+				 acked, lf_min_replicas, lf_replica_timeout_ms);
 	else
-		ereport(WARNING,
-				errmsg("lease_fence: acquire of resource \"%s\": could not learn whether replicas have the grant (%s); releasing it",
-					   resource, err));
+		snprintf(why, sizeof(why), "could not learn whether replicas have the grant (%s)", err);
+	ereport(WARNING,
+			errmsg("lease_fence: acquire of resource \"%s\": %s; releasing it", resource, why));
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, 0);
 	settle(e, acked < 0);
+	/* (the release's own WARNING, if any, comes first; the row says why it was needed) */
+	strlcpy(reason, why, sizeof(reason));
 	*released = e->state == STATE_RELEASED;
 	if (e->state == STATE_RELEASED)
 		return status_only(fcinfo, LF_C_ACQUIRE_UNREPLICATED, resource);
@@ -791,7 +828,7 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 		lf_lease_interrupted(resource, identity, generation, scope, ttl, minv);
 	if (r == LF_NOT_APPLIED)
 	{
-		lf_report_redis_problem("acquire", resource, err);
+		report_problem("acquire", resource, err);
 		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
 		*retry = true;
 		return LF_C_ACQUIRE_UNAVAILABLE;
@@ -1087,6 +1124,7 @@ lf_acquire(PG_FUNCTION_ARGS)
 	int64		wait_ms = 0;
 	int64		pttl;
 
+	reason[0] = '\0';
 	a.resource = check_resource(fcinfo, 0);
 	a.ttl = check_ttl(fcinfo, 1);
 	a.scope = check_scope(fcinfo, 3);
@@ -1185,7 +1223,7 @@ run_identity_script(LfScript script, const char *operation, const char *resource
 		freeReplyObject(reply);
 	}
 	if (r != LF_APPLIED)
-		lf_report_redis_problem(operation, resource, err);
+		report_problem(operation, resource, err);
 	return r;
 }
 
@@ -1207,6 +1245,7 @@ lf_renew(PG_FUNCTION_ARGS)
 	LfOutcome	o = {LF_C_RENEW_RENEWED};
 	LeaseEntry *e = lf_find_lease(resource, identity);
 
+	reason[0] = '\0';
 	pg_lltoa(ttl, ttlbuf);
 
 	start = lf_now_ms();
@@ -1257,6 +1296,7 @@ lf_release(PG_FUNCTION_ARGS)
 	long long	answer = 0;
 	LeaseEntry *e = lf_find_lease(resource, identity);
 
+	reason[0] = '\0';
 	/* a kept-alive lease is renewed no more */
 	if (e)
 		lf_keepalive_stop(e);

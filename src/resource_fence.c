@@ -50,6 +50,8 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "catalog/pg_index.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -57,7 +59,11 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"
+#include "nodes/makefuncs.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -67,6 +73,7 @@
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_fence_resource);
+PG_FUNCTION_INFO_V1(lf_set_generation_resource);
 
 #define LF_SCHEMA "lease_fence"
 #define LF_RESOURCE_TABLE "resource_generation"
@@ -313,7 +320,8 @@ lf_fence_resource_at(const char *resource, int64 g)
 					errmsg("stale generation: resource fence rejected"),
 					errdetail("Resource \"%s\": stored generation " INT64_FORMAT ", supplied generation " INT64_FORMAT ".",
 							  resource, stored, g),
-					errhint("A holder with a newer generation has fenced this resource; this holder's lease is gone. Stop, and acquire a new generation before working on it again."));
+					errhint("A holder with a newer generation has fenced this resource; this holder's lease is gone. Stop, and acquire a new generation before working on it again."),
+					lf_errresource(resource));
 		}
 		update_resource(rel, pkey, &slot->tts_tid, namedatum, g);
 		break;
@@ -333,23 +341,39 @@ lf_fence_resource_at(const char *resource, int64 g)
 }
 
 /*
- * lease_fence.fence_resource(resource text) RETURNS bigint
- *
- * Fence the resource at the current generation, in the caller's
- * transaction; returns that generation.  No current generation is LF002,
- * bad input 22023, both before anything is read or written.
+ * The error fields of a resource fence's rejection: schema and table of
+ * lease_fence.resource_generation, and the resource as the constraint name
+ * (what psycopg's diag.constraint_name, node-postgres' err.constraint and
+ * pgjdbc's ServerErrorMessage.getConstraint() read).  Reads no catalog but
+ * the schema's name.
  */
-Datum
-lf_fence_resource(PG_FUNCTION_ARGS)
+int
+lf_errresource(const char *resource)
 {
-	text	   *t;
-	char	   *resource;
+	Oid			relid = lf_own_relation_cached(LF_RESOURCE_GENERATION);
 
-	if (PG_ARGISNULL(0))
+	if (OidIsValid(relid))
+	{
+		char	   *nsp = get_namespace_name(get_rel_namespace(relid));
+		char	   *rel = get_rel_name(relid);
+
+		if (nsp != NULL && rel != NULL)
+		{
+			err_generic_string(PG_DIAG_SCHEMA_NAME, nsp);
+			err_generic_string(PG_DIAG_TABLE_NAME, rel);
+		}
+	}
+	return err_generic_string(PG_DIAG_CONSTRAINT_NAME, resource);
+}
+
+/* A resource argument: NULL, empty or over-long is 22023. */
+char *
+lf_check_resource_arg(text *t)
+{
+	if (t == NULL)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("resource must not be NULL"));
-	t = PG_GETARG_TEXT_PP(0);
 	if (VARSIZE_ANY_EXHDR(t) == 0)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -360,7 +384,20 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 				errmsg("resource is too long"),
 				errdetail("It has %d bytes; the limit is %d.",
 						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE_BYTES));
-	resource = text_to_cstring(t);
+	return text_to_cstring(t);
+}
+
+/*
+ * Fence resource at the current generation, as fence_resource() does: no
+ * current generation is LF002, one never issued LF004, the generation of a
+ * lost kept-alive lease LF010 (the lease layer's hook), all before anything
+ * is read or written; then lf_fence_resource_at().  Returns the generation.
+ */
+int64
+lf_fence_resource_current(const char *resource)
+{
+	/* looked up first, so that the rejections below can name the table */
+	(void) lf_own_relation(LF_RESOURCE_GENERATION);
 
 	if (lf_generation_invalid)
 	{
@@ -370,7 +407,8 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 				errmsg("invalid generation: %s is not a generation", LF_GENERATION_GUC),
 				errdetail("It was set to \"%s\" before lease_fence was loaded in this session.",
 						  GetConfigOption(LF_GENERATION_GUC, true, false)),
-				errhint("Set it to a non-negative bigint, or RESET it; preload lease_fence to catch this when it is set."));
+				errhint("Set it to a non-negative bigint, or RESET it; preload lease_fence to catch this when it is set."),
+				lf_errresource(resource));
 	}
 	if (!lf_generation_is_set)
 	{
@@ -380,7 +418,8 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 				errmsg("missing generation: resource fence rejected"),
 				errdetail("Resource \"%s\": no current generation is set.", resource),
 				errhint("Set the current generation with lease_fence.set_generation() or SET LOCAL %s.",
-						LF_GENERATION_GUC));
+						LF_GENERATION_GUC),
+				lf_errresource(resource));
 	}
 
 	/*
@@ -390,11 +429,66 @@ lf_fence_resource(PG_FUNCTION_ARGS)
 	 * callers (a transaction-scoped acquire, its PRE_COMMIT re-fence) pass
 	 * a generation they have just drawn.
 	 */
-	lf_check_issued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
-					psprintf("Resource \"%s\"", resource));
+	if (!lf_generation_issued(lf_generation))
+		lf_report_unissued(lf_generation, LF_C_RESOURCE_FENCE_LF004,
+						   psprintf("Resource \"%s\"", resource), NULL, 0, resource);
 	/* the lease layer's check (keepalive.c: a lost kept-alive lease, LF010) */
 	if (lf_write_check_hook != NULL)
-		lf_write_check_hook(lf_generation);
+		lf_write_check_hook(lf_generation, NULL, 0, resource);
 
-	PG_RETURN_INT64(lf_fence_resource_at(resource, lf_generation));
+	return lf_fence_resource_at(resource, lf_generation);
+}
+
+/*
+ * lease_fence.fence_resource(resource text) RETURNS bigint
+ *
+ * Fence the resource at the current generation, in the caller's
+ * transaction; returns that generation.  Bad input 22023, before anything
+ * else.
+ */
+Datum
+lf_fence_resource(PG_FUNCTION_ARGS)
+{
+	char	   *resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+
+	PG_RETURN_INT64(lf_fence_resource_current(resource));
+}
+
+/*
+ * lease_fence.set_generation(generation bigint, resource text DEFAULT NULL)
+ *
+ * One call per fenced transaction: the transaction's current generation
+ * and, with a resource, its resource fence, exactly as fence_resource()
+ * makes it (LF001 when a newer generation fenced it, held to the end of the
+ * transaction).  Fencing a resource needs EXECUTE on fence_resource(): this
+ * function, which everybody may call, is no way around that grant.  Bad
+ * input (22004, 22023) and a missing privilege (42501) come before
+ * anything is set or fenced.  Returns the generation.
+ */
+Datum
+lf_set_generation_resource(PG_FUNCTION_ARGS)
+{
+	int64		generation = lf_check_generation_arg(fcinfo, 0);
+	char	   *resource = NULL;
+
+	if (!PG_ARGISNULL(1))
+	{
+		Oid			nsp = get_func_namespace(fcinfo->flinfo->fn_oid);
+		Oid			argtypes[1] = {TEXTOID};
+		Oid			fence_fn;
+
+		resource = lf_check_resource_arg(PG_GETARG_TEXT_PP(1));
+		fence_fn = LookupFuncName(list_make2(makeString(get_namespace_name(nsp)),
+											 makeString("fence_resource")),
+								  1, argtypes, false);
+		if (lf_proc_aclcheck(fence_fn, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+			ereport(ERROR,
+					errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					errmsg("permission denied for function fence_resource"),
+					errdetail("set_generation() with a resource fences it, which needs EXECUTE on lease_fence.fence_resource()."));
+	}
+	lf_set_current_generation(generation, true);
+	if (resource != NULL)
+		(void) lf_fence_resource_current(resource);
+	PG_RETURN_INT64(generation);
 }

@@ -43,6 +43,7 @@ my $json = JSON::PP->new;
 	my $r = acquire($p, 'r-pause', 30000);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): acquire during a pause is unknown');
 	is(tf($r->{acquired}), 'NULL', 'unknown (CLIENT PAUSE): acquired IS NULL');
+	like($r->{reason} // '', qr/timed out/, 'unknown (CLIENT PAUSE): the reason column says why');
 	like($r->{identity} // '', $hex32, 'unknown (CLIENT PAUSE): the identity is still returned');
 	ok(defined $r->{generation} && $r->{generation} > 0,
 		'unknown (CLIENT PAUSE): the generation is still returned');
@@ -58,6 +59,7 @@ my $json = JSON::PP->new;
 
 	$r = acquire($p, 'r-pause-after', 30000);
 	is($r->{status}, 'acquired', 'after the pause, the same session reconnects and acquires');
+	ok(!defined $r->{reason}, 'a granted acquire has no reason');
 	release($p, 'r-pause-after', $r->{identity});
 
 	# renew during a pause
@@ -67,10 +69,13 @@ my $json = JSON::PP->new;
 	$r = renew($p, 'r-pause-renew', $id, 30000);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): renew during a pause is unknown');
 	is(tf($r->{renewed}), 'NULL', 'unknown (CLIENT PAUSE): renewed IS NULL');
+	like($r->{reason} // '', qr/timed out/, 'unknown renew: the reason column says why');
 	wait_pause_over($redis);
 	is($redis->cli('GET', lkey('r-pause-renew')), $id,
 		'unknown renew: the lease key still holds our identity');
-	is(release($p, 'r-pause-renew', $id)->{status}, 'released', 'and it is released afterwards');
+	$r = release($p, 'r-pause-renew', $id);
+	is($r->{status}, 'released', 'and it is released afterwards');
+	ok(!defined $r->{reason}, 'a definite release has no reason');
 
 	# release during a pause
 	$r = acquire($p, 'r-pause-rel', 30000);
@@ -79,6 +84,7 @@ my $json = JSON::PP->new;
 	$r = release($p, 'r-pause-rel', $id);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): release during a pause is unknown');
 	is(tf($r->{released}), 'NULL', 'unknown (CLIENT PAUSE): released IS NULL');
+	like($r->{reason} // '', qr/timed out/, 'unknown release: the reason column says why');
 	wait_pause_over($redis);
 	$cur = $redis->cli('GET', lkey('r-pause-rel'));
 	ok($cur eq '' || $cur eq $id, 'unknown release: the key is ours or absent afterwards');

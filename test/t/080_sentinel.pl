@@ -78,8 +78,8 @@ is($replica->cli('GET', lkey('replicated')), $rep->{identity},
 kill 'STOP', $replica->pid;
 my ($out, $err) = run_sql($s, q{SELECT row_to_json(r) FROM lease_fence.acquire('cut', 600000) r});
 kill 'CONT', $replica->pid;
-like($out, qr/"acquired":false,"status":"unreplicated","resource":"cut","identity":null,"generation":null/,
-	'the replica cut off: unreplicated, acquired false, no identity');
+like($out, qr/"acquired":false,"status":"unreplicated","resource":"cut","identity":null,"generation":null,"validity_ms":null,"reason":"0 of 1 replicas acknowledged the grant within 300 ms"/,
+	'the replica cut off: unreplicated, acquired false, no identity, and the reason column says why');
 like($err, qr/0 of 1 replicas acknowledged the grant within 300 ms; releasing it/,
 	'the WARNING says how many replicas acknowledged');
 is($master->cli('EXISTS', lkey('cut')), '0', 'no lease key left on the master');

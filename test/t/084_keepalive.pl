@@ -171,8 +171,15 @@ sub rows { return sql_ok($node, "SELECT count(*) FROM work WHERE what = " . lit(
 	my (undef, $err) = run_sql($s, "INSERT INTO work (what) VALUES ('k-steal')");
 	is(sqlstate($err), 'LF010', "overwritten: the owner's next fenced write fails with LF010");
 	like($err, qr/no longer holds this lease's identity/, 'overwritten: the DETAIL says why');
+	like($err, qr/^SCHEMA NAME:  public\nTABLE NAME:  work\nCOLUMN NAME:  fence$/m,
+		'overwritten: LF010 names the schema, table and fence column');
 	run_sql($s, 'COMMIT');
 	is(rows('k-steal'), '0', 'overwritten: the transaction committed nothing');
+	# a resource fence under the lost lease's generation: LF010, naming it
+	(undef, $err) = run_sql($s, "BEGIN; SELECT lease_fence.set_generation($g, 'k-steal-res')");
+	is(sqlstate($err), 'LF010', "overwritten: the owner's resource fence fails with LF010");
+	like($err, qr/^CONSTRAINT NAME:  k-steal-res$/m, 'overwritten: LF010 names the resource as CONSTRAINT NAME');
+	run_sql($s, 'ROLLBACK');
 	is($redis->cli('GET', lkey('k-steal')), 'f' x 32, "overwritten: the other identity's key is untouched");
 	$redis->cli('DEL', lkey('k-steal'));
 

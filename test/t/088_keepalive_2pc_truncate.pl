@@ -106,6 +106,8 @@ sub prepared { return sql_ok($node, 'SELECT count(*) FROM pg_prepared_xacts'); }
 	my $err = tx($s, "SET LOCAL lease_fence.generation = $g; TRUNCATE work; COMMIT;");
 	is(sqlstate($err), 'LF010', 'TRUNCATE under a lost kept-alive lease: ERROR LF010');
 	like($err, qr/no longer holds this lease's identity/, 'TRUNCATE refused: the DETAIL says why');
+	like($err, qr/^SCHEMA NAME:  public\nTABLE NAME:  work\nCOLUMN NAME:  fence$/m,
+		'TRUNCATE refused: LF010 names the schema, table and fence column');
 	is(sql_ok($node, 'SELECT count(*) FROM work'), $before, 'TRUNCATE refused: the table keeps its rows');
 
 	is(release($s, 'k-trunc', $r->{identity})->{status}, 'not_held', 'release acknowledges the loss: not_held');

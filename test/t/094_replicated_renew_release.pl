@@ -54,7 +54,8 @@ LeaseFenceTopology::wait_for('the master to see no replica',
 my ($unrep0, $unknown0) = (counter('renew', 'unreplicated'), counter('release', 'unknown'));
 my ($out, $err) = run_sql($s,
 	"SELECT row_to_json(r) FROM lease_fence.renew('cut', '$held->{identity}', 60000) r");
-like($out, qr/"renewed":false,"status":"unreplicated"/, 'no replica: renew is unreplicated, renewed false');
+like($out, qr/"renewed":false,"status":"unreplicated","validity_ms":null,"reason":"0 of 1 replicas acknowledged it within \d+ ms"/,
+	'no replica: renew is unreplicated, renewed false, and the reason column says why');
 like($err, qr/renew of resource "cut": 0 of 1 replicas acknowledged it/, 'a WARNING says how many replicas acknowledged');
 is(counter('renew', 'unreplicated'), $unrep0 + 1, 'counted as renew/unreplicated');
 
@@ -63,7 +64,8 @@ is(counter('renew', 'unreplicated'), $unrep0 + 1, 'counted as renew/unreplicated
 	"BEGIN;\nSELECT row_to_json(r) FROM lease_fence.release('cut', '$held->{identity}') r;\n"
 	  . "SELECT state FROM lease_fence.leases WHERE identity = '$held->{identity}'");
 my @lines = split /\n/, $out;
-like($lines[0], qr/"released":null,"status":"unknown"/, 'no replica: release is unknown, released NULL');
+like($lines[0], qr/"released":null,"status":"unknown","reason":"0 of 1 replicas acknowledged it within \d+ ms"/,
+	'no replica: release is unknown, released NULL, and the reason column says why');
 is($lines[1], 'unknown', 'lease_fence.leases says unknown');
 like($err, qr/release of resource "cut": 0 of 1 replicas acknowledged it/, 'a WARNING says why');
 is(counter('release', 'unknown'), $unknown0 + 1, 'counted as release/unknown');
