@@ -144,11 +144,28 @@ lf_own_relation(LfOwnRelation which)
 }
 
 /*
- * The OID lf_own_relation() would return, if this backend has looked it up
- * already; InvalidOid otherwise.  Reads no catalog: for error reports.
+ * The error fields of a resource fence's rejection: schema and table of
+ * lease_fence.resource_generation, and the resource as the constraint name
+ * (what psycopg's diag.constraint_name, node-postgres' err.constraint and
+ * pgjdbc's ServerErrorMessage.getConstraint() read).  The table is named
+ * only once this backend has found it (lf_own_relation()): an error path
+ * does not look it up.
  */
-Oid
-lf_own_relation_cached(LfOwnRelation which)
+int
+lf_errresource(const char *resource)
 {
-	return cached[which];
+	Oid			relid = cached[LF_RESOURCE_GENERATION];
+
+	if (OidIsValid(relid))
+	{
+		char	   *nsp = get_namespace_name(get_rel_namespace(relid));
+		char	   *rel = get_rel_name(relid);
+
+		if (nsp != NULL && rel != NULL)
+		{
+			err_generic_string(PG_DIAG_SCHEMA_NAME, nsp);
+			err_generic_string(PG_DIAG_TABLE_NAME, rel);
+		}
+	}
+	return err_generic_string(PG_DIAG_CONSTRAINT_NAME, resource);
 }

@@ -45,7 +45,8 @@ typedef enum LfOwnRelation
 } LfOwnRelation;
 
 extern Oid	lf_own_relation(LfOwnRelation which);
-extern Oid	lf_own_relation_cached(LfOwnRelation which);
+/* error fields naming a resource fence's table and resource (in an ereport) */
+extern int	lf_errresource(const char *resource);
 extern void lf_extension_init(void);
 
 /* ---------------------------------------------------------------------
@@ -120,7 +121,6 @@ extern LfWriteCheck lf_write_check_hook;
 extern int64 lf_fence_resource_at(const char *resource, int64 g);
 extern int64 lf_fence_resource_current(const char *resource);
 extern char *lf_check_resource_arg(text *t);
-extern int	lf_errresource(const char *resource);
 
 /* ---------------------------------------------------------------------
  * repair.c: repair_unissued() and the one door it opens in the fence

@@ -340,32 +340,6 @@ lf_fence_resource_at(const char *resource, int64 g)
 	return g;
 }
 
-/*
- * The error fields of a resource fence's rejection: schema and table of
- * lease_fence.resource_generation, and the resource as the constraint name
- * (what psycopg's diag.constraint_name, node-postgres' err.constraint and
- * pgjdbc's ServerErrorMessage.getConstraint() read).  Reads no catalog but
- * the schema's name.
- */
-int
-lf_errresource(const char *resource)
-{
-	Oid			relid = lf_own_relation_cached(LF_RESOURCE_GENERATION);
-
-	if (OidIsValid(relid))
-	{
-		char	   *nsp = get_namespace_name(get_rel_namespace(relid));
-		char	   *rel = get_rel_name(relid);
-
-		if (nsp != NULL && rel != NULL)
-		{
-			err_generic_string(PG_DIAG_SCHEMA_NAME, nsp);
-			err_generic_string(PG_DIAG_TABLE_NAME, rel);
-		}
-	}
-	return err_generic_string(PG_DIAG_CONSTRAINT_NAME, resource);
-}
-
 /* A resource argument: NULL, empty or over-long is 22023. */
 char *
 lf_check_resource_arg(text *t)
