@@ -72,22 +72,56 @@ COMMIT;
 -- 1.3: fence_resource() is made again, nobody's but its owner's: a grant
 -- made before goes with the old function, and is made again in the
 -- update's transaction (README); protected_tables reads the triggers
+-- renew and release gain a reason column, so they are made again too; acquire
+-- keeps its grants (its row type gains the column)
 CREATE ROLE lf_up_fencer;
-GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO lf_up_fencer;
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text),
+                          lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+                          lease_fence.renew(text, text, bigint, bigint),
+                          lease_fence.release(text, text) TO lf_up_fencer;
 BEGIN;
 ALTER EXTENSION lease_fence UPDATE TO '1.3';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
 SELECT has_function_privilege('public', 'lease_fence.fence_resource(text)', 'EXECUTE') AS public_may_fence,
        has_function_privilege('lf_up_fencer', 'lease_fence.fence_resource(text)', 'EXECUTE') AS fencer_may_fence,
        has_function_privilege('public', 'lease_fence.advance_generation(bigint)', 'EXECUTE') AS public_may_advance;
-GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text) TO lf_up_fencer;
+SELECT p.oid::regprocedure AS helper,
+       has_function_privilege('lf_up_fencer', p.oid, 'EXECUTE') AS app_execute,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname IN ('acquire', 'renew', 'release')
+ORDER BY 1::text;
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text),
+                          lease_fence.renew(text, text, bigint, bigint),
+                          lease_fence.release(text, text) TO lf_up_fencer;
 COMMIT;
+-- the result columns, reason last
+SELECT p.oid::regprocedure AS helper, pg_get_function_arguments(p.oid) AS arguments
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname IN ('renew', 'release')
+ORDER BY 1::text;
+SELECT string_agg(attname, ', ' ORDER BY attnum) AS lease_columns FROM pg_attribute
+WHERE attrelid = 'lease_fence.lease'::regclass AND attnum > 0 AND NOT attisdropped;
+-- the calls of 1.2 still mean what they meant: set_generation(g) and
+-- set_generation(g, is_local)
+BEGIN;
+SELECT lease_fence.set_generation(4) AS g, lease_fence.current_generation() AS current;
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS transaction_scoped;
+BEGIN;
+SELECT lease_fence.set_generation(4, true) AS g;
+COMMIT;
+SELECT lease_fence.current_generation() IS NULL AS transaction_scoped;
+SELECT lease_fence.set_generation(4, false) AS g;
+SELECT lease_fence.current_generation() AS session_scoped;
+RESET lease_fence.generation;
 -- that GRANT is the user's, not the extension's: pg_dump dumps it
 SELECT count(*) AS extension_initial_grants_to_fencer
 FROM pg_init_privs i, LATERAL aclexplode(i.initprivs) a
 WHERE i.objoid = 'lease_fence.fence_resource(text)'::regprocedure
   AND a.grantee = 'lf_up_fencer'::regrole;
-REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM lf_up_fencer;
+REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text),
+                           lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+                           lease_fence.renew(text, text, bigint, bigint),
+                           lease_fence.release(text, text) FROM lf_up_fencer;
 DROP ROLE lf_up_fencer;
 SELECT table_name, fence_column, strict, tokens, ok FROM lease_fence.protected_tables;
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
