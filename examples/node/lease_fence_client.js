@@ -18,6 +18,15 @@
  *                                 under its generation (and the COMMIT of a transaction
  *                                 that made one) is refused. Rolled back
  * The pg error is `err.cause`; never retry a FenceError with the same generation.
+ * Each carries the error's fields as the server set them (never parsed from
+ * text): err.sqlstate; for a refused row err.schema, err.table and err.column
+ * (the fence column: 'public', 'account', 'fence'); for a refused resource
+ * fence err.resource (sent as the error's constraint field), with schema
+ * 'lease_fence' and table 'resource_generation'; null where the server sent
+ * none (an LF010 at COMMIT names nothing). err.detail is text for humans and
+ * logs: the stored and supplied generations (LF001) and the highest issued one
+ * (LF004) are there only, and code must not parse it. translateError(err)
+ * maps a pg error (Knex rejects with pg's own error) and leaves others alone.
  *
  * Lease outcomes, all `LeaseError` — the split that matters is "no" versus
  * "don't know":
@@ -30,6 +39,10 @@
  *                          resource as free; err.lease has identity and
  *                          generation, release(client, err.lease) is safe, a
  *                          retry is a new acquire later, never a forced DEL.
+ * err.reason (and lease.reason on an acquire's row, and releaseOutcome's
+ * reason) says why for 'unavailable', 'unknown' and 'unreplicated' ("could not
+ * connect to Redis at ...", "timed out waiting for Redis", ...), null otherwise;
+ * the error's message ends with it.
  *
  * Transaction scope (one transaction; COMMIT verifies, else LF010, and releases):
  *
@@ -50,7 +63,7 @@
  *   }
  *   await withFence(pool, lease, async (client) => {
  *     await client.query("UPDATE account SET owner = 'me' WHERE id = 1");
- *   });                     // BEGIN; SET LOCAL ...; SELECT lease_fence.fence_resource(...); COMMIT
+ *   });                     // BEGIN; SELECT lease_fence.set_generation($1, $2); ...; COMMIT
  *   await renew(pool, lease, { ttlMs: 30000 });        // LeaseLost: stop working
  *   await release(pool, lease);
  *
@@ -58,6 +71,17 @@
  * a stale holder's transaction fails (StaleGeneration) whatever it writes,
  * new rows included. withFence(pool, generation, fn) fences rows only;
  * withFence(pool, generation, { resource }, fn) names the resource.
+ *
+ * Query builders and ORMs that write every column back (Knex
+ * .update({ ...loadedRow, qty }), the fence as loaded) need nothing more:
+ * with a current generation a fence written at or below the stored one counts
+ * as leaving it alone, so two such updates in one fenced transaction pass and
+ * a stale holder's is StaleGeneration (test_orm.js):
+ *
+ *   await knex.transaction(async (trx) => {
+ *     await trx.raw('SELECT lease_fence.set_generation(?, ?)', [String(g), resource]);
+ *     await trx('item').where({ id }).update({ ...row, qty: row.qty + 1 });
+ *   }).catch((err) => { throw lf.translateError(err); });
  *
  * Waiting for a busy lease: { waitMs } (acquire, tryAcquire,
  * withTransactionLease, withKeptAliveLease). While someone else holds the
@@ -101,30 +125,22 @@
 const pg = require('pg');
 
 class FenceError extends Error {
-  constructor(message, { detail = null, cause } = {}) {
+  constructor(message, {
+    detail = null, cause, schema = null, table = null, column = null, resource = null,
+  } = {}) {
     super(detail ? `${message} (${detail})` : message, { cause });
     this.name = this.constructor.name;
     this.sqlstate = this.constructor.sqlstate;
     this.detail = detail;
+    this.schema = schema;
+    this.table = table;
+    this.column = column;
+    this.resource = resource;
   }
 }
 FenceError.sqlstate = 'LF000';
 
-class StaleGeneration extends FenceError {
-  constructor(message, opts = {}) {
-    super(message, opts);
-    const detail = opts.detail || '';
-    const m = /Table (.+?), column "(.+?)": stored generation (\d+), supplied generation (\d+)/
-      .exec(detail);
-    const r = m ? null
-      : /Resource "(.*)": stored generation (\d+), supplied generation (\d+)/.exec(detail);
-    this.table = m ? m[1] : null;
-    this.column = m ? m[2] : null;
-    this.resource = r ? r[1] : null;
-    this.stored = m ? BigInt(m[3]) : r ? BigInt(r[2]) : null;
-    this.supplied = m ? BigInt(m[4]) : r ? BigInt(r[3]) : null;
-  }
-}
+class StaleGeneration extends FenceError {}
 StaleGeneration.sqlstate = 'LF001';
 
 class MissingGeneration extends FenceError {}
@@ -133,15 +149,7 @@ MissingGeneration.sqlstate = 'LF002';
 class ConflictingGeneration extends FenceError {}
 ConflictingGeneration.sqlstate = 'LF003';
 
-class UnissuedGeneration extends FenceError {
-  constructor(message, opts = {}) {
-    super(message, opts);
-    const m = /supplied generation (\d+), highest generation issued in this database (\d+)/
-      .exec(opts.detail || '');
-    this.supplied = m ? BigInt(m[1]) : null;
-    this.highest = m ? BigInt(m[2]) : null;
-  }
-}
+class UnissuedGeneration extends FenceError {}
 UnissuedGeneration.sqlstate = 'LF004';
 
 class LeaseLostAtCommit extends FenceError {}
@@ -151,18 +159,30 @@ const FENCE_ERRORS = new Map(
   [StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration, LeaseLostAtCommit]
     .map((cls) => [cls.sqlstate, cls]));
 
-/** The FenceError for a pg error with SQLSTATE LF001/2/3/4/LF010; any other error as is. */
+/**
+ * The FenceError for a pg error with SQLSTATE LF001/2/3/4/LF010 (its code and
+ * fields, never its detail text); any other error as is.
+ */
 function translateError(err) {
-  const cls = err && FENCE_ERRORS.get(err.code);
-  return cls ? new cls(err.message, { detail: err.detail || null, cause: err }) : err;
+  const cls = err && !(err instanceof FenceError) && FENCE_ERRORS.get(err.code);
+  if (!cls) return err;
+  return new cls(err.message, {
+    detail: err.detail || null,
+    cause: err,
+    schema: err.schema || null,
+    table: err.table || null,
+    column: err.column || null,
+    resource: err.constraint || null,
+  });
 }
 
 class LeaseError extends Error {
-  constructor(status, lease, message) {
-    super(message);
+  constructor(status, lease, message, reason = null) {
+    super(reason ? `${message} (${reason})` : message);
     this.name = this.constructor.name;
     this.status = status;
     this.lease = lease;
+    this.reason = reason;
   }
 }
 class LeaseDenied extends LeaseError {}
@@ -171,13 +191,16 @@ class LeaseUnavailable extends LeaseDenied {}
 class LeaseLost extends LeaseDenied {}
 class LeaseUnknown extends LeaseError {}
 
-function leaseError(status, lease, what, resource) {
+function leaseError(status, lease, what, resource, reason = null) {
   const cls = { busy: LeaseBusy, unavailable: LeaseUnavailable, lost: LeaseLost,
     unknown: LeaseUnknown }[status] || LeaseDenied;
-  return new cls(status, lease, `${what} of lease ${JSON.stringify(resource)}: ${status}`);
+  return new cls(status, lease, `${what} of lease ${JSON.stringify(resource)}: ${status}`, reason);
 }
 
-/** A lease_fence.lease row: acquired is true, false or null (unknown). */
+/**
+ * A lease_fence.lease row: acquired is true, false or null (unknown); reason
+ * says why for unavailable, unknown and unreplicated (null otherwise).
+ */
 function toLease(row) {
   return {
     acquired: row.acquired,
@@ -186,10 +209,11 @@ function toLease(row) {
     identity: row.identity,
     generation: row.generation === null ? null : BigInt(row.generation),
     validityMs: row.validity_ms === null ? null : Number(row.validity_ms),
+    reason: row.reason,
   };
 }
 
-function generationLiteral(generation) {
+function generationParam(generation) {
   const g = BigInt(generation);          // throws on anything that is not an integer
   if (g < 0n) throw new RangeError(`a generation is non-negative, got ${g}`);
   return g.toString();
@@ -229,7 +253,8 @@ async function inTransaction(clientOrPool, fn) {
   });
 }
 
-const ACQUIRE_SQL = 'SELECT acquired, status, resource, identity, generation, validity_ms ' +
+const ACQUIRE_SQL =
+  'SELECT acquired, status, resource, identity, generation, validity_ms, reason ' +
   'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)';
 
 async function acquireRow(client, resource, ttlMs, minValidityMs, scope, waitMs = 0,
@@ -246,7 +271,9 @@ async function acquireChecked(client, resource, ttlMs, minValidityMs, scope, ret
     // stale set nothing and moved next_generation() past the stored one
     lease = await acquireRow(client, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
   }
-  if (lease.acquired !== true) throw leaseError(lease.status, lease, 'acquire', resource);
+  if (lease.acquired !== true) {
+    throw leaseError(lease.status, lease, 'acquire', resource, lease.reason);
+  }
   return lease;
 }
 
@@ -418,59 +445,72 @@ async function withKeptAliveLease(pool, resource,
 
 /**
  * fn(client) in one transaction whose writes carry a generation, fencing a
- * resource: BEGIN; SET LOCAL lease_fence.generation = <generation>; with a
- * resource, SELECT lease_fence.fence_resource(<resource>); fn; COMMIT.
+ * resource: BEGIN; SELECT lease_fence.set_generation($1, $2) (the generation,
+ * and the resource or null: one statement with bind parameters sets the
+ * transaction's generation and fences the resource as
+ * lease_fence.fence_resource does, which needs EXECUTE on it); fn; COMMIT.
  *   withFence(clientOrPool, lease, fn)                 the lease's generation and resource
  *   withFence(clientOrPool, generation, fn)            rows only
  *   withFence(clientOrPool, generationOrLease, { resource }, fn)
- * The resource fence rejects (StaleGeneration) before fn runs when a newer
- * holder fenced the resource, and otherwise holds it to COMMIT, so that a
- * newer holder waits. SET LOCAL ends with the transaction: safe behind a
- * transaction pooler.
+ * The resource fence rejects (StaleGeneration, err.resource) before fn runs
+ * when a newer holder fenced the resource, and otherwise holds it to COMMIT,
+ * so that a newer holder waits. The generation ends with the transaction:
+ * safe behind a transaction pooler.
  */
 async function withFence(clientOrPool, generationOrLease, optsOrFn, maybeFn) {
   const fn = typeof optsOrFn === 'function' ? optsOrFn : maybeFn;
   const opts = typeof optsOrFn === 'function' ? {} : (optsOrFn || {});
   if (typeof fn !== 'function') throw new TypeError('withFence needs a function to run');
   const isLease = generationOrLease !== null && typeof generationOrLease === 'object';
-  const g = generationLiteral(isLease ? generationOrLease.generation : generationOrLease);
+  const g = generationParam(isLease ? generationOrLease.generation : generationOrLease);
   const resource = opts.resource !== undefined ? opts.resource
     : isLease ? generationOrLease.resource : null;
   if (resource !== null && typeof resource !== 'string') {
     throw new TypeError(`a resource is a string, got ${typeof resource}`);
   }
   return inTransaction(clientOrPool, async (client) => {
-    await client.query(`SET LOCAL lease_fence.generation = ${g}`);
-    if (resource !== null) {
-      await client.query('SELECT lease_fence.fence_resource($1::text)', [resource]);
-    }
+    await client.query('SELECT lease_fence.set_generation($1::bigint, $2::text)', [g, resource]);
     return fn(client);
   });
 }
 
 /**
  * Extend an explicit lease; resolves to the validity in ms. Rejects with
- * LeaseLost (never recreated), LeaseDenied (insufficient_validity),
- * LeaseUnavailable or LeaseUnknown.
+ * LeaseLost (never recreated), LeaseDenied (insufficient_validity,
+ * unreplicated), LeaseUnavailable or LeaseUnknown; err.reason says why for
+ * unavailable, unknown and unreplicated.
  */
 async function renew(client, lease, { ttlMs, minValidityMs = 0 }) {
   const { rows } = await client.query(
-    'SELECT renewed, status, validity_ms FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)',
+    'SELECT renewed, status, validity_ms, reason FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)',
     [lease.resource, lease.identity, ttlMs, minValidityMs]);
-  if (rows[0].renewed !== true) throw leaseError(rows[0].status, lease, 'renew', lease.resource);
+  if (rows[0].renewed !== true) {
+    throw leaseError(rows[0].status, lease, 'renew', lease.resource, rows[0].reason);
+  }
   return Number(rows[0].validity_ms);
+}
+
+/**
+ * Release an explicit lease if it still holds lease.identity, and resolve to
+ * { released, status, reason }: released true, false or null (unknown);
+ * status 'released', 'not_held', 'unavailable' or 'unknown' (it then expires
+ * by its TTL; calling again is safe); reason why for the last two, else null.
+ * Never rejects for an outcome.
+ */
+async function releaseOutcome(client, lease) {
+  const { rows } = await client.query(
+    'SELECT released, status, reason FROM lease_fence.release($1::text, $2::text)',
+    [lease.resource, lease.identity]);
+  return { released: rows[0].released, status: rows[0].status, reason: rows[0].reason };
 }
 
 /**
  * Release an explicit lease if it still holds lease.identity. Resolves to the
  * status: 'released', 'not_held', 'unavailable' or 'unknown' (it then expires
- * by its TTL; calling again is safe).
+ * by its TTL; calling again is safe). releaseOutcome also says why.
  */
 async function release(client, lease) {
-  const { rows } = await client.query(
-    'SELECT released, status FROM lease_fence.release($1::text, $2::text)',
-    [lease.resource, lease.identity]);
-  return rows[0].status;
+  return (await releaseOutcome(client, lease)).status;
 }
 
 module.exports = {
@@ -478,5 +518,5 @@ module.exports = {
   LeaseLostAtCommit,
   LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
   translateError, tryAcquire, acquire, withTransactionLease, withKeptAliveLease, keepaliveState,
-  withFence, renew, release, inTransaction,
+  withFence, renew, release, releaseOutcome, inTransaction,
 };

@@ -109,9 +109,8 @@ describe('lease_fence from node-postgres', () => {
     assert.ok(err instanceof lf.FenceError);
     assert.equal(err.sqlstate, 'LF001');
     assert.equal(err.cause.code, 'LF001');
-    assert.equal(err.stored, leaseB.generation);
-    assert.equal(err.supplied, leaseA.generation);
-    assert.equal(err.table, 'public.account');
+    assert.deepEqual([err.schema, err.table, err.column, err.resource],
+      ['public', 'account', 'fence', null]);
 
     const lost = await rejection(lf.renew(app, leaseA, { ttlMs: 10000 }), lf.LeaseLost);
     assert.equal(lost.status, 'lost');
@@ -142,10 +141,8 @@ describe('lease_fence from node-postgres', () => {
         await c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A late`]);
       }), lf.StaleGeneration);
       assert.equal(err.sqlstate, 'LF001');
-      assert.equal(err.resource, res);
-      assert.equal(err.stored, leaseB.generation);
-      assert.equal(err.supplied, leaseA.generation);
-      assert.equal(err.table, null);
+      assert.deepEqual([err.schema, err.table, err.column, err.resource],
+        ['lease_fence', 'resource_generation', null, res]);
       assert.equal(ran, false, 'the function never ran');
       assert.equal(await notes('A late'), 0);
 
@@ -271,9 +268,71 @@ describe('lease_fence from node-postgres', () => {
       c.query("UPDATE account SET owner = 'typo' WHERE id = $1", [id])), lf.UnissuedGeneration);
     assert.equal(err.sqlstate, 'LF004');
     assert.ok(err instanceof lf.FenceError);
-    assert.equal(err.supplied, g + 1000000n);
-    assert.ok(err.highest >= g && err.highest < g + 1000000n);
+    assert.deepEqual([err.schema, err.table, err.column], ['public', 'account', 'fence']);
     assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
+  });
+
+  it('fence errors name the row (schema, table, column) or the resource, from the error fields', async () => {
+    const id = await newRow(app);
+    const res = resourceName('fields');
+    const gen = async () => BigInt((await app.query('SELECT lease_fence.next_generation() AS g')).rows[0].g);
+    const older = await gen();
+    const newer = await gen();
+    await lf.withFence(app, newer, { resource: res }, (c) =>
+      c.query("UPDATE account SET owner = 'new' WHERE id = $1", [id]));
+
+    const row = await rejection(lf.withFence(app, older, (c) =>
+      c.query("UPDATE account SET owner = 'old' WHERE id = $1", [id])), lf.StaleGeneration);
+    assert.deepEqual([row.schema, row.table, row.column, row.resource],
+      ['public', 'account', 'fence', null]);
+    assert.deepEqual([row.cause.schema, row.cause.table, row.cause.column, row.cause.constraint],
+      ['public', 'account', 'fence', undefined]);
+    assert.ok(row.detail, 'DETAIL is still there, for humans');
+    assert.ok(!('stored' in row), 'generations are not parsed from DETAIL');
+
+    let ran = false;
+    const resErr = await rejection(lf.withFence(app, older, { resource: res }, async () => { ran = true; }),
+      lf.StaleGeneration);
+    assert.deepEqual([resErr.schema, resErr.table, resErr.column, resErr.resource],
+      ['lease_fence', 'resource_generation', null, res]);
+    assert.equal(resErr.cause.constraint, res);
+    assert.equal(ran, false);
+
+    const missing = await rejection(lf.inTransaction(app, (c) =>
+      c.query("INSERT INTO ledger (note) VALUES ('node unfenced, fields')")), lf.MissingGeneration);
+    assert.deepEqual([missing.schema, missing.table, missing.column], ['public', 'ledger', 'fence']);
+    // translateError on the pg error itself; anything else passes unchanged
+    const again = lf.translateError(missing.cause);
+    assert.ok(again instanceof lf.MissingGeneration);
+    assert.equal(again.table, 'ledger');
+    assert.equal(lf.translateError(missing), missing);
+    const other = new Error('not a database error');
+    assert.equal(lf.translateError(other), other);
+    assert.deepEqual(await readRow(app, id), { owner: 'new', balance: 100, fence: newer });
+  });
+
+  it('reason says why for unavailable, on the row, the error, renew and releaseOutcome; null when granted', async () => {
+    const c = await connect({ user: NOREDIS_USER });
+    const res = resourceName('reason');
+    const raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+    assert.equal(raw.status, 'unavailable');
+    assert.match(raw.reason, /\bRedis\b/);
+    const err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
+    assert.equal(err.reason, err.lease.reason);
+    assert.match(err.reason, /\bRedis\b/);
+    assert.ok(err.message.includes(err.reason));
+    const ghost = { resource: res, identity: '0'.repeat(32) };
+    const renewErr = await rejection(lf.renew(c, ghost, { ttlMs: 10000 }), lf.LeaseUnavailable);
+    assert.match(renewErr.reason, /\bRedis\b/);
+    const out = await lf.releaseOutcome(c, ghost);
+    assert.deepEqual([out.released, out.status], [false, 'unavailable']);
+    assert.match(out.reason, /\bRedis\b/);
+
+    const lease = await lf.acquire(app, res, { ttlMs: 10000 });
+    assert.equal(lease.status, 'acquired');
+    assert.equal(lease.reason, null);
+    assert.deepEqual(await lf.releaseOutcome(app, lease),
+      { released: true, status: 'released', reason: null });
   });
 
   it('pg.Pool: the explicit flow checks out a client per transaction', async () => {
@@ -478,7 +537,7 @@ describe('waiting and keep-alive', () => {
 describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () => {
   after(closeAll);
 
-  it('explicit scope + SET LOCAL: acquire, write, renew, release on different client connections', async () => {
+  it('explicit scope + set_generation: acquire, write, renew, release on different client connections', async () => {
     const direct = await connect();
     const [a1, a2, b] = await Promise.all([1, 2, 3].map(() =>
       connect({ host: BOUNCER_HOST, port: BOUNCER_PORT })));
@@ -492,7 +551,7 @@ describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () =
     await rejection(lf.acquire(b, res, { ttlMs: 10000 }), lf.LeaseBusy);
     await lf.withFence(a2, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A via pgbouncer' WHERE id = $1", [id]));
-    assert.equal(await currentGeneration(b), null, 'SET LOCAL ended with the transaction');
+    assert.equal(await currentGeneration(b), null, 'the generation ended with the transaction');
     assert.ok(await lf.renew(b, leaseA, { ttlMs: 10000 }) > 0);
     assert.equal(await lf.release(a2, leaseA), 'released');
 
@@ -501,7 +560,7 @@ describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () =
       c.query("UPDATE account SET owner = 'B via pgbouncer' WHERE id = $1", [id]));
     const err = await rejection(lf.withFence(a1, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A late' WHERE id = $1", [id])), lf.StaleGeneration);
-    assert.equal(err.stored, leaseB.generation);
+    assert.deepEqual([err.table, err.column], ['account', 'fence']);
     assert.equal(await lf.release(a1, leaseB), 'released');
     assert.deepEqual(await readRow(direct, id),
       { owner: 'B via pgbouncer', balance: 100, fence: leaseB.generation });

@@ -17,7 +17,8 @@ StaleGeneration       LF001     a newer holder wrote the row, or fenced the
 MissingGeneration     LF002     a strict table was written (or a resource
                                 fenced) without a generation, or a NULL fence
 ConflictingGeneration LF003     the statement wrote a fence value different
-                                from the current generation
+                                from the current generation (an UPDATE: one
+                                above the stored value)
 UnissuedGeneration    LF004     the generation was never issued by this
                                 database (a typo, a timestamp, another
                                 database's): fix the caller, do not retry
@@ -28,6 +29,19 @@ LeaseLostAtCommit     LF010     a transaction-scoped lease was gone (or could
                                 transaction that made one, are refused.
                                 Rolled back
 ====================  ========  ===============================================
+
+Every FenceError carries the error's fields, as the server set them (never
+parsed from text): ``sqlstate``; for a refused row ``schema``, ``table`` and
+``column``, the fence column (e.g. ``'public'``, ``'account'``, ``'fence'``);
+for a refused resource fence ``resource`` (the resource's name, sent as the
+error's constraint name), with ``schema`` ``'lease_fence'`` and ``table``
+``'resource_generation'``; None where a field was not sent (an LF010 at
+COMMIT names nothing). ``message`` and ``detail`` are the server's text, for
+humans and logs: the stored and supplied generations (LF001) and the highest
+issued one (LF004) are in DETAIL only, and code must not parse it.
+``fence_error_from`` / ``fence_errors`` read psycopg 3 and psycopg2 errors,
+SQLAlchemy's (the driver's error is ``.orig``) and Django's (``django.db.utils``
+errors, the driver's error is ``__cause__``).
 
 Lease outcomes (raised by ``acquire`` / ``transaction_lease`` / ``kept_alive_lease`` / ``renew``),
 all ``LeaseError``. The split that matters is *no* versus *don't know*:
@@ -44,6 +58,11 @@ all ``LeaseError``. The split that matters is *no* versus *don't know*:
   backend has already tried a bounded conditional release; you may call
   ``release(conn, e.lease)`` again (it only deletes the key if it still holds
   that identity). Retry later with a *new* acquire, never with a forced DEL.
+
+``reason`` says why for ``unavailable``, ``unknown`` and ``unreplicated``
+(``could not connect to Redis at ...``, ``timed out waiting for Redis``, ...),
+and is None otherwise: ``Lease.reason``, ``LeaseError.reason`` (also in its
+message), and the ``.reason`` of the status ``release`` returns.
 
 Transaction scope — one transaction, the lease's generation fences every
 write in it, COMMIT verifies the lease (else LF010) and releases it::
@@ -64,8 +83,8 @@ This is the scope to use behind PgBouncer in transaction pooling mode::
         raise
     except LeaseDenied:               # busy / unavailable / stale: definitely not ours
         return
-    with fenced(conn, lease):              # BEGIN; SET LOCAL lease_fence.generation = g;
-        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")  # + fence_resource
+    with fenced(conn, lease):              # BEGIN; SELECT lease_fence.set_generation(g, resource);
+        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")  # ...; COMMIT
     renew(conn, lease, ttl_ms=30000)       # LeaseLost: stop working under it
     release(conn, lease)
 
@@ -74,7 +93,22 @@ a stale holder's transaction then fails (StaleGeneration) whatever it
 writes — rows the newer holder has not touched, new rows — and one that
 fenced it first makes the newer holder's wait. ``fenced(conn, generation)``
 fences rows only; ``fenced(conn, generation, resource="...")`` names the
-resource.
+resource. It is one parameterized statement, ``SELECT
+lease_fence.set_generation(%s, %s)``, so the fenced transaction can also be
+sent by hand in one psycopg pipeline::
+
+    with conn.pipeline():
+        conn.execute("BEGIN")
+        conn.execute("SELECT lease_fence.set_generation(%s, %s)",
+                     (lease.generation, lease.resource))
+        conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")
+        conn.execute("COMMIT")
+
+ORMs that write every column back (Django ``save()``, SQLAlchemy with the
+fence forced into the UPDATE) need nothing more: with a current generation a
+fence written at or below the stored one counts as leaving it alone, so saving
+an object twice in one fenced transaction works, and a stale holder's save is
+StaleGeneration (``examples/python/test_orm.py``).
 
 Waiting for a busy lease — ``wait_ms`` (``acquire``, ``try_acquire``,
 ``transaction_lease``, ``kept_alive_lease``): while someone else holds the
@@ -130,7 +164,8 @@ from typing import Iterator, Optional
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy", "LeaseUnavailable",
-    "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "fence_error_from", "fence_errors",
+    "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus", "fence_error_from",
+    "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "kept_alive_lease", "keepalive_state",
     "fenced", "renew", "release",
 ]
@@ -144,44 +179,38 @@ class FenceError(Exception):
     """A write or COMMIT that lease_fence refused (SQLSTATE class LF).
 
     ``sqlstate``, ``message`` and ``detail`` come from the server; the
-    driver's exception is ``__cause__``. Not retryable with the same
+    driver's exception is ``__cause__``. ``schema``, ``table`` and ``column``
+    name the refused row's table and fence column; ``resource`` names a
+    refused resource fence (then ``schema`` / ``table`` are
+    ``lease_fence`` / ``resource_generation``). Each is None when the server
+    did not send it. They are the error's fields, not parsed from
+    ``detail``: DETAIL is for humans. Not retryable with the same
     generation — that is why the extension does not use 40001.
     """
 
     sqlstate = "LF000"
 
-    def __init__(self, message: str, detail: Optional[str] = None):
+    def __init__(self, message: str, detail: Optional[str] = None, *,
+                 schema: Optional[str] = None, table: Optional[str] = None,
+                 column: Optional[str] = None, resource: Optional[str] = None):
         super().__init__(message if not detail else f"{message} ({detail})")
         self.message = message
         self.detail = detail
+        self.schema = schema
+        self.table = table
+        self.column = column
+        self.resource = resource
 
 
 class StaleGeneration(FenceError):
     """LF001: the row (or the resource) holds a newer generation than the one supplied.
 
-    ``stored`` and ``supplied`` are parsed from DETAIL, with ``table`` and
-    ``column`` for a row fence or ``resource`` for a resource fence (None
-    where they do not apply, or if DETAIL has another shape).
+    ``table`` / ``column`` (and ``schema``) for a row, ``resource`` for a
+    resource fence. The stored and supplied generations are in ``detail``,
+    for humans.
     """
 
     sqlstate = "LF001"
-    _detail_re = re.compile(
-        r'Table (?P<table>.+?), column "(?P<column>.+?)": '
-        r"stored generation (?P<stored>\d+), supplied generation (?P<supplied>\d+)")
-    _resource_detail_re = re.compile(
-        r'Resource "(?P<resource>.*)": '
-        r"stored generation (?P<stored>\d+), supplied generation (?P<supplied>\d+)")
-
-    def __init__(self, message: str, detail: Optional[str] = None):
-        super().__init__(message, detail)
-        m = self._detail_re.search(detail or "")
-        r = None if m else self._resource_detail_re.search(detail or "")
-        self.table = m.group("table") if m else None
-        self.column = m.group("column") if m else None
-        self.resource = r.group("resource") if r else None
-        found = m or r
-        self.stored = int(found.group("stored")) if found else None
-        self.supplied = int(found.group("supplied")) if found else None
 
 
 class MissingGeneration(FenceError):
@@ -191,7 +220,13 @@ class MissingGeneration(FenceError):
 
 
 class ConflictingGeneration(FenceError):
-    """LF003: the statement wrote a fence value other than the current generation."""
+    """LF003: the statement wrote a fence value other than the current generation.
+
+    An UPDATE that writes back a value at or below the stored one (an ORM
+    saving the whole row) does not count as writing the fence: that row is
+    checked against the current generation instead (StaleGeneration when it
+    is lower).
+    """
 
     sqlstate = "LF003"
 
@@ -199,19 +234,10 @@ class ConflictingGeneration(FenceError):
 class UnissuedGeneration(FenceError):
     """LF004: the supplied generation was never issued by this database.
 
-    ``supplied`` and ``highest`` (the highest generation issued) are parsed
-    from DETAIL (None if it has another shape).
+    The highest generation issued is in ``detail``, for humans.
     """
 
     sqlstate = "LF004"
-    _detail_re = re.compile(
-        r"supplied generation (?P<supplied>\d+), highest generation issued in this database (?P<highest>\d+)")
-
-    def __init__(self, message: str, detail: Optional[str] = None):
-        super().__init__(message, detail)
-        m = self._detail_re.search(detail or "")
-        self.supplied = int(m.group("supplied")) if m else None
-        self.highest = int(m.group("highest")) if m else None
 
 
 class LeaseLostAtCommit(FenceError):
@@ -232,27 +258,45 @@ _FENCE_ERRORS = {cls.sqlstate: cls for cls in
                   LeaseLostAtCommit)}
 
 
-def _driver_error_fields(exc: BaseException):
-    """(sqlstate, message, detail) of a psycopg / psycopg2 / SQLAlchemy error, or None."""
-    orig = getattr(exc, "orig", None)          # sqlalchemy.exc.DBAPIError wraps the driver's
-    if orig is not None and isinstance(orig, BaseException):
-        exc = orig
-    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
-    if not sqlstate:
-        return None
-    diag = getattr(exc, "diag", None)
-    message = getattr(diag, "message_primary", None) or str(exc).strip().splitlines()[0]
-    detail = getattr(diag, "message_detail", None)
-    return sqlstate, message, detail
+def _driver_error(exc: BaseException) -> Optional[BaseException]:
+    """The psycopg / psycopg2 error in ``exc``: itself, SQLAlchemy's ``.orig``,
+    or the ``__cause__`` of a Django ``django.db.utils`` error; else None."""
+    for _ in range(3):                   # a wrapper of a wrapper, at most
+        if getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None):
+            return exc
+        orig = getattr(exc, "orig", None)        # sqlalchemy.exc.DBAPIError
+        if isinstance(orig, BaseException):
+            exc = orig
+        elif type(exc).__module__ == "django.db.utils" and \
+                isinstance(exc.__cause__, BaseException):
+            exc = exc.__cause__                  # raised "from" the driver's error
+        else:
+            return None
+    return None
 
 
 def fence_error_from(exc: BaseException) -> Optional[FenceError]:
-    """The FenceError for a driver exception carrying SQLSTATE LF001/2/3/4/LF010, else None."""
-    fields = _driver_error_fields(exc)
-    if fields is None or fields[0] not in _FENCE_ERRORS:
+    """The FenceError for a driver exception carrying SQLSTATE LF001/2/3/4/LF010, else None.
+
+    ``exc`` is a psycopg 3 or psycopg2 error, or one SQLAlchemy or Django
+    raised for it. Reads the SQLSTATE and the error's fields, never DETAIL.
+    """
+    if isinstance(exc, FenceError):
+        return exc
+    err = _driver_error(exc)
+    if err is None:
         return None
-    sqlstate, message, detail = fields
-    return _FENCE_ERRORS[sqlstate](message, detail)
+    sqlstate = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    cls = _FENCE_ERRORS.get(sqlstate)
+    if cls is None:
+        return None
+    diag = getattr(err, "diag", None)
+    message = getattr(diag, "message_primary", None) or str(err).strip().splitlines()[0]
+    return cls(message, getattr(diag, "message_detail", None),
+               schema=getattr(diag, "schema_name", None),
+               table=getattr(diag, "table_name", None),
+               column=getattr(diag, "column_name", None),
+               resource=getattr(diag, "constraint_name", None))
 
 
 @contextmanager
@@ -263,7 +307,7 @@ def fence_errors() -> Iterator[None]:
         yield
     except Exception as exc:
         mapped = fence_error_from(exc)
-        if mapped is None:
+        if mapped is None or mapped is exc:
             raise
         raise mapped from exc
 
@@ -274,7 +318,11 @@ def fence_errors() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Lease:
-    """One row of ``lease_fence.acquire``: ``acquired`` is True, False or None (unknown)."""
+    """One row of ``lease_fence.acquire``: ``acquired`` is True, False or None (unknown).
+
+    ``reason`` says why for ``unavailable``, ``unknown`` and ``unreplicated``
+    (None otherwise): text for humans and logs, not for code to parse.
+    """
 
     acquired: Optional[bool]
     status: str
@@ -282,6 +330,7 @@ class Lease:
     identity: Optional[str]
     generation: Optional[int]
     validity_ms: Optional[int]
+    reason: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -322,12 +371,16 @@ class KeptAliveLease(Lease):
 
 class LeaseError(Exception):
     """A lease operation that did not succeed. ``status`` is the extension's
-    status; ``lease`` is the Lease concerned (for acquire, the row returned)."""
+    status; ``lease`` is the Lease concerned (for acquire, the row returned);
+    ``reason`` why, for ``unavailable``, ``unknown`` and ``unreplicated``
+    (None otherwise; the message ends with it)."""
 
-    def __init__(self, status: str, lease: Optional[Lease], message: str):
-        super().__init__(message)
+    def __init__(self, status: str, lease: Optional[Lease], message: str,
+                 reason: Optional[str] = None):
+        super().__init__(message if not reason else f"{message} ({reason})")
         self.status = status
         self.lease = lease
+        self.reason = reason
 
 
 class LeaseDenied(LeaseError):
@@ -355,10 +408,24 @@ class LeaseUnknown(LeaseError):
     """acquired/renewed IS NULL: the request may have been applied. Not a LeaseDenied."""
 
 
-def _lease_error(status: str, lease: Optional[Lease], what: str, resource: str) -> LeaseError:
+def _lease_error(status: str, lease: Optional[Lease], what: str, resource: str,
+                 reason: Optional[str] = None) -> LeaseError:
     cls = {"busy": LeaseBusy, "unavailable": LeaseUnavailable, "lost": LeaseLost,
            "unknown": LeaseUnknown}.get(status, LeaseDenied)
-    return cls(status, lease, f"{what} of lease {resource!r}: {status}")
+    return cls(status, lease, f"{what} of lease {resource!r}: {status}", reason)
+
+
+class ReleaseStatus(str):
+    """What ``release`` returns: the status (a str: ``'released'``,
+    ``'not_held'``, ``'unavailable'``, ``'unknown'``) with ``reason``, why
+    for ``unavailable`` and ``unknown`` (None otherwise)."""
+
+    reason: Optional[str]
+
+    def __new__(cls, status: str, reason: Optional[str] = None):
+        self = super().__new__(cls, status)
+        self.reason = reason
+        return self
 
 
 # --------------------------------------------------------------------------
@@ -379,9 +446,6 @@ class _Psycopg:
                                "transaction (use autocommit=True, or commit first)")
         return self.conn.transaction()
 
-    def execute(self, sql: str, params=None):
-        self.conn.execute(sql, params)
-
     def query_one(self, sql: str, params=None) -> dict:
         cur = self.conn.execute(sql, params)
         row = cur.fetchone()
@@ -401,9 +465,6 @@ class _SQLAlchemy:
     def _text(self, sql: str):
         from sqlalchemy import text
         return text(_NAMED.sub(r":\1", sql))
-
-    def execute(self, sql: str, params=None):
-        self.conn.execute(self._text(sql), params or {})
 
     def query_one(self, sql: str, params=None) -> dict:
         return dict(self.conn.execute(self._text(sql), params or {}).mappings().one())
@@ -429,7 +490,7 @@ def _generation(value) -> int:
 # The API
 # --------------------------------------------------------------------------
 
-_ACQUIRE = ("SELECT acquired, status, resource, identity, generation, validity_ms "
+_ACQUIRE = ("SELECT acquired, status, resource, identity, generation, validity_ms, reason "
             "FROM lease_fence.acquire(CAST(%(resource)s AS text), CAST(%(ttl_ms)s AS bigint), "
             "CAST(%(min_validity_ms)s AS bigint), CAST(%(scope)s AS text), "
             "CAST(%(wait_ms)s AS bigint), CAST(%(keepalive)s AS boolean))")
@@ -450,7 +511,7 @@ def _acquire_checked(db, resource, ttl_ms, min_validity_ms, scope, retry_stale, 
         # stored one: one more try with a fresh generation is safe
         lease = _acquire_row(db, resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
     if lease.acquired is not True:
-        raise _lease_error(lease.status, lease, "acquire", resource)
+        raise _lease_error(lease.status, lease, "acquire", resource, lease.reason)
     return lease
 
 
@@ -612,16 +673,19 @@ def keepalive_state(watch, lease) -> Optional[str]:
 def fenced(conn, generation, resource: Optional[str] = None) -> Iterator[object]:
     """One transaction whose writes carry ``generation``, fencing ``resource``.
 
-    BEGIN; SET LOCAL lease_fence.generation = <generation>; with a resource,
-    SELECT lease_fence.fence_resource(<resource>); the block; COMMIT.
+    BEGIN; SELECT lease_fence.set_generation(<generation>, <resource or
+    NULL>); the block; COMMIT — one statement with bind parameters sets the
+    transaction's generation and, with a resource, fences it as
+    ``lease_fence.fence_resource`` does (which needs EXECUTE on it).
     ``generation`` is an int, or a ``Lease``: then its generation, and its
     resource unless ``resource`` names another. The resource fence fails
-    (StaleGeneration) when a newer holder fenced the resource, before the
-    block runs, and otherwise holds the resource to COMMIT, so that a newer
-    holder waits: the whole transaction is fenced, not only the rows it
-    updates. SET LOCAL ends with the transaction, so nothing outlives it —
-    the form that is safe behind a transaction-pooling proxy. Refused writes
-    are raised as FenceError subclasses; the transaction is rolled back.
+    (StaleGeneration, ``e.resource``) when a newer holder fenced the
+    resource, before the block runs, and otherwise holds the resource to
+    COMMIT, so that a newer holder waits: the whole transaction is fenced,
+    not only the rows it updates. The generation ends with the transaction,
+    so nothing outlives it — the form that is safe behind a
+    transaction-pooling proxy. Refused writes are raised as FenceError
+    subclasses; the transaction is rolled back.
     """
     if isinstance(generation, Lease):
         if resource is None:
@@ -633,10 +697,9 @@ def fenced(conn, generation, resource: Optional[str] = None) -> Iterator[object]
     db = _adapter(conn)
     with fence_errors():
         with db.begin():
-            db.execute(f"SET LOCAL lease_fence.generation = {gen}")
-            if resource is not None:
-                db.query_one("SELECT lease_fence.fence_resource(CAST(%(resource)s AS text)) AS g",
-                             {"resource": resource})
+            db.query_one("SELECT lease_fence.set_generation(CAST(%(generation)s AS bigint), "
+                         "CAST(%(resource)s AS text)) AS g",
+                         {"generation": gen, "resource": resource})
             yield conn
 
 
@@ -644,32 +707,35 @@ def renew(conn, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
     """Extend an explicit lease to ``ttl_ms``; returns the validity in ms.
 
     Raises LeaseLost (key gone or someone else's: never recreated),
-    LeaseDenied (insufficient_validity), LeaseUnavailable, LeaseUnknown.
+    LeaseDenied (insufficient_validity, unreplicated), LeaseUnavailable,
+    LeaseUnknown; ``e.reason`` says why for unavailable, unknown and
+    unreplicated.
     """
     db = _adapter(conn)
     with db.begin():
         row = db.query_one(
-            "SELECT renewed, status, validity_ms FROM lease_fence.renew("
+            "SELECT renewed, status, validity_ms, reason FROM lease_fence.renew("
             "CAST(%(resource)s AS text), CAST(%(identity)s AS text), "
             "CAST(%(ttl_ms)s AS bigint), CAST(%(min_validity_ms)s AS bigint))",
             {"resource": lease.resource, "identity": lease.identity, "ttl_ms": ttl_ms,
              "min_validity_ms": min_validity_ms})
     if row["renewed"] is not True:
-        raise _lease_error(row["status"], lease, "renew", lease.resource)
+        raise _lease_error(row["status"], lease, "renew", lease.resource, row["reason"])
     return row["validity_ms"]
 
 
-def release(conn, lease: Lease) -> str:
+def release(conn, lease: Lease) -> ReleaseStatus:
     """Release an explicit lease if it still holds ``lease.identity``.
 
     Returns the status: ``released``, ``not_held`` (expired or someone
     else's: left alone), ``unavailable`` or ``unknown`` (it then expires by
-    its TTL; calling release again is safe). Never raises for an outcome.
+    its TTL; calling release again is safe) — a ReleaseStatus, a str whose
+    ``reason`` says why for the last two. Never raises for an outcome.
     """
     db = _adapter(conn)
     with db.begin():
         row = db.query_one(
-            "SELECT released, status FROM lease_fence.release("
+            "SELECT released, status, reason FROM lease_fence.release("
             "CAST(%(resource)s AS text), CAST(%(identity)s AS text))",
             {"resource": lease.resource, "identity": lease.identity})
-    return row["status"]
+    return ReleaseStatus(row["status"], row["reason"])

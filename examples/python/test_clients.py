@@ -31,8 +31,9 @@ from sqlalchemy.orm import Session, declarative_base
 from lease_fence_client import (
     ConflictingGeneration, FenceError, KeptAliveLease, Lease, LeaseBusy, LeaseDenied,
     LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
-    MissingGeneration, StaleGeneration, UnissuedGeneration, acquire, fence_errors, fenced,
-    keepalive_state, kept_alive_lease, release, renew, transaction_lease, try_acquire)
+    MissingGeneration, ReleaseStatus, StaleGeneration, UnissuedGeneration, acquire,
+    fence_error_from, fence_errors, fenced, keepalive_state, kept_alive_lease, release, renew,
+    transaction_lease, try_acquire)
 
 ENV = os.environ
 PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
@@ -176,8 +177,8 @@ class PsycopgTests(unittest.TestCase):
         err = cm.exception
         self.assertIsInstance(err, FenceError)
         self.assertEqual(err.sqlstate, "LF001")
-        self.assertEqual((err.stored, err.supplied), (b.generation, a.generation))
-        self.assertEqual(err.table, "public.account")
+        self.assertEqual((err.schema, err.table, err.column, err.resource),
+                         ("public", "account", "fence", None))
         self.assertIsInstance(err.__cause__, psycopg.Error)
         self.assertEqual(err.__cause__.sqlstate, "LF001")
 
@@ -195,8 +196,8 @@ class PsycopgTests(unittest.TestCase):
 
     def test_fenced_lease_fences_the_resource(self):
         """explicit scope, fenced(conn, lease): once B took over and fenced
-        the resource, A's late transaction raises StaleGeneration (resource,
-        stored, supplied) before its block runs, so even an INSERT of a row
+        the resource, A's late transaction raises StaleGeneration (naming the
+        resource) before its block runs, so even an INSERT of a row
         B never wrote goes nowhere. fenced(conn, generation) fences rows
         only: there no row fence stops that INSERT."""
         res = resource_name(self)
@@ -227,9 +228,8 @@ class PsycopgTests(unittest.TestCase):
                 self.conn.execute("INSERT INTO ledger (note) VALUES (%s)", (f"{res} A late",))
         err = cm.exception
         self.assertEqual(err.sqlstate, "LF001")
-        self.assertEqual((err.resource, err.stored, err.supplied),
-                         (res, b.generation, a.generation))
-        self.assertIsNone(err.table)
+        self.assertEqual(err.resource, res)
+        self.assertIsNone(err.column)
         self.assertEqual(ran, [], "the block never ran")
         self.assertEqual(notes("A late"), 0)
 
@@ -245,6 +245,88 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(self.conn.execute(
             "SELECT generation FROM lease_fence.resource_fences WHERE resource = %s",
             (f"{res}:other",)).fetchone()[0], gen)
+
+    def test_fenced_transaction_in_one_pipeline(self):
+        """BEGIN; set_generation(%s, %s); UPDATE; COMMIT sent as one psycopg
+        pipeline: the row carries the lease's generation and the resource is
+        fenced at it. A lower generation's pipeline on that resource is
+        StaleGeneration, naming the resource, and writes nothing."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        older = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        lease = acquire(self.conn, res, ttl_ms=10000)
+        self.addCleanup(release, self.conn, lease)
+
+        with self.conn.pipeline():
+            self.conn.execute("BEGIN")
+            self.conn.execute("SELECT lease_fence.set_generation(%s, %s)",
+                              (lease.generation, lease.resource))
+            self.conn.execute("UPDATE account SET owner = 'pipelined' WHERE id = %s", (row_id,))
+            self.conn.execute("COMMIT")
+        self.assertEqual(read_row(self.conn, row_id), ("pipelined", 100, lease.generation))
+        self.assertEqual(self.conn.execute(
+            "SELECT generation FROM lease_fence.resource_fences WHERE resource = %s",
+            (res,)).fetchone()[0], lease.generation)
+        self.assertIsNone(
+            self.conn.execute("SELECT lease_fence.current_generation()").fetchone()[0],
+            "the generation ended with the transaction")
+
+        with self.assertRaises(StaleGeneration) as cm:
+            with fence_errors(), self.conn.pipeline():
+                self.conn.execute("BEGIN")
+                self.conn.execute("SELECT lease_fence.set_generation(%s, %s)", (older, res))
+                self.conn.execute("UPDATE account SET owner = 'stale' WHERE id = %s", (row_id,))
+                self.conn.execute("COMMIT")
+        self.conn.rollback()                 # the failed transaction block
+        self.assertEqual(cm.exception.resource, res)
+        self.assertEqual(read_row(self.conn, row_id), ("pipelined", 100, lease.generation))
+
+    def test_fence_error_fields_name_the_row_or_the_resource(self):
+        """a stale holder's error says what refused it in the error's fields,
+        as the driver reports them (nothing is parsed from DETAIL): schema,
+        table and column for a row, the resource (the constraint field) for
+        a resource fence; LF002 on the strict table names it too."""
+        row_id = new_row(self.conn)
+        res = resource_name(self)
+        old, new = (self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+                    for _ in range(2))
+        with fenced(self.conn, new, resource=res):
+            self.conn.execute("UPDATE account SET owner = 'new' WHERE id = %s", (row_id,))
+
+        with self.assertRaises(StaleGeneration) as cm:
+            with fenced(self.conn, old):                       # rows only
+                self.conn.execute("UPDATE account SET owner = 'old' WHERE id = %s", (row_id,))
+        err = cm.exception
+        self.assertEqual((err.schema, err.table, err.column, err.resource),
+                         ("public", "account", "fence", None))
+        diag = err.__cause__.diag
+        self.assertEqual((diag.schema_name, diag.table_name, diag.column_name,
+                          diag.constraint_name), ("public", "account", "fence", None))
+        self.assertIsNotNone(err.detail, "DETAIL is still there, for humans")
+        self.assertFalse(hasattr(err, "stored"), "generations are not parsed from DETAIL")
+
+        ran = []
+        with self.assertRaises(StaleGeneration) as cm:
+            with fenced(self.conn, old, resource=res):
+                ran.append(True)
+        err = cm.exception
+        self.assertEqual((err.schema, err.table, err.column, err.resource),
+                         ("lease_fence", "resource_generation", None, res))
+        self.assertEqual(err.__cause__.diag.constraint_name, res)
+        self.assertEqual(ran, [])
+
+        with self.assertRaises(MissingGeneration) as cm:
+            with fence_errors(), self.conn.transaction():
+                self.conn.execute("INSERT INTO ledger (note) VALUES ('unfenced, fields')")
+        err = cm.exception
+        self.assertEqual((err.schema, err.table, err.column), ("public", "ledger", "fence"))
+        # fence_error_from on the driver's error itself; anything else is None
+        again = fence_error_from(err.__cause__)
+        self.assertIsInstance(again, MissingGeneration)
+        self.assertEqual((again.table, again.column), ("ledger", "fence"))
+        self.assertIs(fence_error_from(err), err)
+        self.assertIsNone(fence_error_from(ValueError("not a database error")))
+        self.assertEqual(read_row(self.conn, row_id), ("new", 100, new))
 
     def test_busy_is_reported_as_busy(self):
         """someone else holds it: LeaseBusy (a LeaseDenied, acquired false),
@@ -355,6 +437,39 @@ class PsycopgTests(unittest.TestCase):
             renew(conn, ghost, ttl_ms=10000)
         self.assertEqual(release(conn, ghost), "unavailable")
 
+    def test_reason_says_why(self):
+        """'unavailable' carries the reason (Redis cannot be reached): on the
+        row, on the LeaseError and in its message, on renew's error and on
+        release's status. A granted lease and a 'released' release carry
+        none."""
+        conn = connect(user=NOREDIS_USER)
+        self.addCleanup(conn.close)
+        res = resource_name(self)
+        raw = try_acquire(conn, res, ttl_ms=10000)
+        self.assertEqual(raw.status, "unavailable")
+        self.assertRegex(raw.reason, r"\bRedis\b")
+        with self.assertRaises(LeaseUnavailable) as cm:
+            acquire(conn, res, ttl_ms=10000)
+        err = cm.exception
+        self.assertEqual(err.reason, err.lease.reason)
+        self.assertRegex(err.reason, r"\bRedis\b")
+        self.assertIn(err.reason, str(err))
+        ghost = Lease(True, "acquired", res, "0" * 32, 1, 0)
+        with self.assertRaises(LeaseUnavailable) as cm:
+            renew(conn, ghost, ttl_ms=10000)
+        self.assertRegex(cm.exception.reason, r"\bRedis\b")
+        status = release(conn, ghost)
+        self.assertEqual(status, "unavailable")
+        self.assertIsInstance(status, ReleaseStatus)
+        self.assertRegex(status.reason, r"\bRedis\b")
+
+        lease = acquire(self.conn, res, ttl_ms=10000)
+        self.assertEqual(lease.status, "acquired")
+        self.assertIsNone(lease.reason)
+        status = release(self.conn, lease)
+        self.assertEqual(status, "released")
+        self.assertIsNone(status.reason)
+
     def test_lease_lost_before_commit_raises_lease_lost_at_commit(self):
         """an admin deletes the lease key before COMMIT: COMMIT fails with LF010
         (LeaseLostAtCommit) and the block's write is rolled back."""
@@ -394,7 +509,7 @@ class PsycopgTests(unittest.TestCase):
 
     def test_unissued_generation(self):
         """a generation the database never issued (a typo, a timestamp):
-        UnissuedGeneration (LF004), with supplied and highest parsed; the row
+        UnissuedGeneration (LF004) naming the table and fence column; the row
         is unchanged."""
         gen = self.conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
         row_id = new_row(self.conn)
@@ -403,9 +518,8 @@ class PsycopgTests(unittest.TestCase):
                 self.conn.execute("UPDATE account SET owner = 'typo' WHERE id = %s", (row_id,))
         self.assertEqual(cm.exception.sqlstate, "LF004")
         self.assertIsInstance(cm.exception, FenceError)
-        self.assertEqual(cm.exception.supplied, gen + 1000000)
-        self.assertGreaterEqual(cm.exception.highest, gen)
-        self.assertLess(cm.exception.highest, gen + 1000000)
+        self.assertEqual((cm.exception.schema, cm.exception.table, cm.exception.column),
+                         ("public", "account", "fence"))
         self.assertEqual(read_row(self.conn, row_id), ("nobody", 100, 0))
 
     def test_stale_acquire_is_a_definite_no_and_heals(self):
@@ -694,7 +808,7 @@ class SQLAlchemyTests(unittest.TestCase):
             a_session.expire_all()
             self.assertEqual(release(b_session, b), "released")
         err = cm.exception
-        self.assertEqual((err.stored, err.supplied), (b.generation, a.generation))
+        self.assertEqual((err.schema, err.table, err.column), ("public", "account", "fence"))
         self.assertIsInstance(err.__cause__, sqlalchemy.exc.DBAPIError)
         self.assertEqual(err.__cause__.orig.pgcode, "LF001")
         self.assertEqual(read_row(self.check, row_id), ("B (orm)", 100, b.generation))
@@ -715,8 +829,8 @@ class SQLAlchemyTests(unittest.TestCase):
                     a_session.flush()
             self.assertEqual(release(b_session, b), "released")
         err = cm.exception
-        self.assertEqual((err.resource, err.stored, err.supplied),
-                         (res, b.generation, a.generation))
+        self.assertEqual((err.schema, err.table, err.column, err.resource),
+                         ("lease_fence", "resource_generation", None, res))
         self.assertEqual(self.check.execute("SELECT count(*) FROM account WHERE owner = %s",
                                             (f"{res} A late",)).fetchone()[0], 0)
 

@@ -10,8 +10,9 @@ In transaction pooling a client owns a server connection only for the length
 of one transaction. Whatever lives in the *server session* — a session-level
 setting, a session-scoped lease — is not the client's:
 
-- explicit scope + SET LOCAL works: identity and generation live in the
-  application, and SET LOCAL ends with the transaction;
+- explicit scope + a transaction-scoped generation works (``fenced``:
+  ``set_generation(g, resource)``, or SET LOCAL): identity and generation
+  live in the application, and the setting ends with the transaction;
 - transaction scope works: the lease lives and dies inside one transaction;
 - a session-level generation (``set_generation(g, false)`` or plain ``SET``)
   leaks into the next client's transaction on that server connection;
@@ -61,9 +62,10 @@ class PgBouncerTests(unittest.TestCase):
 
     def test_explicit_scope_with_set_local_works(self):
         """explicit scope: acquire on one client connection, fenced writes
-        (SET LOCAL) on another, renew, release from a third — the lease lives
-        in the application. A stale holder is still rejected (LF001), and
-        SET LOCAL leaves nothing behind on the shared server connection."""
+        (set_generation, transaction-scoped like SET LOCAL) on another, renew,
+        release from a third — the lease lives in the application. A stale
+        holder is still rejected (LF001), and the transaction's generation
+        leaves nothing behind on the shared server connection."""
         a1, a2, b = self.clients(3)
         row_id = new_row(self.direct)
         res = resource_name(self)
@@ -74,7 +76,7 @@ class PgBouncerTests(unittest.TestCase):
         with fenced(a2, lease_a.generation):
             a2.execute("UPDATE account SET owner = 'A' WHERE id = %s", (row_id,))
         self.assertIsNone(one(b, "SELECT lease_fence.current_generation()"),
-                          "SET LOCAL ended with A's transaction")
+                          "the generation ended with A's transaction")
         self.assertGreater(renew(b, lease_a, ttl_ms=10000), 0)
         self.assertEqual(release(a2, lease_a), "released")
 
@@ -84,8 +86,7 @@ class PgBouncerTests(unittest.TestCase):
         with self.assertRaises(StaleGeneration) as cm:
             with fenced(a1, lease_a.generation):
                 a1.execute("UPDATE account SET owner = 'A late' WHERE id = %s", (row_id,))
-        self.assertEqual((cm.exception.stored, cm.exception.supplied),
-                         (lease_b.generation, lease_a.generation))
+        self.assertEqual((cm.exception.table, cm.exception.column), ("account", "fence"))
         self.assertEqual(release(a1, lease_b), "released")
         self.assertEqual(read_row(self.direct, row_id), ("B", 100, lease_b.generation))
 
@@ -111,7 +112,8 @@ class PgBouncerTests(unittest.TestCase):
         holds no lease and set nothing, runs its next transaction on the same
         server connection and writes under A's generation — the lenient fence
         stamps B's row with it, and the strict table lets B's unfenced INSERT
-        through. SET LOCAL (the contrast) leaves nothing behind."""
+        through. A transaction-scoped generation (the contrast) leaves nothing
+        behind."""
         a, b = self.clients(2)
         row_id = new_row(self.direct)
         gen = one(a, "SELECT lease_fence.next_generation()")
@@ -128,7 +130,7 @@ class PgBouncerTests(unittest.TestCase):
                              ("B, no generation of its own",)), 1)
 
         # the contrast: with the leak cleaned up, strict mode refuses B again,
-        # and A's SET LOCAL does not reach B
+        # and A's fenced transaction does not reach B
         with self.assertRaises(MissingGeneration):
             with fence_errors(), b.transaction():
                 b.execute("INSERT INTO ledger (note) VALUES ('B again')")
