@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# clients/java/ci.sh — build the Java client, run its JUnit tests and the
+# example examples/java/TwoHolders.java against the built jar, as a user would.
+#
+# Run by test/clients/run.sh from a copy of the tree, cwd = clients/java, with
+# LF_JDBC_URL, LF_JDBC_USER, LF_JDBC_PASSWORD_FILE, LF_REDIS_SOCK, LF_SRC and
+# LF_CLIENT_WORK (a writable empty dir: the build goes there; build/ here
+# without it). The last line is exactly "java: N passed, N failed": N counts
+# the JUnit test cases (skipped ones in neither) and the example; a build that
+# fails, or a launcher that writes no report, counts as one failure.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+src=${LF_SRC:-$(cd "$here/../.." && pwd)}
+if [ -n "${LF_CLIENT_WORK:-}" ]; then
+	export LF_JAVA_BUILD=$LF_CLIENT_WORK/build
+else
+	export LF_JAVA_BUILD=${LF_JAVA_BUILD:-$here/build}
+fi
+BUILD=$LF_JAVA_BUILD
+LIB=${LF_JAVA_LIB:-/usr/share/java}
+
+passed=0
+failed=0
+finish() {
+	echo "java: $passed passed, $failed failed"
+	[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
+	exit
+}
+
+echo "== java: ./build.sh (build in $BUILD)"
+rc=0
+bash "$here/build.sh" || rc=$?
+if [ -f "$BUILD/test-counts" ]; then
+	read -r tests skipped failures errors <"$BUILD/test-counts"
+	bad=$((failures + errors))
+	ok=$((tests - skipped - bad))
+	[ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	[ "$tests" -eq 0 ] && bad=1		# ran no test: the launcher found no engine or class
+	passed=$((passed + ok)); failed=$((failed + bad))
+	echo "== java: JUnit: $ok passed, $bad failed, $skipped skipped"
+else
+	echo "== java: build.sh did not run the tests (exit $rc)"
+	failed=$((failed + 1))
+fi
+
+# The example, compiled and run against the jar on a classpath
+if [ ! -f "$BUILD/lease-fence.jar" ]; then
+	echo "== java: no jar: the example cannot run"
+	failed=$((failed + 1))
+	finish
+fi
+pgjdbc=$LIB/postgresql.jar
+[ -f "$pgjdbc" ] || pgjdbc=$(ls -1 "$LIB"/postgresql-[0-9]*.jar 2>/dev/null | sort -V | tail -n 1)
+example=$src/examples/java/TwoHolders.java
+cp="$BUILD/lease-fence.jar:$pgjdbc"
+echo "== java: example $example"
+rm -rf "$BUILD/example"
+mkdir -p "$BUILD/example"
+if javac --release 17 -encoding UTF-8 -cp "$cp" -d "$BUILD/example" "$example" &&
+	timeout -k 5 120 java -cp "$BUILD/example:$cp" TwoHolders; then
+	passed=$((passed + 1))
+	echo "== java: example passed"
+else
+	failed=$((failed + 1))
+	echo "== java: example FAILED"
+fi
+finish

@@ -1,0 +1,622 @@
+package dev.leasefence;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import java.io.File;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInfo;
+import org.postgresql.util.PSQLException;
+
+/**
+ * The library against a real PostgreSQL with lease_fence and Redis, as
+ * test/clients/run.sh sets them up: role {@code app} (takes leases, owns no
+ * table), tables {@code account} (lenient) and {@code ledger} (strict).
+ *
+ * <p>Environment: LF_JDBC_URL, LF_JDBC_USER, LF_JDBC_PASSWORD_FILE; LF_REDIS_SOCK
+ * for the tests that act on Redis with redis-cli (skipped without it).
+ */
+class LeaseFenceTest {
+
+    static final String URL = System.getenv("LF_JDBC_URL");
+    static final String USER = System.getenv().getOrDefault("LF_JDBC_USER", "app");
+    static final String REDIS_SOCK = System.getenv("LF_REDIS_SOCK");
+    static final String KEY_PREFIX = "lease_fence:";
+
+    final List<Connection> opened = new ArrayList<>();
+    Connection conn;
+    String testName;
+
+    static Connection connect() throws SQLException {
+        assumeTrue(URL != null, "LF_JDBC_URL is not set");
+        Properties p = new Properties();
+        p.setProperty("user", USER);
+        String file = System.getenv("LF_JDBC_PASSWORD_FILE");
+        if (file != null) {
+            try {
+                p.setProperty("password", Files.readString(Path.of(file), StandardCharsets.UTF_8).strip());
+            } catch (IOException e) {
+                throw new SQLException("cannot read LF_JDBC_PASSWORD_FILE", e);
+            }
+        }
+        return DriverManager.getConnection(URL, p);
+    }
+
+    Connection open() throws SQLException {
+        Connection c = connect();
+        opened.add(c);
+        return c;
+    }
+
+    @BeforeEach
+    void setUp(TestInfo info) throws SQLException {
+        testName = info.getTestMethod().map(m -> m.getName()).orElse("test");
+        conn = open();
+    }
+
+    @AfterEach
+    void tearDown() {
+        for (Connection c : opened) {
+            try {
+                c.close();
+            } catch (SQLException e) {
+                // closing
+            }
+        }
+    }
+
+    String resource(String tag) {
+        return "java:" + testName + tag + ":" + UUID.randomUUID().toString().substring(0, 8);
+    }
+
+    static long scalarLong(Connection c, String sql) throws SQLException {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery(sql)) {
+            rs.next();
+            return rs.getLong(1);
+        }
+    }
+
+    /** A fresh account row (fence 0), written without a generation. */
+    static int newRow(Connection c) throws SQLException {
+        try (Statement st = c.createStatement();
+             ResultSet rs = st.executeQuery(
+                     "INSERT INTO account (owner, balance) VALUES ('nobody', 100) RETURNING id")) {
+            rs.next();
+            return rs.getInt(1);
+        }
+    }
+
+    /** owner and fence of an account row */
+    static String readRow(Connection c, int id) throws SQLException {
+        try (PreparedStatement ps = c.prepareStatement(
+                "SELECT owner, balance, fence FROM account WHERE id = ?")) {
+            ps.setInt(1, id);
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return rs.getString(1) + "/" + rs.getInt(2) + "/" + rs.getLong(3);
+            }
+        }
+    }
+
+    static int setOwner(Connection c, int id, String owner) throws SQLException {
+        try (PreparedStatement ps = c.prepareStatement("UPDATE account SET owner = ? WHERE id = ?")) {
+            ps.setString(1, owner);
+            ps.setInt(2, id);
+            return ps.executeUpdate();
+        }
+    }
+
+    static String redis(String... args) throws IOException, InterruptedException {
+        List<String> cmd = new ArrayList<>(List.of("redis-cli", "-s", REDIS_SOCK));
+        cmd.addAll(List.of(args));
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
+        if (!p.waitFor(30, TimeUnit.SECONDS) || p.exitValue() != 0) {
+            throw new IOException("redis-cli " + String.join(" ", args) + ": " + out);
+        }
+        return out;
+    }
+
+    static void assumeRedisCli() {
+        assumeTrue(REDIS_SOCK != null && !REDIS_SOCK.isEmpty(), "LF_REDIS_SOCK is not set");
+        boolean found = false;
+        for (String dir : System.getenv().getOrDefault("PATH", "/usr/bin:/bin").split(File.pathSeparator)) {
+            if (Files.isExecutable(Path.of(dir, "redis-cli"))) {
+                found = true;
+            }
+        }
+        assumeTrue(found, "redis-cli is not on PATH");
+    }
+
+    // ------------------------------------------------------------------
+
+    @Test
+    void acquireAndRelease() throws SQLException {
+        String res = resource("");
+        Lease lease = LeaseFence.acquire(conn, res, 10000);
+        assertTrue(lease.isAcquired());
+        assertEquals("acquired", lease.status());
+        assertEquals(res, lease.resource());
+        assertTrue(lease.identity().matches("[0-9a-f]{32}"), lease.identity());
+        assertTrue(lease.generation() > 0);
+        assertTrue(lease.validityMs() > 0 && lease.validityMs() <= 10000);
+        assertNull(lease.reason());
+        assertTrue(conn.getAutoCommit());
+
+        ReleaseOutcome out = LeaseFence.releaseOutcome(conn, lease);
+        assertEquals(new ReleaseOutcome(true, ReleaseStatus.RELEASED, null), out);
+        // again: gone, left alone
+        assertEquals(ReleaseStatus.NOT_HELD, LeaseFence.release(conn, lease));
+
+        // a new acquire draws a higher generation
+        Lease next = LeaseFence.acquire(conn, res, 10000, 0, 0);
+        assertTrue(next.generation() > lease.generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, next));
+    }
+
+    @Test
+    void busyIsBusy() throws SQLException {
+        String res = resource("");
+        Connection other = open();
+        Lease held = LeaseFence.acquire(conn, res, 10000);
+        LeaseBusyException e = assertThrows(LeaseBusyException.class,
+                () -> LeaseFence.acquire(other, res, 10000));
+        assertInstanceOf(LeaseDeniedException.class, e);
+        assertEquals("busy", e.status());
+        assertEquals(Boolean.FALSE, e.lease().acquired());
+        assertNull(e.reason());
+        assertEquals(Optional.empty(), LeaseFence.tryAcquire(other, res, 10000));
+        // waitMs: still busy at the deadline
+        long t0 = System.nanoTime();
+        assertEquals(Optional.empty(), LeaseFence.tryAcquire(other, res, 10000, 0, 300));
+        assertTrue(System.nanoTime() - t0 >= TimeUnit.MILLISECONDS.toNanos(250));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+        Optional<Lease> mine = LeaseFence.tryAcquire(other, res, 10000);
+        assertTrue(mine.isPresent());
+        assertTrue(mine.get().generation() > held.generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(other, mine.get()));
+    }
+
+    @Test
+    void renewExtendsAndLostIsLost() throws SQLException {
+        String res = resource("");
+        Lease lease = LeaseFence.acquire(conn, res, 5000);
+        long validity = LeaseFence.renew(conn, lease, 20000);
+        assertTrue(validity > 5000 && validity <= 20000, "validity " + validity);
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, lease));
+        LeaseLostException e = assertThrows(LeaseLostException.class,
+                () -> LeaseFence.renew(conn, lease, 20000));
+        assertEquals("lost", e.status());
+        assertSame(lease, e.lease());
+        assertInstanceOf(LeaseDeniedException.class, e);
+    }
+
+    @Test
+    void releaseOfALeaseNotHeldIsNotHeld() throws SQLException {
+        String res = resource("");
+        Lease ghost = new Lease(res, "0".repeat(32), 1, 0);
+        ReleaseOutcome out = LeaseFence.releaseOutcome(conn, ghost);
+        assertEquals(ReleaseStatus.NOT_HELD, out.status());
+        assertEquals(Boolean.FALSE, out.released());
+        assertNull(out.reason());
+        // someone else's lease is left alone
+        Lease held = LeaseFence.acquire(conn, res, 10000);
+        assertEquals(ReleaseStatus.NOT_HELD, LeaseFence.release(conn, ghost));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+    }
+
+    @Test
+    void insufficientValidityIsADefiniteNo() throws SQLException {
+        LeaseDeniedException e = assertThrows(LeaseDeniedException.class,
+                () -> LeaseFence.acquire(conn, resource(""), 100, 100, 0));
+        assertEquals("insufficient_validity", e.status());
+        assertEquals(Boolean.FALSE, e.lease().acquired());
+        assertFalse(e instanceof LeaseBusyException);
+    }
+
+    @Test
+    void fencedCommitsAndReturnsTheResult() throws SQLException {
+        int id = newRow(conn);
+        Lease lease = LeaseFence.acquire(conn, resource(""), 10000);
+        int n = LeaseFence.fenced(conn, lease, c -> setOwner(c, id, "me"));
+        assertEquals(1, n);
+        assertTrue(conn.getAutoCommit(), "autocommit restored");
+        assertEquals("me/100/" + lease.generation(), readRow(conn, id));
+        // the generation ended with the transaction
+        try (Statement st = conn.createStatement();
+             ResultSet rs = st.executeQuery("SELECT lease_fence.current_generation()")) {
+            rs.next();
+            assertNull(rs.getObject(1));
+        }
+        // on a connection with autocommit off (and no open transaction) as well
+        conn.setAutoCommit(false);
+        LeaseFence.fenced(conn, lease, c -> setOwner(c, id, "me too"));
+        assertFalse(conn.getAutoCommit());
+        conn.setAutoCommit(true);
+        assertEquals("me too/100/" + lease.generation(), readRow(conn, id));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, lease));
+    }
+
+    @Test
+    void fencedRollsBackOnAnyException() throws SQLException {
+        int id = newRow(conn);
+        Lease lease = LeaseFence.acquire(conn, resource(""), 10000);
+        SQLException mine = new SQLException("the work failed", "P0001");
+        SQLException thrown = assertThrows(SQLException.class, () -> LeaseFence.fenced(conn, lease, c -> {
+            setOwner(c, id, "rolled back");
+            throw mine;
+        }));
+        assertSame(mine, thrown);
+        assertTrue(conn.getAutoCommit());
+        assertEquals("nobody/100/0", readRow(conn, id));
+
+        IllegalStateException bug = assertThrows(IllegalStateException.class,
+                () -> LeaseFence.fenced(conn, lease, c -> {
+                    setOwner(c, id, "rolled back too");
+                    throw new IllegalStateException("bug");
+                }));
+        assertEquals("bug", bug.getMessage());
+        assertTrue(conn.getAutoCommit());
+        assertEquals("nobody/100/0", readRow(conn, id));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, lease));
+    }
+
+    @Test
+    void helpersRefuseToRunInsideTheCallersTransaction() throws SQLException {
+        int id = newRow(conn);
+        Lease lease = LeaseFence.acquire(conn, resource(""), 10000);
+        conn.setAutoCommit(false);
+        setOwner(conn, id, "caller's");            // opens the caller's transaction
+        SQLException e = assertThrows(SQLException.class,
+                () -> LeaseFence.fenced(conn, lease, c -> setOwner(c, id, "fenced")));
+        assertEquals("25001", e.getSQLState());
+        assertThrows(SQLException.class, () -> LeaseFence.release(conn, lease));
+        conn.rollback();                            // the caller's transaction is the caller's
+        conn.setAutoCommit(true);
+        assertEquals("nobody/100/0", readRow(conn, id));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, lease));
+    }
+
+    @Test
+    void staleGenerationNamesTheRow() throws SQLException {
+        int id = newRow(conn);
+        long older = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        long newer = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        LeaseFence.fenced(conn, newer, null, c -> setOwner(c, id, "newer"));
+        StaleGenerationException e = assertThrows(StaleGenerationException.class,
+                () -> LeaseFence.fenced(conn, older, null, c -> setOwner(c, id, "older")));
+        assertEquals("LF001", e.getSQLState());
+        assertEquals("LF001", e.sqlState());
+        assertEquals("public", e.schema());
+        assertEquals("account", e.table());
+        assertEquals("fence", e.column());
+        assertNull(e.resource());
+        assertNotNull(e.detail());
+        assertInstanceOf(PSQLException.class, e.getCause());
+        assertEquals("newer/100/" + newer, readRow(conn, id));
+    }
+
+    @Test
+    void staleGenerationNamesTheResource() throws SQLException {
+        String res = resource("");
+        long older = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        long newer = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        LeaseFence.fenced(conn, newer, res, c -> null);
+        boolean[] ran = {false};
+        StaleGenerationException e = assertThrows(StaleGenerationException.class,
+                () -> LeaseFence.fenced(conn, older, res, c -> ran[0] = true));
+        assertFalse(ran[0], "the work must not run");
+        assertEquals("lease_fence", e.schema());
+        assertEquals("resource_generation", e.table());
+        assertNull(e.column());
+        assertEquals(res, e.resource());
+    }
+
+    @Test
+    void missingConflictingAndUnissuedGeneration() throws SQLException {
+        // the strict table, written without a generation
+        PSQLException raw = assertThrows(PSQLException.class, () -> {
+            try (Statement st = conn.createStatement()) {
+                st.executeUpdate("INSERT INTO ledger (note) VALUES ('unfenced')");
+            }
+        });
+        MissingGenerationException missing = assertInstanceOf(MissingGenerationException.class,
+                LeaseFence.translate(raw));
+        assertEquals("LF002", missing.getSQLState());
+        assertEquals("ledger", missing.table());
+        assertEquals("fence", missing.column());
+        assertSame(raw, missing.getCause());
+
+        long g = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        LeaseFence.fenced(conn, g, null, c -> {
+            try (Statement st = c.createStatement()) {
+                return st.executeUpdate("INSERT INTO ledger (note) VALUES ('fenced')");
+            }
+        });
+
+        int id = newRow(conn);
+        ConflictingGenerationException conflicting = assertThrows(
+                ConflictingGenerationException.class, () -> LeaseFence.fenced(conn, g, null, c -> {
+                    try (PreparedStatement ps = c.prepareStatement(
+                            "UPDATE account SET fence = ? WHERE id = ?")) {
+                        ps.setLong(1, g + 1);
+                        ps.setInt(2, id);
+                        return ps.executeUpdate();
+                    }
+                }));
+        assertEquals("account", conflicting.table());
+
+        UnissuedGenerationException unissued = assertThrows(UnissuedGenerationException.class,
+                () -> LeaseFence.fenced(conn, g + 1_000_000, null, c -> setOwner(c, id, "typo")));
+        assertEquals("LF004", unissued.sqlState());
+        assertEquals("public", unissued.schema());
+        assertEquals("account", unissued.table());
+        assertEquals("fence", unissued.column());
+        assertEquals("nobody/100/0", readRow(conn, id));
+    }
+
+    @Test
+    void translateMapsWhatAFrameworkWraps() throws SQLException {
+        long older = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        long newer = scalarLong(conn, "SELECT lease_fence.next_generation()");
+        int id = newRow(conn);
+        LeaseFence.fenced(conn, newer, null, c -> setOwner(c, id, "newer"));
+        // a batch, in the caller's own transaction, with the generation set by hand
+        conn.setAutoCommit(false);
+        SQLException batchError;
+        try (PreparedStatement set = conn.prepareStatement("SELECT lease_fence.set_generation(?, NULL::text)")) {
+            set.setLong(1, older);
+            set.executeQuery().close();
+            try (PreparedStatement ps = conn.prepareStatement("UPDATE account SET owner = ? WHERE id = ?")) {
+                ps.setString(1, "stale batch");
+                ps.setInt(2, id);
+                ps.addBatch();
+                ps.executeBatch();
+                fail("the stale batch was not refused");
+                return;
+            }
+        } catch (SQLException e) {
+            batchError = e;
+        } finally {
+            conn.rollback();
+            conn.setAutoCommit(true);
+        }
+        StaleGenerationException stale = assertInstanceOf(StaleGenerationException.class,
+                LeaseFence.translate(batchError));
+        assertEquals("account", stale.table());
+        // wrapped as an ORM would: found through the causes
+        RuntimeException orm = new RuntimeException("could not execute statement",
+                new SQLException("wrapper", batchError));
+        assertTrue(LeaseFence.fenceException(orm).isPresent());
+        assertInstanceOf(StaleGenerationException.class, LeaseFence.fenceException(orm).get());
+        // anything else is left alone
+        SQLException syntax = assertThrows(SQLException.class, () -> {
+            try (Statement st = conn.createStatement()) {
+                st.execute("SELEC 1");
+            }
+        });
+        assertSame(syntax, LeaseFence.translate(syntax));
+        assertEquals("newer/100/" + newer, readRow(conn, id));
+    }
+
+    @Test
+    void transactionLeaseCommitsUnderItsGeneration() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        Lease lease = LeaseFence.transactionLease(conn, res, 10000, (l, c) -> {
+            setOwner(c, id, "tx");
+            return l;
+        });
+        assertTrue(conn.getAutoCommit());
+        assertEquals("tx/100/" + lease.generation(), readRow(conn, id));
+        // released at COMMIT: free at once
+        Lease next = LeaseFence.acquire(conn, res, 10000);
+        assertTrue(next.generation() > lease.generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, next));
+    }
+
+    @Test
+    void transactionLeaseBusyNeverRunsTheWork() throws SQLException {
+        String res = resource("");
+        Lease held = LeaseFence.acquire(conn, res, 10000);
+        Connection other = open();
+        boolean[] ran = {false};
+        assertThrows(LeaseBusyException.class,
+                () -> LeaseFence.transactionLease(other, res, 10000, (l, c) -> ran[0] = true));
+        assertFalse(ran[0]);
+        assertTrue(other.getAutoCommit());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+    }
+
+    @Test
+    void waitingAcquireIsWokenByTheRelease() throws Exception {
+        String res = resource("");
+        Lease held = LeaseFence.acquire(conn, res, 30000);
+        Connection other = open();
+        Thread releaser = new Thread(() -> {
+            try {
+                Thread.sleep(300);
+                LeaseFence.release(conn, held);
+            } catch (InterruptedException | SQLException e) {
+                // the assertion below fails then
+            }
+        });
+        long t0 = System.nanoTime();
+        releaser.start();
+        Lease mine = LeaseFence.acquire(other, res, 10000, 0, 10000);
+        long waitedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        releaser.join();
+        assertTrue(mine.generation() > held.generation());
+        assertTrue(waitedMs < 8000, "woken by the release, not at the deadline: " + waitedMs + " ms");
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(other, mine));
+    }
+
+    @Test
+    void fencedChecksItsArguments() {
+        Lease noGeneration = new Lease("r", null, null, null, Boolean.FALSE, "busy", null);
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.fenced(conn, noGeneration, c -> null));
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.fenced(conn, -1, null, c -> null));
+    }
+
+    @Test
+    void leaseLostBeforeCommitIsLeaseLostAtCommit() throws Exception {
+        assumeRedisCli();
+        String res = resource("");
+        int id = newRow(conn);
+        LeaseLostAtCommitException e = assertThrows(LeaseLostAtCommitException.class,
+                () -> LeaseFence.transactionLease(conn, res, 10000, (l, c) -> {
+                    setOwner(c, id, "doomed");
+                    try {
+                        assertEquals("1", redis("DEL", KEY_PREFIX + "{" + res + "}"));
+                    } catch (IOException | InterruptedException x) {
+                        throw new SQLException(x);
+                    }
+                    return null;
+                }));
+        assertEquals("LF010", e.getSQLState());
+        assertInstanceOf(PSQLException.class, e.getCause());
+        assertTrue(conn.getAutoCommit());
+        assertEquals("nobody/100/0", readRow(conn, id));
+    }
+
+    /**
+     * Redis stalls (CLIENT PAUSE) longer than lease_fence.command_timeout_ms:
+     * the acquire is unknown — LeaseUnknownException, not a LeaseDenied, from
+     * acquire and from tryAcquire alike — with identity and generation kept.
+     */
+    @Test
+    void unknownIsNeverNotAcquired() throws Exception {
+        assumeRedisCli();
+        List<Connection> conns = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            Connection c = open();
+            try (Statement st = c.createStatement()) {
+                st.execute("SET lease_fence.command_timeout_ms = 150");
+                st.execute("SET lease_fence.cleanup_timeout_ms = 150");
+            }
+            // a backend's first acquire checks key_prefix's owner: done before the pause
+            LeaseFence.release(c, LeaseFence.acquire(c, resource(":warm"), 10000));
+            conns.add(c);
+        }
+        String res = resource("");
+        LeaseUnknownException viaAcquire;
+        LeaseUnknownException viaTry;
+        redis("CLIENT", "PAUSE", "3000", "ALL");
+        try {
+            viaAcquire = assertThrows(LeaseUnknownException.class,
+                    () -> LeaseFence.acquire(conns.get(0), res, 10000));
+            viaTry = assertThrows(LeaseUnknownException.class,
+                    () -> LeaseFence.tryAcquire(conns.get(1), res, 10000));
+        } finally {
+            redis("PING");                      // waits out the pause
+        }
+        for (LeaseUnknownException e : List.of(viaAcquire, viaTry)) {
+            assertFalse(LeaseDeniedException.class.isInstance(e));
+            assertEquals("unknown", e.status());
+            assertNull(e.lease().acquired());
+            assertTrue(e.lease().identity().matches("[0-9a-f]{32}"));
+            assertNotNull(e.lease().generation());
+            assertNotNull(e.reason());
+        }
+        // a conditional release is safe; a new acquire draws a new generation
+        assertEquals(ReleaseStatus.NOT_HELD, LeaseFence.release(conn, viaAcquire.lease()));
+        Lease fresh = LeaseFence.acquire(conn, res, 10000);
+        assertTrue(fresh.generation() > viaTry.lease().generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, fresh));
+    }
+
+    /**
+     * Redis does not answer a new connection's check (CLIENT PAUSE, short
+     * lease_fence.connect_timeout_ms): nothing was sent, so the acquire is
+     * LeaseUnavailableException, a definite no, with a reason. (run.sh's
+     * app_noredis role cannot log in over TCP, so this is how JDBC sees it.)
+     */
+    @Test
+    void unavailableIsADefiniteNo() throws Exception {
+        assumeRedisCli();
+        Connection c = open();                  // a new backend: no Redis connection yet
+        try (Statement st = c.createStatement()) {
+            st.execute("SET lease_fence.connect_timeout_ms = 150");
+            st.execute("SET lease_fence.command_timeout_ms = 150");
+        }
+        String res = resource("");
+        LeaseUnavailableException e;
+        redis("CLIENT", "PAUSE", "3000", "ALL");
+        try {
+            e = assertThrows(LeaseUnavailableException.class, () -> LeaseFence.acquire(c, res, 10000));
+        } finally {
+            redis("PING");
+        }
+        assertInstanceOf(LeaseDeniedException.class, e);
+        assertEquals("unavailable", e.status());
+        assertEquals(Boolean.FALSE, e.lease().acquired());
+        assertNotNull(e.reason());
+        assertTrue(e.getMessage().contains(e.reason()));
+        assertEquals("0", redis("EXISTS", KEY_PREFIX + "{" + res + "}"));
+    }
+
+    /**
+     * The acceptance test: two holders of one resource. A's lease runs out
+     * while it stalls, B acquires and writes; A's fenced write raises
+     * StaleGenerationException, and B's row stands.
+     */
+    @Test
+    void twoHoldersTheStaleOneIsFencedOff() throws Exception {
+        String res = resource("");
+        int id = newRow(conn);
+        Connection a = open();
+        Connection b = open();
+
+        Lease leaseA = LeaseFence.acquire(a, res, 300);
+        Thread.sleep(600);                                  // A stalls past its TTL
+        Lease leaseB = LeaseFence.acquire(b, res, 10000);   // B gets it, newer generation
+        assertTrue(leaseB.generation() > leaseA.generation());
+        LeaseFence.fenced(b, leaseB, c -> setOwner(c, id, "B"));
+
+        StaleGenerationException e = assertThrows(StaleGenerationException.class,
+                () -> LeaseFence.fenced(a, leaseA, c -> setOwner(c, id, "A")));
+        assertEquals(res, e.resource());                    // stopped at the resource fence
+        assertEquals("lease_fence", e.schema());
+        assertEquals("B/100/" + leaseB.generation(), readRow(conn, id));
+
+        // and fencing rows only, the row itself refuses A
+        StaleGenerationException rowOnly = assertThrows(StaleGenerationException.class,
+                () -> LeaseFence.fenced(a, leaseA.generation(), null, c -> setOwner(c, id, "A")));
+        assertEquals("account", rowOnly.table());
+        assertEquals("fence", rowOnly.column());
+        assertEquals("B/100/" + leaseB.generation(), readRow(conn, id));
+
+        assertThrows(LeaseLostException.class, () -> LeaseFence.renew(a, leaseA, 10000));
+        assertEquals(ReleaseStatus.NOT_HELD, LeaseFence.release(a, leaseA));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(b, leaseB));
+    }
+}
