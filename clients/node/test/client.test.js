@@ -1,8 +1,10 @@
 'use strict';
-// lease_fence from node-postgres, against a real PostgreSQL + Redis (and
-// PgBouncer). Run by test/clients/run.sh as `node --test --test-reporter=tap
-// test.js` after `npm ci`, with the variables described in
-// ../python/test_clients.py. Each test pins an outcome: a wrong status, a
+// lease-fence from node-postgres, against a real PostgreSQL + Redis (and
+// PgBouncer), through the installed package. Run by ci.sh as
+// `node --test --test-reporter=tap` in an app that installed lease-fence's
+// tarball, with PGHOST, PGPORT, PGDATABASE, PGUSER, LF_NOREDIS_USER,
+// LF_REDIS_SOCK, LF_BOUNCER_HOST and LF_BOUNCER_PORT from
+// test/clients/run.sh. Each test pins an outcome: a wrong status, a
 // swallowed unknown or a stale write let through makes it fail.
 
 const { describe, it, before, after } = require('node:test');
@@ -11,7 +13,7 @@ const { execFileSync } = require('node:child_process');
 const { randomBytes } = require('node:crypto');
 const { setTimeout: sleep } = require('node:timers/promises');
 const pg = require('pg');
-const lf = require('./lease_fence_client');
+const lf = require('lease-fence');
 
 const env = process.env;
 const PGHOST = env.PGHOST || '/var/run/postgresql';

@@ -1,8 +1,8 @@
 'use strict';
-// lease_fence under Knex, writing whole rows back, against a real PostgreSQL
-// + Redis. Run by test/clients/run.sh as `node --test --test-reporter=tap
-// test_orm.js` after `npm ci` (knex is a devDependency), with the variables
-// described in ../python/test_clients.py. The table knex_item (id, name, qty,
+// lease-fence under Knex, writing whole rows back, against a real PostgreSQL
+// + Redis, through the installed package (knex installed beside it). Run by
+// ci.sh as `node --test --test-reporter=tap`, with the variables of
+// test/clients/run.sh. The table knex_item (id, name, qty,
 // fence) is owned by postgres, protected with lease_fence.protect and granted
 // to the app role.
 //
@@ -13,7 +13,7 @@
 // (LF001 when G is lower than the stored fence), else the fence becomes G.
 // So two such updates in one fenced transaction commit with fence G, and a
 // stale worker's update is LF001: err.code, err.table and err.column from
-// node-postgres, mapped by the helper's translateError to StaleGeneration.
+// node-postgres, mapped by lease-fence's translateError to StaleGeneration.
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -21,7 +21,7 @@ const { randomBytes } = require('node:crypto');
 const { setTimeout: sleep } = require('node:timers/promises');
 const pg = require('pg');
 const Knex = require('knex');
-const lf = require('./lease_fence_client');
+const lf = require('lease-fence');
 
 const env = process.env;
 const PGHOST = env.PGHOST || '/var/run/postgresql';

@@ -1,0 +1,451 @@
+/**
+ * lease-fence: use the lease_fence PostgreSQL extension from Node.js with
+ * node-postgres (`pg`).
+ *
+ * Nothing here talks to Redis: the extension does, from inside PostgreSQL.
+ * This calls lease_fence.acquire / renew / release, sets the generation in
+ * the write's transaction, and turns the extension's answers into named
+ * errors (see README.md).
+ *
+ * Every function takes a pg.Client (not inside a transaction), a client
+ * checked out of a pool, or a pg.Pool. Given a pool, a function that runs a
+ * transaction checks out one client for the whole of it (BEGIN,
+ * set_generation, your callback's statements through that client, COMMIT or
+ * ROLLBACK) and gives it back, destroying it if the transaction failed.
+ * Generations are BigInt.
+ */
+
+import type { ClientBase, Pool, PoolClient, QueryResult } from 'pg';
+import {
+  LeaseDenied, LeaseLost, LeaseUnknown, leaseError, translateError,
+} from './errors.js';
+import type {
+  AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions,
+  Generation, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, Queryable,
+  ReleaseOutcome, ReleaseStatus, RenewOptions, TransactionLeaseOptions,
+} from './types.js';
+
+export {
+  FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
+  LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
+  translateError,
+} from './errors.js';
+export type { FenceErrorFields } from './errors.js';
+export type {
+  AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions, Generation,
+  KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, LeaseStatus, Queryable, ReleaseOutcome,
+  ReleaseStatus, RenewOptions, TransactionLeaseOptions,
+} from './types.js';
+
+/**
+ * Whether `db` is a pool (pg.Pool, or any pg-pool instance: also one from
+ * another copy of pg, which `instanceof pg.Pool` would miss and treat as a
+ * client, spreading a transaction over several connections). A client,
+ * pooled or not, has no totalCount / idleCount.
+ */
+export function isPool(db: unknown): db is Pool {
+  if (db === null || typeof db !== 'object') return false;
+  const p = db as { connect?: unknown; totalCount?: unknown; idleCount?: unknown; release?: unknown };
+  return typeof p.connect === 'function' && typeof p.totalCount === 'number'
+    && typeof p.idleCount === 'number' && typeof p.release !== 'function';
+}
+
+/**
+ * fn(client) with one client for all of it: a pool lends one (given back
+ * after fn, destroyed instead if fn failed); a client is used as is.
+ */
+async function withClient<C extends Queryable, T>(db: C,
+  fn: (client: ClientOf<C>) => Promise<T>): Promise<T> {
+  if (!isPool(db)) return fn(db as unknown as ClientOf<C>);
+  const client = await db.connect();
+  let ok = false;
+  try {
+    const result = await fn(client as ClientOf<C>);
+    ok = true;
+    return result;
+  } finally {
+    // a failed transaction's connection is not trusted again: destroy it
+    client.release(ok ? undefined : true);
+  }
+}
+
+async function rollbackQuietly(client: ClientBase): Promise<void> {
+  await client.query('ROLLBACK').catch(() => {});
+}
+
+/**
+ * One transaction on one client: BEGIN and, queued right behind it without
+ * waiting for BEGIN's answer (node-postgres sends queued queries in order;
+ * a client made with `pipeline: true` sends them in one round trip),
+ * `first(client)`; then body(client, firstResult); COMMIT, or ROLLBACK on any
+ * error. LF errors (COMMIT's too) reject as FenceError.
+ */
+async function transaction<C extends Queryable, S, T>(db: C,
+  first: ((client: ClientOf<C>) => Promise<S>) | null,
+  body: (client: ClientOf<C>, started: S) => Promise<T> | T): Promise<T> {
+  return withClient(db, async (client) => {
+    const begin = client.query('BEGIN');
+    const started = first ? first(client) : Promise.resolve(undefined as S);
+    const [b, s] = await Promise.allSettled([begin, started]);
+    let result: T;
+    try {
+      if (b.status === 'rejected') throw b.reason;
+      if (s.status === 'rejected') throw s.reason;
+      result = await body(client, s.value);
+    } catch (err) {
+      await rollbackQuietly(client);
+      throw translateError(err);
+    }
+    try {
+      await client.query('COMMIT');
+    } catch (err) {
+      await rollbackQuietly(client);
+      throw translateError(err);
+    }
+    return result;
+  });
+}
+
+/**
+ * BEGIN; fn(client); COMMIT — or ROLLBACK on any error; LF errors (COMMIT's
+ * too) reject as FenceError. Given a pool, fn gets the client checked out for
+ * the transaction. No generation is set: see withFence.
+ */
+export async function inTransaction<C extends Queryable, T>(db: C,
+  fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T> {
+  return transaction(db, null, (client) => fn(client));
+}
+
+interface LeaseRow {
+  acquired: boolean | null;
+  status: string;
+  resource: string;
+  identity: string | null;
+  generation: string | number | null;
+  validity_ms: string | number | null;
+  reason: string | null;
+}
+
+function toLease(row: LeaseRow): Lease {
+  return {
+    acquired: row.acquired,
+    status: row.status,
+    resource: row.resource,
+    identity: row.identity,
+    generation: row.generation === null ? null : BigInt(row.generation),
+    validityMs: row.validity_ms === null ? null : Number(row.validity_ms),
+    reason: row.reason,
+  };
+}
+
+function generationParam(generation: Generation | null | undefined): string {
+  if (generation === null || generation === undefined) {
+    throw new TypeError(`a generation is an integer, got ${generation}`);
+  }
+  const g = BigInt(generation);          // throws on anything that is not an integer
+  if (g < 0n) throw new RangeError(`a generation is non-negative, got ${g}`);
+  return g.toString();
+}
+
+const ACQUIRE_SQL =
+  'SELECT acquired, status, resource, identity, generation, validity_ms, reason ' +
+  'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)';
+
+type Scope = 'explicit' | 'session' | 'transaction';
+
+async function acquireRow(db: Queryable, resource: string, ttlMs: number, minValidityMs: number,
+  scope: Scope, waitMs = 0, keepalive = false): Promise<Lease> {
+  const { rows } = await (db as ClientBase).query<LeaseRow>(ACQUIRE_SQL,
+    [resource, ttlMs, minValidityMs, scope, waitMs, Boolean(keepalive)]);
+  return toLease(rows[0]);
+}
+
+/** The first row's outcome checked: stale retried once (if asked), anything but granted thrown. */
+async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
+  minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
+  keepalive: boolean): Promise<AcquiredLease> {
+  let lease = first;
+  if (lease.status === 'stale' && retryStale) {
+    // stale set nothing and moved next_generation() past the stored one
+    lease = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+  }
+  if (lease.acquired !== true) {
+    throw leaseError(lease.status, lease, 'acquire', resource, lease.reason);
+  }
+  return lease as AcquiredLease;
+}
+
+async function acquireChecked(db: Queryable, resource: string, ttlMs: number,
+  minValidityMs: number, scope: Scope, retryStale: boolean, waitMs = 0,
+  keepalive = false): Promise<AcquiredLease> {
+  const first = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+  return checkAcquired(db, first, resource, ttlMs, minValidityMs, scope, retryStale, waitMs,
+    keepalive);
+}
+
+/**
+ * Explicit-scope acquire that never rejects for an outcome: the row, with
+ * acquired true, false (busy, stale, unavailable, insufficient_validity,
+ * unreplicated) or null (unknown). waitMs > 0 waits up to that long while the
+ * lease is busy.
+ */
+export async function tryAcquire(db: Queryable, resource: string,
+  { ttlMs, minValidityMs = 0, waitMs = 0 }: AcquireOptions): Promise<Lease> {
+  return acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs);
+}
+
+/**
+ * Take an explicit-scope lease: resolves to the lease, or rejects with
+ * LeaseBusy / LeaseUnavailable / LeaseDenied (a definite no) or LeaseUnknown
+ * (maybe granted: release(db, err.lease) is safe). 'stale' is retried once
+ * unless retryStale is false. waitMs > 0: while the lease is busy, wait up to
+ * that long (woken by the holder's release or its TTL's end); LeaseBusy if it
+ * is still busy then. The wait is one statement: statement_timeout or a
+ * cancel rejects with pg's error (code 57014), not a LeaseError.
+ */
+export async function acquire(db: Queryable, resource: string,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0 }: AcquireCheckedOptions,
+): Promise<AcquiredLease> {
+  return acquireChecked(db, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs);
+}
+
+/**
+ * fn(lease, client) in one transaction that holds a transaction-scoped
+ * lease: its generation fences every write in it; COMMIT verifies the lease
+ * (LeaseLostAtCommit otherwise) and releases it. BEGIN and the acquire are
+ * sent without waiting in between. A failed acquire rejects before fn runs;
+ * any error rolls back. waitMs > 0 waits up to that long for a busy lease.
+ * keepalive: true has the server's keep-alive worker renew the lease while
+ * the transaction runs (so ttlMs need not cover all of it); once lost, the
+ * next fenced write or the COMMIT rejects with LeaseLostAtCommit. Given a
+ * pool, fn gets the client checked out for the transaction: run every
+ * statement of the transaction on it.
+ */
+export async function withTransactionLease<C extends Queryable, T>(db: C, resource: string,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, keepalive = false }:
+    TransactionLeaseOptions,
+  fn: (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T): Promise<T> {
+  if (typeof fn !== 'function') throw new TypeError('withTransactionLease needs a function to run');
+  return transaction(db,
+    (client) => acquireRow(client, resource, ttlMs, minValidityMs, 'transaction', waitMs, keepalive),
+    async (client, first) => {
+      const lease = await checkAcquired(client, first, resource, ttlMs, minValidityMs,
+        'transaction', retryStale, waitMs, keepalive);
+      return fn(lease, client);
+    });
+}
+
+/**
+ * lease_fence.keepalive_state(identity): 'active', 'lost' or null (no
+ * kept-alive lease has it: released, its session ended, never kept alive).
+ * Ask on a connection other than the lease owner's. `lease` is a lease or an
+ * identity.
+ */
+export async function keepaliveState(db: Queryable,
+  lease: string | { identity: string | null }): Promise<KeepaliveState> {
+  const identity = typeof lease === 'string' ? lease : lease.identity;
+  const { rows } = await (db as ClientBase).query<{ state: KeepaliveState }>(
+    'SELECT lease_fence.keepalive_state($1::text) AS state', [identity]);
+  return rows[0].state;
+}
+
+/**
+ * fn(client, lease, signal) holding a session-scoped lease that the server
+ * keeps alive while fn runs.
+ *
+ * Checks a dedicated client out of `pool` (a pg.Pool with max >= 2), takes
+ * acquire(..., scope => 'session', keepalive => true) on it (rejecting as
+ * acquire does, before fn runs; waitMs as there), and runs fn with that
+ * client. The lease outlives ttlMs while the client's session is active —
+ * running a statement, or idle for less than ttlMs — up to
+ * lease_fence.keepalive_max_ms. Write under it with withFence(client, lease, ...).
+ *
+ * `signal` aborts, reason a LeaseLost, when lease_fence.keepalive_state,
+ * polled every pollMs (default max(50, ttlMs / 3)) on *another* pool
+ * connection, says 'lost' or null; reason a LeaseUnknown (err.cause the pg
+ * error) when a poll fails. The fence stands either way: once the lease is
+ * lost, fenced writes under it reject with LeaseLostAtCommit.
+ *
+ * At the end, always: polling stops, the lease is released, and the client
+ * goes back to the pool (destroyed instead if the release failed or the
+ * acquire's outcome is unknown: the session's end releases its lease).
+ *   - fn resolved: resolves to its value; but if the release answers
+ *     'not_held' the lease was lost before fn ended and it rejects with
+ *     LeaseLost. 'unavailable' / 'unknown' do not reject: the lease is no
+ *     longer kept alive and expires by its TTL.
+ *   - fn rejected: ROLLBACK (in case fn left a transaction open), the
+ *     release, and fn's error, unchanged.
+ * Do not release the lease yourself inside fn. Not for use behind a
+ * transaction-pooling proxy: a session lease belongs to the server session.
+ */
+export async function withKeptAliveLease<T>(pool: Pool, resource: string,
+  { ttlMs, minValidityMs = 0, waitMs = 0, pollMs, retryStale = true }: KeptAliveLeaseOptions,
+  fn: (client: PoolClient, lease: AcquiredLease, signal: AbortSignal) => Promise<T> | T,
+): Promise<T> {
+  if (!isPool(pool)) {
+    throw new TypeError('withKeptAliveLease needs a pg.Pool: the lease is watched on another ' +
+      'of its connections');
+  }
+  if (typeof fn !== 'function') throw new TypeError('withKeptAliveLease needs a function to run');
+  const max = (pool as Pool & { options?: { max?: number } }).options?.max;
+  if (max !== undefined && max < 2) {
+    throw new RangeError('withKeptAliveLease needs a pg.Pool with max >= 2: one client holds ' +
+      'the lease, another watches it');
+  }
+  const interval = pollMs !== undefined ? pollMs : Math.max(50, Math.floor(ttlMs / 3));
+  const client = await pool.connect();
+  let lease: AcquiredLease;
+  try {
+    lease = await acquireChecked(client, resource, ttlMs, minValidityMs, 'session', retryStale,
+      waitMs, true);
+  } catch (err) {
+    // a definite no leaves nothing behind; anything else (unknown: it may be
+    // held by this session) ends the session, which releases its leases
+    client.release(err instanceof LeaseDenied ? undefined : true);
+    throw err;
+  }
+
+  const controller = new AbortController();
+  let stopped = false;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  let polling: Promise<void> | null = null;
+  const poll = async (): Promise<void> => {
+    let state: KeepaliveState;
+    try {
+      state = await keepaliveState(pool, lease);
+    } catch (err) {
+      if (!stopped) {
+        const unknown = new LeaseUnknown('unknown', lease,
+          `kept-alive lease ${JSON.stringify(resource)} cannot be watched: ${(err as Error).message}`);
+        (unknown as { cause?: unknown }).cause = err;
+        controller.abort(unknown);
+      }
+      return;
+    }
+    if (!stopped && state !== 'active') {
+      controller.abort(new LeaseLost('lost', lease, `kept-alive lease ${JSON.stringify(resource)}: ` +
+        (state === null ? 'no longer kept alive' : 'lost')));
+    }
+  };
+  const schedule = (): void => {
+    if (stopped || controller.signal.aborted) return;
+    timer = setTimeout(() => {
+      polling = poll().finally(() => { polling = null; schedule(); });
+    }, interval);
+  };
+  schedule();
+
+  let result: T | undefined;
+  let failure: { err: unknown } | null = null;
+  try {
+    result = await fn(client, lease, controller.signal);
+  } catch (err) {
+    failure = { err };
+  }
+  stopped = true;
+  if (timer !== null) clearTimeout(timer);
+  if (polling) await polling;
+
+  if (failure) await rollbackQuietly(client);
+  let status: ReleaseStatus | undefined;
+  let releaseError: { err: unknown } | null = null;
+  try {
+    status = await release(client, lease);
+  } catch (err) {
+    releaseError = { err };
+  }
+  client.release(releaseError ? true : undefined);
+  if (failure) throw failure.err;
+  if (releaseError) throw releaseError.err;
+  if (status === 'not_held') {
+    throw new LeaseLost('lost', lease, `kept-alive lease ${JSON.stringify(resource)} was lost ` +
+      'before the function ended (release: not_held)');
+  }
+  return result as T;
+}
+
+const SET_GENERATION_SQL = 'SELECT lease_fence.set_generation($1::bigint, $2::text)';
+
+/**
+ * fn(client) in one transaction whose writes carry a generation, fencing a
+ * resource: BEGIN and SELECT lease_fence.set_generation($1, $2) (the
+ * generation, and the resource or null), sent together without waiting in
+ * between; fn(client); COMMIT.
+ *   withFence(db, lease, fn)                      the lease's generation and resource
+ *   withFence(db, generation, fn)                 rows only
+ *   withFence(db, generationOrLease, { resource }, fn)
+ * The resource fence rejects (StaleGeneration, err.resource) before fn runs
+ * when a newer holder fenced the resource, and otherwise holds it to COMMIT,
+ * so that a newer holder waits. The generation ends with the transaction:
+ * safe behind a transaction pooler. Given a pool, fn gets the PoolClient
+ * checked out for the transaction: the generation is set on that connection
+ * only, so run the writes on it.
+ */
+export function withFence<C extends Queryable, T>(db: C, fence: Fence,
+  fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T>;
+export function withFence<C extends Queryable, T>(db: C, fence: Fence, options: FenceOptions,
+  fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T>;
+export async function withFence<C extends Queryable, T>(db: C, fence: Fence,
+  optsOrFn: FenceOptions | ((client: ClientOf<C>) => Promise<T> | T),
+  maybeFn?: (client: ClientOf<C>) => Promise<T> | T): Promise<T> {
+  const fn = typeof optsOrFn === 'function' ? optsOrFn : maybeFn;
+  const opts: FenceOptions = typeof optsOrFn === 'function' ? {} : (optsOrFn || {});
+  if (typeof fn !== 'function') throw new TypeError('withFence needs a function to run');
+  const isLease = fence !== null && typeof fence === 'object';
+  const g = generationParam(isLease ? fence.generation : fence);
+  const resource = opts.resource !== undefined ? opts.resource
+    : isLease ? (fence.resource ?? null) : null;
+  if (resource !== null && typeof resource !== 'string') {
+    throw new TypeError(`a resource is a string, got ${typeof resource}`);
+  }
+  return transaction(db,
+    (client) => (client as ClientBase).query(SET_GENERATION_SQL, [g, resource]) as Promise<QueryResult>,
+    (client) => fn(client));
+}
+
+interface RenewRow {
+  renewed: boolean | null;
+  status: string;
+  validity_ms: string | number | null;
+  reason: string | null;
+}
+
+/**
+ * Extend an explicit lease; resolves to the validity in ms. Rejects with
+ * LeaseLost (never recreated), LeaseDenied (insufficient_validity,
+ * unreplicated), LeaseUnavailable or LeaseUnknown; err.reason says why for
+ * unavailable, unknown and unreplicated; err.lease is the lease given.
+ */
+export async function renew(db: Queryable, lease: LeaseRef,
+  { ttlMs, minValidityMs = 0 }: RenewOptions): Promise<number> {
+  const { rows } = await (db as ClientBase).query<RenewRow>(
+    'SELECT renewed, status, validity_ms, reason FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)',
+    [lease.resource, lease.identity, ttlMs, minValidityMs]);
+  if (rows[0].renewed !== true) {
+    throw leaseError(rows[0].status, lease as Lease, 'renew', lease.resource, rows[0].reason);
+  }
+  return Number(rows[0].validity_ms);
+}
+
+/**
+ * Release an explicit lease if it still holds lease.identity, and resolve to
+ * { released, status, reason }: released true, false or null (unknown);
+ * status 'released', 'not_held', 'unavailable' or 'unknown' (it then expires
+ * by its TTL; calling again is safe); reason why for the last two, else null.
+ * Never rejects for an outcome.
+ */
+export async function releaseOutcome(db: Queryable, lease: LeaseRef): Promise<ReleaseOutcome> {
+  const { rows } = await (db as ClientBase).query<ReleaseOutcome>(
+    'SELECT released, status, reason FROM lease_fence.release($1::text, $2::text)',
+    [lease.resource, lease.identity]);
+  return { released: rows[0].released, status: rows[0].status, reason: rows[0].reason };
+}
+
+/**
+ * Release an explicit lease if it still holds lease.identity. Resolves to the
+ * status: 'released', 'not_held', 'unavailable' or 'unknown' (it then expires
+ * by its TTL; calling again is safe). releaseOutcome also says why.
+ */
+export async function release(db: Queryable, lease: LeaseRef): Promise<ReleaseStatus> {
+  return (await releaseOutcome(db, lease)).status;
+}

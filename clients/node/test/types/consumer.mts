@@ -1,0 +1,18 @@
+// The same package through ESM resolution (the "import" condition).
+import pg from 'pg';
+import lf, { acquire, withFence, StaleGeneration, type AcquiredLease } from 'lease-fence';
+
+export async function run(pool: pg.Pool): Promise<bigint> {
+  const lease: AcquiredLease = await acquire(pool, 'esm', { ttlMs: 1000 });
+  try {
+    return await withFence(pool, lease, async (client: pg.PoolClient) => {
+      await client.query('SELECT 1');
+      return lease.generation;
+    });
+  } catch (err) {
+    if (err instanceof StaleGeneration && err.resource !== null) return -1n;
+    throw err;
+  } finally {
+    await lf.release(pool, lease);
+  }
+}

@@ -1,0 +1,107 @@
+// Compiled with `tsc --noEmit` against the installed package (CommonJS
+// resolution: the "require" condition): the API as a TypeScript user sees
+// it, and misuse the types must refuse (@ts-expect-error).
+import pg = require('pg');
+import {
+  acquire, tryAcquire, withFence, withTransactionLease, withKeptAliveLease, renew, release,
+  releaseOutcome, keepaliveState, inTransaction, translateError, isPool,
+  FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
+} from 'lease-fence';
+import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf } from 'lease-fence';
+
+export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
+  let lease: AcquiredLease;
+  try {
+    lease = await acquire(pool, 'account:1', { ttlMs: 30000, waitMs: 100 });
+  } catch (err) {
+    if (err instanceof LeaseUnknown) {
+      const maybe: Lease = err.lease;
+      await release(pool, maybe);
+    }
+    if (err instanceof LeaseDenied) return;
+    throw err;
+  }
+  const generation: bigint = lease.generation;
+  const identity: string = lease.identity;
+  void identity;
+
+  // given a pool, the callback gets the PoolClient of the transaction
+  const n: number = await withFence(pool, lease, async (c) => {
+    const pc: pg.PoolClient = c;
+    const r = await pc.query<{ n: number }>('SELECT 1 AS n');
+    return r.rows[0].n;
+  });
+  void n;
+  await withFence(pool, generation, { resource: null }, (c) => c.query('SELECT 1'));
+  await withFence(pool, '42', { resource: 'r' }, async () => 'done');
+
+  // given a client, that client
+  await withFence(client, lease, async (c) => {
+    const same: pg.Client = c;
+    void same;
+    // @ts-expect-error a pg.Client has no release(): the callback did not get a PoolClient
+    c.release();
+  });
+
+  // @ts-expect-error the callback's client is never the pool
+  await withFence(pool, lease, async (p: pg.Pool) => p.query('SELECT 1'));
+  // @ts-expect-error a pool has no transaction of its own to write in
+  await withTransactionLease(pool, 'x', { ttlMs: 1000 }, async (l, p: pg.Pool) => p.totalCount);
+  // @ts-expect-error ttlMs is required
+  await acquire(pool, 'x', {});
+  // @ts-expect-error withKeptAliveLease needs a pool
+  await withKeptAliveLease(client, 'x', { ttlMs: 1000 }, async () => 1);
+
+  const total: number = await withTransactionLease(pool, 'account:2', { ttlMs: 5000, keepalive: true },
+    async (l, c) => {
+      const g: bigint = l.generation;
+      await c.query('UPDATE account SET balance = balance + 1 WHERE id = $1', [1]);
+      return Number(g);
+    });
+  void total;
+
+  const kept: string = await withKeptAliveLease(pool, 'report', { ttlMs: 3000, pollMs: 500 },
+    async (c, l, signal) => {
+      signal.throwIfAborted();
+      await withFence(c, l, (cc) => cc.query('SELECT 1'));
+      return l.resource;
+    });
+  void kept;
+
+  const raw: Lease = await tryAcquire(client, 'x', { ttlMs: 1000 });
+  const acquired: boolean | null = raw.acquired;
+  void acquired;
+  const validity: number = await renew(client, lease, { ttlMs: 30000, minValidityMs: 1000 });
+  void validity;
+  const out: ReleaseOutcome = await releaseOutcome(pool, lease);
+  const reason: string | null = out.reason;
+  void reason;
+  const state: 'active' | 'lost' | null = await keepaliveState(pool, lease);
+  void state;
+  await inTransaction(pool, async (c) => c.release);
+  const isp: boolean = isPool(pool);
+  void isp;
+
+  try {
+    await withFence(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
+  } catch (e) {
+    const err = translateError(e);
+    if (err instanceof StaleGeneration) {
+      const fields: [string, string | null, string | null, string | null, string | null] =
+        [err.sqlstate, err.schema, err.table, err.column, err.resource];
+      void fields;
+    } else if (err instanceof LeaseLostAtCommit || err instanceof FenceError) {
+      const detail: string | null = err.detail;
+      void detail;
+    } else if (err instanceof LeaseBusy || err instanceof LeaseError) {
+      const s: string = err.status;
+      void s;
+    }
+  }
+  const sq: string = StaleGeneration.sqlstate;
+  void sq;
+}
+
+type Check<A, B> = A extends B ? (B extends A ? true : false) : false;
+export const poolGetsPoolClient: Check<ClientOf<pg.Pool>, pg.PoolClient> = true;
+export const clientGetsClient: Check<ClientOf<pg.Client>, pg.Client> = true;
