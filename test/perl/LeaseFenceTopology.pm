@@ -20,6 +20,7 @@ use warnings;
 use Carp;
 use IPC::Run;
 use LeaseFenceRedis;
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep time);
 
@@ -50,8 +51,9 @@ sub kill9
 }
 
 # A Redis Cluster of $opts{masters} masters with $opts{replicas} replicas
-# each, fast to fail over (cluster-node-timeout 1000 ms).  Returns the
-# LeaseFenceRedis servers, once every node says cluster_state:ok.
+# each, fast to fail over (cluster-node-timeout 1000 ms), each with a bus
+# port picked like its port.  Returns the LeaseFenceRedis servers, once every
+# node says cluster_state:ok.
 sub cluster
 {
 	my (%opts) = @_;
@@ -60,6 +62,9 @@ sub cluster
 		LeaseFenceRedis->new(extra => [
 			'--cluster-enabled', 'yes',
 			'--cluster-config-file', 'nodes.conf',
+			# the bus port is a free one of its own, not port + 10000,
+			# which nothing reserved (another server's, or in use)
+			'--cluster-port', PostgreSQL::Test::Cluster::get_free_port(),
 			'--cluster-node-timeout', '1000',
 			# a replica takes over however long it was cut off
 			'--cluster-replica-validity-factor', '0' ])

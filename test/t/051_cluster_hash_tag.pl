@@ -20,7 +20,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $redis = LeaseFenceRedis->new(
-	extra => [ '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf' ]);
+	extra => [ '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
+		'--cluster-port', PostgreSQL::Test::Cluster::get_free_port() ]);
 $redis->cli('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
 my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 until ($redis->cli('CLUSTER', 'INFO') =~ /cluster_state:ok/)
