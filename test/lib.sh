@@ -142,23 +142,25 @@ lf_build_install() {
 }
 
 # Start a throwaway PostgreSQL on a unix socket in $LF_WORK.  Extra
-# postgresql.conf lines can be given as arguments.  Sets PGHOST, PGPORT,
+# postgresql.conf lines can be given as arguments.  LF_PG_PORT picks the
+# port (5432: only the socket's name), LF_PG_LISTEN a TCP address (none; the
+# JDBC tests use 127.0.0.1, with a pg_hba.conf of their own).  Sets PGHOST, PGPORT,
 # PGUSER, PGDATABASE for the caller.
 lf_start_pg() {
-	local line
+	local line port=${LF_PG_PORT:-5432}
 	LF_PGDATA=$LF_WORK/pgdata
 	lf_as_user "$PG_BIN/initdb" -D "$LF_PGDATA" -U postgres -A trust --no-sync \
 		--locale=C.UTF-8 -E UTF8 >"$LF_WORK/initdb.log" 2>&1 || { cat "$LF_WORK/initdb.log"; return 1; }
 	{
-		echo "listen_addresses = ''"
+		echo "listen_addresses = '${LF_PG_LISTEN:-}'"
 		echo "unix_socket_directories = '$LF_WORK'"
-		echo "port = 5432"
+		echo "port = $port"
 		echo "fsync = off"
 		for line in "$@"; do echo "$line"; done
 	} | lf_as_user tee -a "$LF_PGDATA/postgresql.conf" >/dev/null
 	lf_as_user "$PG_BIN/pg_ctl" -D "$LF_PGDATA" -l "$LF_WORK/postgres.log" -w -t 60 start >/dev/null \
 		|| { cat "$LF_WORK/postgres.log"; return 1; }
-	export PGHOST=$LF_WORK PGPORT=5432 PGUSER=postgres PGDATABASE=postgres
+	export PGHOST=$LF_WORK PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 }
 
 lf_stop_pg() {

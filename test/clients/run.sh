@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# test/clients/run.sh — lease_fence used as an application would: Python
-# (psycopg 3, SQLAlchemy 1.4, Django 3.2) and Node.js (node-postgres, Knex),
-# directly and behind PgBouncer in transaction-pooling mode.
+# test/clients/run.sh — lease_fence's client libraries, built, installed and
+# used as an application would: Python (clients/python: psycopg 3 sync and
+# async, SQLAlchemy, Django, and behind PgBouncer), Node.js (clients/node:
+# node-postgres, Knex) and Java (clients/java: JDBC).
 #
 # From a fresh Debian 12 machine, as root: installs the Debian packages it
 # needs, builds and installs the extension as the postgres user in a private
-# copy of the tree, starts a throwaway Redis and PostgreSQL 15 (unix sockets
-# in a temp dir; lease_fence in shared_preload_libraries, for the keep-alive
-# worker), sets up a database "appdb" with a role "app" that takes
-# leases but owns none of the fenced tables, starts PgBouncer (transaction
-# pooling, unix socket in the temp dir), runs `npm ci` for examples/node,
-# then runs
-#   - examples/python/test_clients.py     (unittest)
-#   - examples/python/test_orm.py         (unittest: Django and SQLAlchemy ORM
-#                                          full-row saves)
-#   - examples/node/test.js               (node --test)
-#   - examples/node/test_orm.js           (node --test: Knex full-row updates)
-#   - examples/python/test_pgbouncer.py   (unittest, through PgBouncer)
-# as the postgres user, stops everything, and prints "N passed, N failed"
-# (one per test case).  LF_KEEP=1 keeps the temp dir.
+# copy of the tree, starts a throwaway Redis and PostgreSQL (unix sockets in
+# a temp dir, and 127.0.0.1 on a free port for JDBC; lease_fence in
+# shared_preload_libraries, for the keep-alive worker), sets up a database
+# "appdb" with a role "app" that takes leases but owns none of the fenced
+# tables, starts PgBouncer (transaction pooling, unix socket in the temp
+# dir), then runs, as the postgres user, each library's clients/<lang>/ci.sh:
+#   - python   builds the sdist and wheel, pip-installs the wheel (--no-index)
+#              into a fresh venv that sees Debian's psycopg, SQLAlchemy and
+#              Django, runs its pytest suite and examples/python
+#   - node     npm ci, tsc, npm pack; installs the tarball into an empty app,
+#              runs its node --test suite there and examples/node
+#   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
+#              then examples/java compiled and run against the jar
+# stops everything, and prints "N passed, N failed" (one per test case).
+#   LF_CLIENTS="python node java"   which libraries
+#   LF_KEEP=1                       keeps the temp dir
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +32,19 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 PYTHON=/usr/bin/python3
 LF_PGB_PORT=6432
 
+# which libraries (clients/<lang>/ci.sh) this run tests
+LF_CLIENTS=${LF_CLIENTS:-python node java}
+
+# Java: Debian 12's JDK is 17; Debian 13 has none of that name (21), and the
+# library is compiled for 17 (--release 17) either way
+case $(. /etc/os-release && echo "$VERSION_ID") in
+12) jdk=openjdk-17-jdk-headless ;;
+*) jdk=default-jdk-headless ;;
+esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
+	python3-pytest python3-pytest-asyncio python3-venv python3-pip python3-setuptools \
+	python3-wheel python3-build \
+	"$jdk" libpostgresql-jdbc-java junit5 \
 	pgbouncer || exit 1
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
@@ -95,13 +110,22 @@ trap 'exit 130' INT TERM
 lf_make_workdir "$top" || exit 1
 lf_build_install || exit 1
 lf_start_redis || exit 1
+# JDBC has no unix sockets: the server also listens on 127.0.0.1, on a free
+# port, where only role app may log in, with a password made for this run
+LF_PG_PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+LF_PG_LISTEN=127.0.0.1
+LF_APP_PASSWORD=$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')
 # preloaded: acquire(..., keepalive => true) needs the keep-alive worker
 lf_start_pg "lease_fence.redis_socket = '$LF_REDIS_SOCK'" \
 	"shared_preload_libraries = 'lease_fence'" || exit 1
+printf 'local all all trust\nhost appdb app 127.0.0.1/32 scram-sha-256\n' |
+	lf_as_user tee "$LF_PGDATA/pg_hba.conf" >/dev/null
+lf_as_user "$PG_BIN/pg_ctl" -D "$LF_PGDATA" reload >/dev/null || exit 1
+(umask 077 && printf '%s' "$LF_APP_PASSWORD" | lf_as_user tee "$LF_WORK/app.password" >/dev/null)
 
 lf_log "setting up database appdb, roles app and app_noredis"
 lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d postgres >"$LF_WORK/setup.log" 2>&1 <<SQL || { cat "$LF_WORK/setup.log"; exit 1; }
-CREATE ROLE app LOGIN;
+CREATE ROLE app LOGIN PASSWORD '$LF_APP_PASSWORD';
 -- same rights, but its Redis is a socket that does not exist (a superuser's
 -- per-role setting): how the tests see "unavailable"
 CREATE ROLE app_noredis LOGIN IN ROLE app;
@@ -159,97 +183,41 @@ test_env=(
 	LF_NOREDIS_USER=app_noredis
 	LF_REDIS_SOCK="$LF_REDIS_SOCK"
 	LF_BOUNCER_HOST="$LF_PGB_DIR" LF_BOUNCER_PORT="$LF_PGB_PORT"
+	LF_JDBC_URL="jdbc:postgresql://127.0.0.1:$PGPORT/appdb"
+	LF_JDBC_USER=app LF_JDBC_PASSWORD_FILE="$LF_WORK/app.password"
 )
-run_test() {	# dir, command...: as the test user, bounded in time
-	local dir=$1; shift
-	(cd "$dir" && lf_as_user env -u PYTHONPATH -u PYTHONHOME "${test_env[@]}" \
-		timeout -k 5 150 "$@")
-}
 
 passed=0
 failed=0
 
-# unittest: "Ran N tests" and "OK" / "FAILED (failures=F, errors=E, skipped=S)"
-summary_count() {	# key, summary line: the number after "key=", or 0
-	printf '%s\n' "$2" | grep -oE "$1=[0-9]+" | grep -oE '[0-9]+' || echo 0
-}
-count_unittest() {
-	local name=$1 out=$2 rc=$3 ran bad skip summary
-	ran=$(sed -nE 's/^Ran ([0-9]+) tests? in .*/\1/p' "$out" | tail -n 1)
-	if [ -z "$ran" ] || [ "$ran" -eq 0 ]; then
-		lf_log "$name: did not finish, or ran no test"
-		failed=$((failed + 1)); return
-	fi
-	summary=$(grep -E '^(OK|FAILED)( \(.*\))?$' "$out" | tail -n 1)
-	bad=$(( $(summary_count failures "$summary") + $(summary_count errors "$summary") +
-		$(summary_count 'unexpected successes' "$summary") ))
-	skip=$(summary_count skipped "$summary")
-	[ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
-	passed=$((passed + ran - bad - skip)); failed=$((failed + bad))
-	lf_log "$name: $((ran - bad - skip)) passed, $bad failed, $skip skipped"
-}
-
-# node --test with the TAP reporter: "# pass N", "# fail N", "# cancelled N"
-count_node() {
-	local name=$1 out=$2 rc=$3 ok bad fail cancelled
-	ok=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$out" | tail -n 1)
+# One library: clients/<lang>/ci.sh builds it, installs it the way a user
+# would into $LF_CLIENT_WORK, runs its tests against this run's servers and
+# ends with "<lang>: N passed, N failed".
+run_client() {	# lang
+	local lang=$1 out=$LF_WORK/client-$1.out rc ok bad
+	lf_log "$lang: clients/$lang/ci.sh"
+	lf_as_user mkdir -p "$LF_WORK/client-$lang"
+	(cd "$LF_SRC/clients/$lang" && lf_as_user env -u PYTHONPATH -u PYTHONHOME "${test_env[@]}" \
+		LF_CLIENT_WORK="$LF_WORK/client-$lang" LF_SRC="$LF_SRC" \
+		timeout -k 5 900 bash ./ci.sh) >"$out" 2>&1
+	rc=$?
+	sed -E "s/^($lang: [0-9]+ passed, [0-9]+ failed)\$/== \1/" "$out"
+	ok=$(sed -nE "s/^$lang: ([0-9]+) passed, [0-9]+ failed\$/\1/p" "$out" | tail -n 1)
+	bad=$(sed -nE "s/^$lang: [0-9]+ passed, ([0-9]+) failed\$/\1/p" "$out" | tail -n 1)
 	if [ -z "$ok" ]; then
-		lf_log "$name: did not finish"
+		lf_log "$lang: did not finish (exit $rc)"
 		failed=$((failed + 1)); return
 	fi
-	fail=$(sed -nE 's/^# fail ([0-9]+)$/\1/p' "$out" | tail -n 1)
-	cancelled=$(sed -nE 's/^# cancelled ([0-9]+)$/\1/p' "$out" | tail -n 1)
-	bad=$(( ${fail:-0} + ${cancelled:-0} ))
 	[ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
 	passed=$((passed + ok)); failed=$((failed + bad))
-	lf_log "$name: $ok passed, $bad failed"
 }
 
-# Python, directly
-lf_log "python: psycopg 3 and SQLAlchemy 1.4"
-out=$LF_WORK/python.out
-run_test "$LF_SRC/examples/python" "$PYTHON" -m unittest -v test_clients >"$out" 2>&1
-rc=$?
-cat "$out"
-count_unittest python "$out" $rc
-
-# Python ORMs: full-row saves
-lf_log "python: Django 3.2 and SQLAlchemy 1.4 ORM"
-out=$LF_WORK/python-orm.out
-run_test "$LF_SRC/examples/python" "$PYTHON" -m unittest -v test_orm >"$out" 2>&1
-rc=$?
-cat "$out"
-count_unittest python-orm "$out" $rc
-
-# Node: npm ci from the committed lock file, then node --test
-lf_log "node: npm ci"
-nodedir=$LF_SRC/examples/node
-out=$LF_WORK/node.out
-if run_test "$nodedir" npm ci --no-audit --no-fund >"$LF_WORK/npm.log" 2>&1; then
-	lf_log "node: node-postgres ($(node --version))"
-	run_test "$nodedir" node --test --test-reporter=tap test.js >"$out" 2>&1
-	rc=$?
-	cat "$out"
-	count_node node "$out" $rc
-	lf_log "node: Knex ($(cd "$nodedir" && node -p 'require("knex/package.json").version'))"
-	out=$LF_WORK/node-orm.out
-	run_test "$nodedir" node --test --test-reporter=tap test_orm.js >"$out" 2>&1
-	rc=$?
-	cat "$out"
-	count_node node-orm "$out" $rc
-else
-	cat "$LF_WORK/npm.log"
-	lf_log "node: npm ci failed"
-	failed=$((failed + 1))
-fi
-
-# Behind PgBouncer
-lf_log "pgbouncer: transaction pooling"
-out=$LF_WORK/pgbouncer.out
-run_test "$LF_SRC/examples/python" "$PYTHON" -m unittest -v test_pgbouncer >"$out" 2>&1
-rc=$?
-cat "$out"
-count_unittest pgbouncer "$out" $rc
+for lang in $LF_CLIENTS; do
+	case $lang in
+	python|node|java) run_client "$lang" ;;
+	*) lf_log "LF_CLIENTS: unknown library $lang"; failed=$((failed + 1)) ;;
+	esac
+done
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
