@@ -43,7 +43,7 @@ case $(. /etc/os-release && echo "$VERSION_ID") in
 esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
 	python3-pytest python3-pytest-asyncio python3-venv python3-pip python3-setuptools \
-	python3-wheel python3-build \
+	python3-wheel python3-build python3-asyncpg \
 	"$jdk" libpostgresql-jdbc-java junit5 \
 	pgbouncer || exit 1
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);

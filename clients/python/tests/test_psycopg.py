@@ -1,103 +1,29 @@
-"""lease_fence from Python clients, against a real PostgreSQL + Redis.
+"""lease_fence over psycopg 3 (sync), against a real PostgreSQL + Redis.
 
-Run by test/clients/run.sh as ``/usr/bin/python3 -m unittest -v test_clients``
-(Debian's interpreter, which sees python3-psycopg, python3-psycopg2 and
-python3-sqlalchemy). The harness says where things are in the environment:
-
-  PGHOST / PGPORT         PostgreSQL's unix socket dir and port
-  PGDATABASE              database with the extension, tables ``account``
-                          (lenient) and ``ledger`` (strict), both fenced
-  PGUSER                  role that takes leases: owns neither table
-  LF_NOREDIS_USER         same grants, but its lease_fence.redis_socket points
-                          at nothing (ALTER ROLE ... SET, by a superuser)
-  LF_REDIS_SOCK           Redis's unix socket (for redis-cli: DEL, SET, CLIENT PAUSE)
-
-Each test pins an outcome: a wrong status, a swallowed unknown or a stale
-write let through makes it fail.
+Ported from the examples' unittest suite: each test pins an outcome, a wrong
+status, a swallowed unknown or a stale write let through makes it fail.
 """
 
-import os
-import subprocess
 import time
 import unittest
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
-import sqlalchemy
-from sqlalchemy import Column, Integer, BigInteger, Text, create_engine, text
-from sqlalchemy.orm import Session, declarative_base
+import pytest
 
-from lease_fence_client import (
+from lease_fence import (
     ConflictingGeneration, FenceError, KeptAliveLease, Lease, LeaseBusy, LeaseDenied,
     LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
     MissingGeneration, ReleaseStatus, StaleGeneration, UnissuedGeneration, acquire,
     fence_error_from, fence_errors, fenced, keepalive_state, kept_alive_lease, release, renew,
     transaction_lease, try_acquire)
-
-ENV = os.environ
-PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
-PGPORT = int(ENV.get("PGPORT", "5432"))
-DATABASE = ENV.get("PGDATABASE", "appdb")
-APP_USER = ENV.get("PGUSER", "app")
-NOREDIS_USER = ENV.get("LF_NOREDIS_USER", "app_noredis")
-REDIS_SOCK = ENV.get("LF_REDIS_SOCK", "")
-KEY_PREFIX = ENV.get("LF_KEY_PREFIX", "lease_fence:")
+from lf_testlib import (APP_USER, DATABASE, NOREDIS_USER, PGHOST, PGPORT, connect, lease_key,
+                        new_row, read_row, redis, resource_name, wait_for_redis, wait_until)
 
 # The unknown test: Redis stalls longer than a request may take.
 COMMAND_TIMEOUT_MS = 150
 CLEANUP_TIMEOUT_MS = 150
 PAUSE_MS = 3000
-
-
-# -------------------------------------------------------------- fixtures
-
-def connect(user=APP_USER, host=PGHOST, port=PGPORT, **kw):
-    """A psycopg 3 connection in autocommit mode, as an application holds one."""
-    return psycopg.connect(host=host, port=port, dbname=DATABASE, user=user,
-                           autocommit=True, **kw)
-
-
-def redis(*args):
-    """redis-cli on the harness's socket: the 'admin' side of the tests."""
-    out = subprocess.run(["redis-cli", "-s", REDIS_SOCK, *map(str, args)],
-                         check=True, capture_output=True, text=True, timeout=30)
-    return out.stdout.strip()
-
-
-def lease_key(resource):
-    return f"{KEY_PREFIX}{{{resource}}}"
-
-
-def resource_name(test, tag=""):
-    """A resource of its own for each test (and each run)."""
-    return f"py:{test.id().rsplit('.', 1)[-1]}{tag}:{uuid.uuid4().hex[:8]}"
-
-
-def new_row(conn, owner="nobody", balance=100):
-    """A fresh ``account`` row (fence 0) written without a generation."""
-    return conn.execute("INSERT INTO account (owner, balance) VALUES (%s, %s) RETURNING id",
-                        (owner, balance)).fetchone()[0]
-
-
-def read_row(conn, row_id):
-    return conn.execute("SELECT owner, balance, fence FROM account WHERE id = %s",
-                        (row_id,)).fetchone()
-
-
-def wait_for_redis():
-    """Returns once a paused Redis answers again (PING waits out CLIENT PAUSE)."""
-    redis("PING")
-
-
-def wait_until(what, predicate, limit_s=30.0):
-    """Poll ``predicate`` until it is true; fail after ``limit_s`` (a safety
-    net against a hang, not a bound the test asserts)."""
-    deadline = time.monotonic() + limit_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 # A fenced write under a lease's generation
@@ -745,149 +671,141 @@ class PsycopgTests(unittest.TestCase):
             self.conn.execute("ALTER TABLE account DISABLE TRIGGER zz_lease_fence")
 
 
-# -------------------------------------------------------------- SQLAlchemy 1.4
+# -------------------------------------------------------------- the package itself
 
-Base = declarative_base()
-
-
-class Account(Base):
-    __tablename__ = "account"
-    id = Column(Integer, primary_key=True)
-    owner = Column(Text)
-    balance = Column(Integer)
-    fence = Column(BigInteger)
-
-
-def engine_for(user=APP_USER):
-    return create_engine(
-        f"postgresql+psycopg2://{user}@/{DATABASE}?host={PGHOST}&port={PGPORT}",
-        future=True, poolclass=sqlalchemy.pool.NullPool)
-
-
-class SQLAlchemyTests(unittest.TestCase):
-    """The same helper over SQLAlchemy 1.4 (psycopg2 driver): Core and ORM."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.engine = engine_for()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.engine.dispose()
-
-    def setUp(self):
-        self.check = connect()           # psycopg 3, to read rows back
-        self.addCleanup(self.check.close)
-
-    def test_core_transaction_lease_commits(self):
-        """Connection + transaction_lease: the row and fence are committed."""
-        row_id = new_row(self.check)
-        res = resource_name(self)
-        with self.engine.connect() as conn:
-            with transaction_lease(conn, res, ttl_ms=10000, min_validity_ms=500) as lease:
-                conn.execute(text("UPDATE account SET owner = 'sa', balance = balance - 1 "
-                                  "WHERE id = :id"), {"id": row_id})
-        self.assertEqual(read_row(self.check, row_id), ("sa", 99, lease.generation))
-        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
-
-    def test_orm_stale_write_raises_stale_generation(self):
-        """ORM Session, explicit scope: B takes over after A's lease expired;
-        A's flush under its old generation raises StaleGeneration, wrapping
-        SQLAlchemy's DBAPIError (psycopg2 pgcode LF001); B's row stands."""
-        row_id = new_row(self.check)
-        res = resource_name(self)
-        with Session(self.engine) as a_session, Session(self.engine) as b_session:
-            a = acquire(a_session, res, ttl_ms=300)
-            time.sleep(0.6)
-            b = acquire(b_session, res, ttl_ms=10000)
-            with fenced(b_session, b.generation):
-                b_session.get(Account, row_id).owner = "B (orm)"
-            with self.assertRaises(StaleGeneration) as cm:
-                with fenced(a_session, a.generation):
-                    a_session.get(Account, row_id).owner = "A (orm, late)"
-            a_session.expire_all()
-            self.assertEqual(release(b_session, b), "released")
-        err = cm.exception
-        self.assertEqual((err.schema, err.table, err.column), ("public", "account", "fence"))
-        self.assertIsInstance(err.__cause__, sqlalchemy.exc.DBAPIError)
-        self.assertEqual(err.__cause__.orig.pgcode, "LF001")
-        self.assertEqual(read_row(self.check, row_id), ("B (orm)", 100, b.generation))
-
-    def test_orm_fenced_lease_fences_the_resource(self):
-        """ORM Session, fenced(session, lease): after B fenced the resource,
-        A's late INSERT of a new row is refused with StaleGeneration."""
-        res = resource_name(self)
-        with Session(self.engine) as a_session, Session(self.engine) as b_session:
-            a = acquire(a_session, res, ttl_ms=300)
-            time.sleep(0.6)
-            b = acquire(b_session, res, ttl_ms=10000)
-            with fenced(b_session, b):
-                pass
-            with self.assertRaises(StaleGeneration) as cm:
-                with fenced(a_session, a):
-                    a_session.add(Account(owner=f"{res} A late", balance=0))
-                    a_session.flush()
-            self.assertEqual(release(b_session, b), "released")
-        err = cm.exception
-        self.assertEqual((err.schema, err.table, err.column, err.resource),
-                         ("lease_fence", "resource_generation", None, res))
-        self.assertEqual(self.check.execute("SELECT count(*) FROM account WHERE owner = %s",
-                                            (f"{res} A late",)).fetchone()[0], 0)
-
-    def test_lease_lost_at_commit(self):
-        """LF010 through SQLAlchemy: LeaseLostAtCommit, nothing committed."""
-        row_id = new_row(self.check)
-        res = resource_name(self)
-        with Session(self.engine) as session:
-            with self.assertRaises(LeaseLostAtCommit):
-                with transaction_lease(session, res, ttl_ms=10000):
-                    session.get(Account, row_id).balance = 0
-                    session.flush()
-                    redis("DEL", lease_key(res))
-        self.assertEqual(read_row(self.check, row_id), ("nobody", 100, 0))
-
-    def test_orm_kept_alive_lease_and_waiting(self):
-        """kept_alive_lease over a Core Connection with an ORM Session bound
-        to it, watched on another Connection: a 2 s flush-and-sleep under a
-        1 s TTL is fenced and committed; a waiting acquire through
-        SQLAlchemy ends in LeaseBusy. A Session bound to the Engine (a new
-        connection per transaction) is refused."""
-        row_id = new_row(self.check)
-        res = resource_name(self)
-        with self.engine.connect() as owner, Session(bind=owner) as session, \
-                self.engine.connect() as watch:
-            with kept_alive_lease(owner, res, ttl_ms=1000, watch=watch) as lease:
-                with fenced(session, lease):
-                    session.get(Account, row_id).owner = "sa kept alive"
-                    session.flush()
-                    session.execute(text("SELECT pg_sleep(2)"))
-                self.assertEqual(lease.state, "active")
-                t0 = time.monotonic()
-                with self.assertRaises(LeaseBusy):
-                    acquire(watch, res, ttl_ms=10000, wait_ms=300)
-                self.assertGreaterEqual(time.monotonic() - t0, 0.3)
-        self.assertEqual(read_row(self.check, row_id), ("sa kept alive", 100, lease.generation))
-        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
-
-        with Session(self.engine) as session:
-            with self.assertRaises(TypeError):
-                with kept_alive_lease(session, res, ttl_ms=1000):
-                    self.fail("block must not run")
-        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "nothing was acquired")
-
-    def test_busy_and_missing_generation(self):
-        """busy is LeaseBusy through SQLAlchemy too; a strict-table write
-        without a generation is MissingGeneration."""
-        res = resource_name(self)
-        holder = acquire(self.check, res, ttl_ms=10000)
-        self.addCleanup(release, self.check, holder)
-        with self.engine.connect() as conn:
-            with self.assertRaises(LeaseBusy):
-                acquire(conn, res, ttl_ms=10000)
-            with self.assertRaises(MissingGeneration):
-                with fence_errors(), conn.begin():
-                    conn.execute(text("INSERT INTO ledger (note) VALUES ('sa unfenced')"))
+def test_two_holders_stale_write_raises_stale_generation():
+    """acceptance (sync psycopg): A holds a resource, stalls past its TTL; B
+    acquires it and writes. A's fenced write raises
+    lease_fence.StaleGeneration and writes nothing; B's write stands."""
+    a_conn, b_conn, check = connect(), connect(), connect()
+    try:
+        row_id = new_row(check)
+        res = resource_name("two_holders_sync")
+        a = acquire(a_conn, res, ttl_ms=300)
+        time.sleep(0.6)
+        b = acquire(b_conn, res, ttl_ms=10000)
+        assert b.generation > a.generation
+        with fenced(b_conn, b):
+            b_conn.execute("UPDATE account SET owner = 'B' WHERE id = %s", (row_id,))
+        with pytest.raises(StaleGeneration) as info:
+            with fenced(a_conn, a):
+                a_conn.execute("UPDATE account SET owner = 'A late' WHERE id = %s", (row_id,))
+        assert info.value.sqlstate == "LF001"
+        assert info.value.resource == res
+        assert read_row(check, row_id) == ("B", 100, b.generation)
+        assert release(b_conn, b) == "released"
+    finally:
+        for c in (a_conn, b_conn, check):
+            c.close()
 
 
-if __name__ == "__main__":
-    unittest.main(verbosity=2)
+def _round_trips(trace_text):
+    """The frontend messages of a libpq trace that end a round trip (Sync,
+    simple Query), each with the statements sent before it."""
+    trips, pending = [], []
+    for line in trace_text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or parts[0] != "F":
+            continue
+        if parts[2] == "Parse":
+            pending.append(parts[3] if len(parts) > 3 else "")
+        elif parts[2] in ("Sync", "Query"):
+            trips.append(pending + ([parts[3]] if parts[2] == "Query" else []))
+            pending = []
+    return trips
+
+
+@pytest.mark.skipif(not psycopg.Pipeline.is_supported(), reason="libpq without pipeline mode")
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_fenced_sends_begin_and_set_generation_in_one_round_trip(tmp_path, autocommit):
+    """with psycopg 3 in autocommit mode (the recommended one), fenced() sends
+    BEGIN and set_generation(g, resource) in one round trip (one Sync), then
+    the block's UPDATE, then COMMIT: libpq's protocol trace shows it. With
+    autocommit off psycopg syncs its own BEGIN first: at most one extra
+    round trip (two before the block)."""
+    conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER,
+                           autocommit=autocommit)
+    check = connect()
+    try:
+        row_id = new_row(check)
+        res = resource_name(f"one_round_trip_{autocommit}")
+        lease = acquire(conn, res, ttl_ms=10000)
+        trace = tmp_path / "trace.txt"
+        with open(trace, "w") as f:
+            conn.pgconn.trace(f.fileno())
+            conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+            with fenced(conn, lease):
+                conn.execute("UPDATE account SET owner = 'rt' WHERE id = %s", (row_id,))
+            conn.pgconn.untrace()
+        trips = _round_trips(trace.read_text())
+        sent = [" ".join(t) for t in trips]
+        if autocommit:
+            assert len(trips) == 3, sent
+            assert "BEGIN" in sent[0] and "set_generation" in sent[0], sent
+        else:
+            assert len(trips) == 4, sent
+            assert "BEGIN" in sent[0] and "set_generation" in sent[1], sent
+        assert "UPDATE account" in sent[-2] and "COMMIT" in sent[-1], sent
+        assert read_row(check, row_id) == ("rt", 100, lease.generation)
+        assert release(conn, lease) == "released"
+    finally:
+        conn.close()
+        check.close()
+
+
+def test_fenced_refuses_a_connection_in_a_transaction():
+    """fenced() runs its own transaction: inside one the caller opened it
+    raises RuntimeError and runs nothing."""
+    conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER)
+    try:
+        conn.execute("SELECT 1")                     # autocommit off: now in a transaction
+        with pytest.raises(RuntimeError):
+            with fenced(conn, 1):
+                pytest.fail("block must not run")
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+def test_fenced_rejects_bad_generations():
+    """a generation is a non-negative int: bool, negative, str are refused
+    before anything is sent; a resource is a str."""
+    conn = connect()
+    try:
+        for bad in (True, -1, "7", None):
+            with pytest.raises(ValueError):
+                with fenced(conn, bad):
+                    pytest.fail("block must not run")
+        with pytest.raises(TypeError):
+            with fenced(conn, 1, resource=5):
+                pytest.fail("block must not run")
+    finally:
+        conn.close()
+
+
+def test_fenced_rolls_back_when_the_block_raises():
+    """the block's exception propagates unchanged, its write is rolled back,
+    and the connection is idle again."""
+    conn = connect()
+    try:
+        row_id = new_row(conn)
+        gen = conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+        with pytest.raises(ZeroDivisionError):
+            with fenced(conn, gen):
+                conn.execute("UPDATE account SET owner = 'gone' WHERE id = %s", (row_id,))
+                1 / 0
+        assert read_row(conn, row_id) == ("nobody", 100, 0)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        conn.close()
+
+
+def test_installed_package_is_imported():
+    """ci.sh installs the wheel into a venv: the tests must import that copy,
+    not a source tree (checked when LF_EXPECT_INSTALLED is set)."""
+    import os
+    import lease_fence
+    assert lease_fence.__version__ == "1.3.0"
+    if os.environ.get("LF_EXPECT_INSTALLED"):
+        assert "site-packages" in lease_fence.__file__, lease_fence.__file__
+        assert os.path.exists(os.path.join(os.path.dirname(lease_fence.__file__), "py.typed"))

@@ -1,7 +1,6 @@
 """lease_fence behind PgBouncer in transaction-pooling mode.
 
-Run by test/clients/run.sh as ``/usr/bin/python3 -m unittest -v test_pgbouncer``
-with the variables of test_clients.py plus LF_BOUNCER_HOST / LF_BOUNCER_PORT:
+With the harness's variables (lf_testlib) plus LF_BOUNCER_HOST / LF_BOUNCER_PORT:
 a PgBouncer with ``pool_mode = transaction`` and ``default_pool_size = 1``, so
 clients that take turns share one server connection (each test checks that
 first, by pg_backend_pid()).
@@ -21,17 +20,14 @@ setting, a session-scoped lease — is not the client's:
   (and can release) it.
 """
 
-import os
 import time
 import unittest
 
-from lease_fence_client import (
+from lease_fence import (
     Lease, LeaseBusy, LeaseLostAtCommit, MissingGeneration, StaleGeneration, acquire,
     fence_errors, fenced, release, renew, transaction_lease)
-from test_clients import connect, lease_key, new_row, read_row, redis, resource_name
-
-BOUNCER_HOST = os.environ.get("LF_BOUNCER_HOST", "")
-BOUNCER_PORT = int(os.environ.get("LF_BOUNCER_PORT", "6432"))
+from lf_testlib import (BOUNCER_HOST, BOUNCER_PORT, connect, lease_key, new_row, read_row,
+                        redis, resource_name)
 
 
 def via_bouncer():
@@ -179,7 +175,3 @@ class PgBouncerTests(unittest.TestCase):
                          "client B's 'session' holds client A's lease")
         self.assertEqual(release(b, lease), "released")
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
-
-
-if __name__ == "__main__":
-    unittest.main(verbosity=2)

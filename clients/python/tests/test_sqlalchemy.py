@@ -1,66 +1,22 @@
-"""lease_fence under ORMs that save whole rows: Django 3.2 and SQLAlchemy 1.4.
+"""lease_fence over SQLAlchemy (sync, psycopg2 driver): Core and ORM.
 
-Run by test/clients/run.sh as ``/usr/bin/python3 -m unittest -v test_orm``
-(Debian's interpreter, with python3-django, python3-sqlalchemy and
-python3-psycopg2), with the variables of test_clients.py. The tables
-``django_item`` and ``sa_item`` (id, name, qty, fence) are owned by postgres,
-protected with ``lease_fence.protect`` and granted to the app role.
-
-An ORM writes an object back whole: Django's ``save()`` UPDATEs every
-column, the fence as it was loaded. With a current generation G the fence
-treats a written fence at or below the stored one as left alone: the row is
-checked against G (LF001 when G is lower than the stored fence), else the
-fence becomes G. So each test proves, with the real ORM against the real
-server:
-
-- two full-row saves of one object in one fenced transaction commit, with
-  the fence at the transaction's generation;
-- a stale worker's full-row save raises LF001, which ``fence_error_from`` /
-  ``fence_errors`` turn into StaleGeneration naming the table and the fence
-  column, and nothing of it is committed.
-
-Leases are taken with the helper on a psycopg 3 connection: an explicit
-lease lives in the application, so its generation can fence any connection.
+Ported from the examples' unittest suites (test_clients.py's SQLAlchemy
+tests and test_orm.py's SQLAlchemy ORM full-row saves).
 """
 
 import time
 import unittest
 
-import django
-from django.conf import settings
+import sqlalchemy
+from sqlalchemy import BigInteger, Column, FetchedValue, Integer, Text, event, text
+from sqlalchemy.orm import Session, declarative_base
+from sqlalchemy.orm.attributes import flag_modified
 
-from test_clients import (APP_USER, DATABASE, PGHOST, PGPORT, connect, engine_for,
-                          resource_name)
-
-if not settings.configured:
-    settings.configure(
-        DATABASES={"default": {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": DATABASE, "USER": APP_USER,
-            "HOST": PGHOST, "PORT": str(PGPORT),       # HOST: the unix socket's directory
-        }},
-        INSTALLED_APPS=[], USE_TZ=True, TIME_ZONE="UTC",
-        DEFAULT_AUTO_FIELD="django.db.models.AutoField")
-    django.setup()
-
-from django.db import DatabaseError, connection, connections, models, transaction  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
-from sqlalchemy import BigInteger, Column, FetchedValue, Integer, Text, event  # noqa: E402
-from sqlalchemy.orm import Session, declarative_base  # noqa: E402
-from sqlalchemy.orm.attributes import flag_modified  # noqa: E402
-
-from lease_fence_client import (StaleGeneration, acquire, fence_error_from,  # noqa: E402
-                                fence_errors, fenced, release)
-
-
-def read_item(conn, table, item_id):
-    return conn.execute(f"SELECT name, qty, fence FROM {table} WHERE id = %s",
-                        (item_id,)).fetchone()
-
-
-def resource_fence(conn, resource):
-    return conn.execute("SELECT generation FROM lease_fence.resource_fences "
-                        "WHERE resource = %s", (resource,)).fetchone()[0]
+from lease_fence import (
+    LeaseBusy, LeaseLostAtCommit, MissingGeneration, StaleGeneration, acquire,
+    fence_errors, fenced, kept_alive_lease, release, transaction_lease)
+from lf_testlib import (engine_for, read_item, resource_fence, connect, lease_key,
+                        new_row, read_row, redis, resource_name)
 
 
 def expired_lease_and_successor(test, conn, load):
@@ -76,117 +32,150 @@ def expired_lease_and_successor(test, conn, load):
     return a, b, loaded
 
 
-# -------------------------------------------------------------- Django 3.2
-
-class DjangoItem(models.Model):
-    name = models.TextField(default="")
-    qty = models.IntegerField(default=0)
-    fence = models.BigIntegerField(default=0)
-
-    class Meta:
-        app_label = "lease_fence_example"
-        managed = False                  # created (and protected) by the DBA
-        db_table = "django_item"
-
-
-def django_set_generation(generation, resource=None):
-    """The one statement a fenced Django transaction starts with."""
-    with connection.cursor() as cur:
-        cur.execute("SELECT lease_fence.set_generation(%s, %s)", [generation, resource])
-
-
-class DjangoTests(unittest.TestCase):
-    """Model.save() writes every column back: the full-row pattern."""
-
-    @classmethod
-    def tearDownClass(cls):
-        connections.close_all()
-
-    def setUp(self):
-        self.check = connect()           # psycopg 3: leases, and rows read back
-        self.addCleanup(self.check.close)
-
-    def test_two_saves_in_one_fenced_transaction_commit_the_generation(self):
-        """transaction.atomic() + set_generation(g, resource), save() twice:
-        each UPDATE writes the fence back as loaded (0), both pass, the
-        fence commits as g and the resource is fenced at g;
-        refresh_from_db() reads g."""
-        item = DjangoItem.objects.create(name="new")          # no generation: lenient table
-        res = resource_name(self)
-        lease = acquire(self.check, res, ttl_ms=10000)
-        self.addCleanup(release, self.check, lease)
-
-        obj = DjangoItem.objects.get(pk=item.pk)
-        self.assertEqual(obj.fence, 0)
-        with CaptureQueriesContext(connection) as queries, transaction.atomic():
-            django_set_generation(lease.generation, lease.resource)
-            obj.name = "saved once"
-            obj.save()
-            obj.qty = 2
-            obj.save()
-            self.assertEqual(obj.fence, 0, "the object still holds the fence it loaded")
-        updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
-        self.assertEqual(len(updates), 2)
-        for sql in updates:
-            self.assertIn('"fence" = 0', sql, "save() writes the loaded fence back")
-
-        self.assertEqual(read_item(self.check, "django_item", item.pk),
-                         ("saved once", 2, lease.generation))
-        self.assertEqual(resource_fence(self.check, res), lease.generation)
-        obj.refresh_from_db()
-        self.assertEqual(obj.fence, lease.generation)
-
-    def test_stale_save_is_stale_generation(self):
-        """A loads the object, stalls past its TTL; B takes over and saves.
-        A's save() under its generation is LF001: Django raises its
-        DatabaseError (psycopg2's error as __cause__), fence_error_from maps
-        it to StaleGeneration naming django_item.fence; with the resource,
-        A is refused at set_generation, before the save. Nothing of A's is
-        committed; refresh_from_db() shows B's row and fence."""
-        item = DjangoItem.objects.create(name="start")
-        a, b, stale = expired_lease_and_successor(
-            self, self.check, lambda: DjangoItem.objects.get(pk=item.pk))
-
-        fresh = DjangoItem.objects.get(pk=item.pk)
-        with transaction.atomic():
-            django_set_generation(b.generation, b.resource)
-            fresh.name = "B"
-            fresh.save()
-            fresh.save()
-
-        stale.name = "A late"
-        stale.qty = 99
-        with self.assertRaises(DatabaseError) as cm:
-            with transaction.atomic():
-                django_set_generation(a.generation)              # rows only
-                stale.save()
-        self.assertEqual(type(cm.exception).__module__, "django.db.utils")
-        self.assertEqual(cm.exception.__cause__.pgcode, "LF001")
-        err = fence_error_from(cm.exception)
-        self.assertIsInstance(err, StaleGeneration)
-        self.assertEqual((err.schema, err.table, err.column, err.resource),
-                         ("public", "django_item", "fence", None))
-
-        ran = []
-        with self.assertRaises(StaleGeneration) as cm:
-            with fence_errors(), transaction.atomic():
-                django_set_generation(a.generation, a.resource)
-                ran.append(True)
-                stale.save()
-        self.assertEqual(cm.exception.resource, a.resource)
-        self.assertEqual(ran, [], "refused before the save")
-
-        self.assertEqual(read_item(self.check, "django_item", item.pk), ("B", 0, b.generation))
-        stale.refresh_from_db()
-        self.assertEqual((stale.name, stale.qty, stale.fence), ("B", 0, b.generation))
-
-
-# -------------------------------------------------------------- SQLAlchemy 1.4 ORM
+# -------------------------------------------------------------- SQLAlchemy 1.4
 
 Base = declarative_base()
 
 
-class SaItem(Base):
+class Account(Base):
+    __tablename__ = "account"
+    id = Column(Integer, primary_key=True)
+    owner = Column(Text)
+    balance = Column(Integer)
+    fence = Column(BigInteger)
+
+
+class SQLAlchemyTests(unittest.TestCase):
+    """The same helper over SQLAlchemy 1.4 (psycopg2 driver): Core and ORM."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.engine = engine_for()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.engine.dispose()
+
+    def setUp(self):
+        self.check = connect()           # psycopg 3, to read rows back
+        self.addCleanup(self.check.close)
+
+    def test_core_transaction_lease_commits(self):
+        """Connection + transaction_lease: the row and fence are committed."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with self.engine.connect() as conn:
+            with transaction_lease(conn, res, ttl_ms=10000, min_validity_ms=500) as lease:
+                conn.execute(text("UPDATE account SET owner = 'sa', balance = balance - 1 "
+                                  "WHERE id = :id"), {"id": row_id})
+        self.assertEqual(read_row(self.check, row_id), ("sa", 99, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+    def test_orm_stale_write_raises_stale_generation(self):
+        """ORM Session, explicit scope: B takes over after A's lease expired;
+        A's flush under its old generation raises StaleGeneration, wrapping
+        SQLAlchemy's DBAPIError (psycopg2 pgcode LF001); B's row stands."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with Session(self.engine) as a_session, Session(self.engine) as b_session:
+            a = acquire(a_session, res, ttl_ms=300)
+            time.sleep(0.6)
+            b = acquire(b_session, res, ttl_ms=10000)
+            with fenced(b_session, b.generation):
+                b_session.get(Account, row_id).owner = "B (orm)"
+            with self.assertRaises(StaleGeneration) as cm:
+                with fenced(a_session, a.generation):
+                    a_session.get(Account, row_id).owner = "A (orm, late)"
+            a_session.expire_all()
+            self.assertEqual(release(b_session, b), "released")
+        err = cm.exception
+        self.assertEqual((err.schema, err.table, err.column), ("public", "account", "fence"))
+        self.assertIsInstance(err.__cause__, sqlalchemy.exc.DBAPIError)
+        self.assertEqual(err.__cause__.orig.pgcode, "LF001")
+        self.assertEqual(read_row(self.check, row_id), ("B (orm)", 100, b.generation))
+
+    def test_orm_fenced_lease_fences_the_resource(self):
+        """ORM Session, fenced(session, lease): after B fenced the resource,
+        A's late INSERT of a new row is refused with StaleGeneration."""
+        res = resource_name(self)
+        with Session(self.engine) as a_session, Session(self.engine) as b_session:
+            a = acquire(a_session, res, ttl_ms=300)
+            time.sleep(0.6)
+            b = acquire(b_session, res, ttl_ms=10000)
+            with fenced(b_session, b):
+                pass
+            with self.assertRaises(StaleGeneration) as cm:
+                with fenced(a_session, a):
+                    a_session.add(Account(owner=f"{res} A late", balance=0))
+                    a_session.flush()
+            self.assertEqual(release(b_session, b), "released")
+        err = cm.exception
+        self.assertEqual((err.schema, err.table, err.column, err.resource),
+                         ("lease_fence", "resource_generation", None, res))
+        self.assertEqual(self.check.execute("SELECT count(*) FROM account WHERE owner = %s",
+                                            (f"{res} A late",)).fetchone()[0], 0)
+
+    def test_lease_lost_at_commit(self):
+        """LF010 through SQLAlchemy: LeaseLostAtCommit, nothing committed."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with Session(self.engine) as session:
+            with self.assertRaises(LeaseLostAtCommit):
+                with transaction_lease(session, res, ttl_ms=10000):
+                    session.get(Account, row_id).balance = 0
+                    session.flush()
+                    redis("DEL", lease_key(res))
+        self.assertEqual(read_row(self.check, row_id), ("nobody", 100, 0))
+
+    def test_orm_kept_alive_lease_and_waiting(self):
+        """kept_alive_lease over a Core Connection with an ORM Session bound
+        to it, watched on another Connection: a 2 s flush-and-sleep under a
+        1 s TTL is fenced and committed; a waiting acquire through
+        SQLAlchemy ends in LeaseBusy. A Session bound to the Engine (a new
+        connection per transaction) is refused."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with self.engine.connect() as owner, Session(bind=owner) as session, \
+                self.engine.connect() as watch:
+            with kept_alive_lease(owner, res, ttl_ms=1000, watch=watch) as lease:
+                with fenced(session, lease):
+                    session.get(Account, row_id).owner = "sa kept alive"
+                    session.flush()
+                    session.execute(text("SELECT pg_sleep(2)"))
+                self.assertEqual(lease.state, "active")
+                t0 = time.monotonic()
+                with self.assertRaises(LeaseBusy):
+                    acquire(watch, res, ttl_ms=10000, wait_ms=300)
+                self.assertGreaterEqual(time.monotonic() - t0, 0.3)
+        self.assertEqual(read_row(self.check, row_id), ("sa kept alive", 100, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+        with Session(self.engine) as session:
+            with self.assertRaises(TypeError):
+                with kept_alive_lease(session, res, ttl_ms=1000):
+                    self.fail("block must not run")
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0", "nothing was acquired")
+
+    def test_busy_and_missing_generation(self):
+        """busy is LeaseBusy through SQLAlchemy too; a strict-table write
+        without a generation is MissingGeneration."""
+        res = resource_name(self)
+        holder = acquire(self.check, res, ttl_ms=10000)
+        self.addCleanup(release, self.check, holder)
+        with self.engine.connect() as conn:
+            with self.assertRaises(LeaseBusy):
+                acquire(conn, res, ttl_ms=10000)
+            with self.assertRaises(MissingGeneration):
+                with fence_errors(), conn.begin():
+                    conn.execute(text("INSERT INTO ledger (note) VALUES ('sa unfenced')"))
+
+
+# -------------------------------------------------------------- SQLAlchemy 1.4 ORM
+
+OrmBase = declarative_base()
+
+
+class SaItem(OrmBase):
     """The fence as a plain column: flushed only when it changed, so the
     full-row tests force it into the UPDATE (flag_modified, merge)."""
 
@@ -347,7 +336,3 @@ class SQLAlchemyORMTests(unittest.TestCase):
                     a_session.flush()
             self.assertEqual((cm.exception.table, cm.exception.column), ("sa_item", "fence"))
         self.assertEqual(read_item(self.check, "sa_item", item.id), ("B", 2, newer))
-
-
-if __name__ == "__main__":
-    unittest.main(verbosity=2)

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# clients/python/ci.sh — build the lease-fence package the way Debian's
+# tools do (no network), install the wheel into a fresh venv, run the tests
+# against the harness's servers (test/clients/run.sh) and the example
+# program, and end with "python: N passed, N failed" (test cases + the
+# example; skipped tests are reported on the line before, not counted).
+#
+# Run with cwd = clients/python (a copy); writes only into $LF_CLIENT_WORK.
+set -uo pipefail
+
+PY=/usr/bin/python3
+here=$(pwd)
+work=${LF_CLIENT_WORK:?LF_CLIENT_WORK: a writable empty directory}
+src_top=${LF_SRC:-$(cd "$here/../.." && pwd)}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INDEX=1 PIP_NO_INPUT=1
+
+finish() {	# passed failed
+	echo "python: $1 passed, $2 failed"
+	[ "$2" -eq 0 ]
+	exit $?
+}
+
+echo "== python: $($PY --version 2>&1) at $PY"
+
+# 1. build sdist + wheel from a copy of the sources (nothing written into the tree)
+rm -rf "$work/build" "$work/dist"
+mkdir -p "$work/build" "$work/dist"
+cp -r "$here/." "$work/build/" || finish 0 1
+rm -rf "$work/build/build" "$work/build/dist" "$work/build/src/"*.egg-info
+if "$PY" -c 'import build' 2>/dev/null; then
+	echo "== python: building sdist and wheel (python3 -m build --no-isolation)"
+	(cd "$work/build" && "$PY" -m build --no-isolation --outdir "$work/dist" .) \
+		>"$work/build.log" 2>&1
+else
+	echo "== python: building the wheel (pip wheel --no-build-isolation; no python3-build)"
+	(cd "$work/build" && "$PY" -m pip wheel --no-index --no-build-isolation --no-deps \
+		--wheel-dir "$work/dist" .) >"$work/build.log" 2>&1
+fi
+rc=$?
+wheel=$(ls "$work"/dist/lease_fence-1.3.0-*.whl 2>/dev/null | head -n 1)
+if [ "$rc" -ne 0 ] || [ -z "$wheel" ]; then
+	cat "$work/build.log"
+	echo "== python: build failed (exit $rc)"
+	finish 0 1
+fi
+ls -l "$work/dist"
+
+# 2. a fresh venv that sees Debian's psycopg, SQLAlchemy, Django, pytest;
+#    the package comes from the wheel only
+rm -rf "$work/venv"
+"$PY" -m venv --system-site-packages "$work/venv" || { echo "== python: venv failed"; finish 0 1; }
+VPY=$work/venv/bin/python
+"$VPY" -m pip install --no-index --no-deps "$wheel" >"$work/install.log" 2>&1 ||
+	{ cat "$work/install.log"; echo "== python: pip install failed"; finish 0 1; }
+"$VPY" -c 'import lease_fence, sys; print("== python: lease_fence", lease_fence.__version__, "from", lease_fence.__file__)'
+
+# 3. the tests, from a copy outside the source tree (src/ is never on sys.path)
+rm -rf "$work/tests"
+cp -r "$here/tests" "$work/tests" || finish 0 1
+printf '[pytest]\nasyncio_mode = strict\n' >"$work/tests/pytest.ini"
+junit=$work/junit.xml
+rm -f "$junit"
+(cd "$work/tests" && LF_EXPECT_INSTALLED=1 "$VPY" -m pytest -p no:cacheprovider -v -rs \
+	--junitxml="$junit" .)
+prc=$?
+echo "== python: pytest exit $prc"
+
+counts=$("$VPY" - "$junit" <<'PYEOF'
+import sys
+import xml.etree.ElementTree as ET
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception as e:
+    print("0 0 0 0")           # no report: pytest crashed
+    sys.exit(0)
+passed = failed = skipped = 0
+for case in root.iter("testcase"):
+    tags = {child.tag for child in case}
+    if tags & {"failure", "error"}:
+        failed += 1
+    elif "skipped" in tags:
+        skipped += 1
+    else:
+        passed += 1
+print(passed, failed, skipped, 1)
+PYEOF
+)
+read -r passed failed skipped reported <<<"$counts"
+if [ "${reported:-0}" != 1 ]; then
+	echo "== python: pytest wrote no report (crashed)"
+	failed=$((failed + 1))
+elif [ "$prc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+	# pytest failed without a failed case (e.g. an internal error): count it
+	if [ "$prc" -ne 5 ] || [ "$passed" -eq 0 ]; then
+		failed=$((failed + 1))
+	fi
+fi
+if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
+	echo "== python: no test ran"
+	failed=1
+fi
+
+# 4. the example program, with the installed package
+example=$src_top/examples/python/two_holders.py
+echo "== python: example $example"
+if [ -f "$example" ] && (cd "$work" && timeout -k 5 60 "$VPY" "$example"); then
+	passed=$((passed + 1))
+	echo "== python: example passed"
+else
+	failed=$((failed + 1))
+	echo "== python: example failed"
+fi
+
+echo "== python: $skipped skipped (not counted)"
+finish "$passed" "$failed"

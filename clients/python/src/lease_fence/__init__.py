@@ -1,0 +1,42 @@
+"""lease_fence — the Python client of the lease_fence PostgreSQL extension.
+
+A Redis lease (taken by the extension, from inside PostgreSQL) gives its
+holder an identity and a generation; every fenced write carries the
+generation (``lease_fence.set_generation(generation, resource)`` in the
+transaction) and the extension refuses a lower one than a row or resource
+has seen (SQLSTATE LF001: ``StaleGeneration``).
+
+Works with psycopg 3 connections, SQLAlchemy Connections and ORM Sessions
+(any driver) and Django connections; ``lease_fence.aio`` has the same API
+for psycopg's ``AsyncConnection`` and SQLAlchemy's ``AsyncConnection`` /
+``AsyncSession``; ``lease_fence.django`` has helpers that take a database
+alias.
+
+Fence errors (``FenceError``): ``StaleGeneration`` (LF001),
+``MissingGeneration`` (LF002), ``ConflictingGeneration`` (LF003),
+``UnissuedGeneration`` (LF004), ``LeaseLostAtCommit`` (LF010), with the
+error's fields ``sqlstate``, ``schema``, ``table``, ``column``,
+``resource`` (never parsed from the message). Lease outcomes
+(``LeaseError``): ``LeaseDenied`` (a definite no: ``LeaseBusy``,
+``LeaseUnavailable``, ``LeaseLost``, and plain for ``stale`` /
+``insufficient_validity``) and ``LeaseUnknown`` (maybe applied; *not* a
+LeaseDenied).
+"""
+
+from ._errors import (ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied,
+                      LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
+                      MissingGeneration, ReleaseStatus, StaleGeneration, UnissuedGeneration,
+                      fence_error_from, fence_errors)
+from ._sync import (KeptAliveLease, acquire, fenced, keepalive_state, kept_alive_lease, release,
+                    renew, transaction_lease, try_acquire)
+
+__version__ = "1.3.0"
+
+__all__ = [
+    "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
+    "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
+    "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus",
+    "fence_error_from", "fence_errors",
+    "try_acquire", "acquire", "transaction_lease", "kept_alive_lease", "keepalive_state",
+    "fenced", "renew", "release",
+]

@@ -1,0 +1,428 @@
+"""The synchronous API: psycopg 3 Connection, SQLAlchemy Connection / Session, Django."""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from typing import Any, ContextManager, Dict, Iterator, Mapping, Optional, TypeVar, Union
+
+from ._errors import (Lease, LeaseLost, ReleaseStatus, _lease_error, _lease_from_row,
+                      fence_errors)
+
+__all__ = [
+    "KeptAliveLease", "try_acquire", "acquire", "transaction_lease", "kept_alive_lease",
+    "keepalive_state", "fenced", "renew", "release",
+]
+
+C = TypeVar("C")
+
+# --------------------------------------------------------------------------
+# SQL: one parameterized statement each; %(name)s placeholders, rewritten
+# to :name for SQLAlchemy's text()
+# --------------------------------------------------------------------------
+
+ACQUIRE_SQL = ("SELECT acquired, status, resource, identity, generation, validity_ms, reason "
+               "FROM lease_fence.acquire(CAST(%(resource)s AS text), "
+               "CAST(%(ttl_ms)s AS bigint), CAST(%(min_validity_ms)s AS bigint), "
+               "CAST(%(scope)s AS text), CAST(%(wait_ms)s AS bigint), "
+               "CAST(%(keepalive)s AS boolean))")
+SET_GENERATION_SQL = ("SELECT lease_fence.set_generation(CAST(%(generation)s AS bigint), "
+                      "CAST(%(resource)s AS text)) AS g")
+RENEW_SQL = ("SELECT renewed, status, validity_ms, reason FROM lease_fence.renew("
+             "CAST(%(resource)s AS text), CAST(%(identity)s AS text), "
+             "CAST(%(ttl_ms)s AS bigint), CAST(%(min_validity_ms)s AS bigint))")
+RELEASE_SQL = ("SELECT released, status, reason FROM lease_fence.release("
+               "CAST(%(resource)s AS text), CAST(%(identity)s AS text))")
+KEEPALIVE_STATE_SQL = ("SELECT lease_fence.keepalive_state(CAST(%(identity)s AS text)) "
+                       "AS state")
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def _sa_text(sql: str) -> Any:
+    from sqlalchemy import text
+    return text(_NAMED.sub(r":\1", sql))
+
+
+def _generation(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"a generation is a non-negative int, got {value!r}")
+    return value
+
+
+def _fence_args(generation: Union[Lease, int], resource: Optional[str]) -> Dict[str, Any]:
+    """{generation, resource} for set_generation, from a Lease or an int."""
+    if isinstance(generation, Lease):
+        if resource is None:
+            resource = generation.resource
+        generation = generation.generation  # type: ignore[assignment]
+    gen = _generation(generation)
+    if resource is not None and not isinstance(resource, str):
+        raise TypeError(f"a resource is a str, got {type(resource).__name__}")
+    return {"generation": gen, "resource": resource}
+
+
+def _acquire_params(resource: str, ttl_ms: int, min_validity_ms: int, scope: str,
+                    wait_ms: int, keepalive: bool) -> Dict[str, Any]:
+    return {"resource": resource, "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms,
+            "scope": scope, "wait_ms": wait_ms, "keepalive": bool(keepalive)}
+
+
+_BUSY_MSG = ("lease_fence needs a connection that is not in a transaction "
+             "(use autocommit=True, or commit first)")
+
+
+# --------------------------------------------------------------------------
+# Driver adapters
+# --------------------------------------------------------------------------
+
+class _Adapter:
+    conn: Any
+
+    def begin(self) -> ContextManager[Any]:
+        raise NotImplementedError
+
+    def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    @contextmanager
+    def fenced_tx(self, args: Mapping[str, Any]) -> Iterator[None]:
+        """BEGIN; set_generation(g, resource); the block; COMMIT (ROLLBACK on error)."""
+        with self.begin():
+            self.query_one(SET_GENERATION_SQL, args)
+            yield
+
+
+class _Psycopg(_Adapter):
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _check_idle(self) -> None:
+        from psycopg import pq
+        if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError(_BUSY_MSG)
+
+    def begin(self) -> ContextManager[Any]:
+        self._check_idle()
+        return self.conn.transaction()  # type: ignore[no-any-return]
+
+    def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        cur = self.conn.execute(sql, params)
+        row = cur.fetchone()
+        return dict(zip([c.name for c in cur.description], row))
+
+    @contextmanager
+    def fenced_tx(self, args: Mapping[str, Any]) -> Iterator[None]:
+        """BEGIN and set_generation in one pipeline (one round trip), when
+        libpq supports pipeline mode; then the block; then COMMIT."""
+        import psycopg
+        self._check_idle()
+        if not psycopg.Pipeline.is_supported():
+            with super().fenced_tx(args):
+                yield
+            return
+        conn = self.conn
+        try:
+            with conn.pipeline():
+                if conn.autocommit:
+                    conn.execute("BEGIN")
+                # without autocommit psycopg queues its own BEGIN first
+                conn.execute(SET_GENERATION_SQL, args)
+        except BaseException:
+            self._rollback()
+            raise
+        try:
+            yield
+        except BaseException:
+            self._rollback()
+            raise
+        conn.commit()
+
+    def _rollback(self) -> None:
+        """ROLLBACK after an error; a connection that broke meanwhile keeps
+        the original exception (it has no transaction left to end)."""
+        if self.conn.closed or self.conn.broken:
+            return
+        self.conn.rollback()
+
+
+class _SQLAlchemy(_Adapter):
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def begin(self) -> ContextManager[Any]:
+        if self.conn.in_transaction():
+            raise RuntimeError("lease_fence needs a SQLAlchemy Connection/Session that is not "
+                               "in a transaction (commit first)")
+        return self.conn.begin()  # type: ignore[no-any-return]
+
+    def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        return dict(self.conn.execute(_sa_text(sql), dict(params or {})).mappings().one())
+
+
+class _Django(_Adapter):
+    """A Django ``DatabaseWrapper`` (``django.db.connections[alias]``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def begin(self) -> ContextManager[Any]:
+        from django.db import transaction
+        if self.conn.in_atomic_block:
+            raise RuntimeError("lease_fence needs a Django connection outside "
+                               "transaction.atomic() (its own transaction)")
+        return transaction.atomic(using=self.conn.alias)
+
+    def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, dict(params or {}))
+            row = cur.fetchone()
+            return dict(zip([c[0] for c in cur.description], row))
+
+
+def _is_psycopg(conn: Any) -> bool:
+    module = type(conn).__module__
+    return module == "psycopg" or module.startswith("psycopg.")
+
+
+def _adapter(conn: Any) -> _Adapter:
+    module = type(conn).__module__
+    if _is_psycopg(conn):
+        if module.endswith("_async") or type(conn).__name__.startswith("Async"):
+            raise TypeError("an async psycopg connection: use lease_fence.aio")
+        return _Psycopg(conn)
+    if module.startswith("sqlalchemy.ext.asyncio"):
+        raise TypeError("a SQLAlchemy async connection/session: use lease_fence.aio")
+    if module.startswith("sqlalchemy.") and hasattr(conn, "in_transaction"):
+        return _SQLAlchemy(conn)
+    if module.startswith("django.db.backends") and hasattr(conn, "in_atomic_block"):
+        return _Django(conn)
+    raise TypeError(f"expected a psycopg 3 Connection, a SQLAlchemy Connection/Session or a "
+                    f"Django connection, got {type(conn).__name__}")
+
+
+# --------------------------------------------------------------------------
+# The API
+# --------------------------------------------------------------------------
+
+def _acquire_checked(db: _Adapter, resource: str, ttl_ms: int, min_validity_ms: int,
+                     scope: str, retry_stale: bool, wait_ms: int = 0,
+                     keepalive: bool = False) -> Lease:
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
+    lease = _lease_from_row(db.query_one(ACQUIRE_SQL, params))
+    if lease.status == "stale" and retry_stale:
+        # stale left nothing in Redis and moved next_generation() past the
+        # stored one: one more try with a fresh generation is safe
+        lease = _lease_from_row(db.query_one(ACQUIRE_SQL, params))
+    if lease.acquired is not True:
+        raise _lease_error(lease.status, lease, "acquire", resource, lease.reason)
+    return lease
+
+
+def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                wait_ms: int = 0) -> Lease:
+    """Explicit-scope acquire that never raises for an outcome: returns the row.
+
+    ``lease.acquired`` is True (``acquired``), False (``busy``, ``stale``,
+    ``unavailable``, ``insufficient_validity``) or **None** (``unknown``).
+    ``wait_ms`` > 0 waits that long at most while the lease is busy (woken by
+    the holder's release) before answering ``busy``.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        return _lease_from_row(db.query_one(ACQUIRE_SQL, _acquire_params(
+            resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False)))
+
+
+def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+            retry_stale: bool = True, wait_ms: int = 0) -> Lease:
+    """Take an explicit-scope lease in its own transaction and return it.
+
+    Raises LeaseBusy / LeaseUnavailable / LeaseDenied (stale,
+    insufficient_validity) for a definite no, LeaseUnknown when Redis may
+    have granted it. ``stale`` is retried once unless ``retry_stale`` is
+    false. ``wait_ms`` > 0: while the lease is busy, wait up to that long;
+    LeaseBusy if it is still busy then. Release it yourself.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        return _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit", retry_stale,
+                                wait_ms)
+
+
+@contextmanager
+def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                      retry_stale: bool = True, wait_ms: int = 0,
+                      keepalive: bool = False) -> Iterator[Lease]:
+    """Run the block in one transaction holding a transaction-scoped lease.
+
+    BEGIN; acquire(..., scope => 'transaction') — its generation becomes the
+    transaction's current generation; COMMIT verifies the lease is still
+    ours with at least ``min_validity_ms`` left and releases it. Raises the
+    LeaseError of a failed acquire before the block runs, FenceError
+    subclasses for refused writes, and LeaseLostAtCommit (LF010) when COMMIT
+    finds the lease gone. Any exception rolls the transaction back.
+    ``keepalive=True`` has the server renew the lease while the transaction
+    runs (needs ``shared_preload_libraries = 'lease_fence'``).
+    """
+    db = _adapter(conn)
+    with fence_errors():
+        with db.begin():
+            yield _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
+                                   retry_stale, wait_ms, keepalive)
+
+
+@dataclass(frozen=True)
+class KeptAliveLease(Lease):
+    """The Lease of ``kept_alive_lease``: scope session, renewed by the server.
+
+    ``state``, ``lost`` and ``check()`` ask ``lease_fence.keepalive_state``
+    on ``watch``, the connection given to ``kept_alive_lease`` — never on the
+    owner's connection (that would make the owner look active). Without a
+    watch connection they raise RuntimeError.
+    """
+
+    watch: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def state(self) -> Optional[str]:
+        """``'active'``, ``'lost'``, or None (no longer kept alive)."""
+        if self.watch is None:
+            raise RuntimeError("this kept-alive lease has no watch connection: pass "
+                               "watch=<another connection> to kept_alive_lease")
+        return keepalive_state(self.watch, self)
+
+    @property
+    def lost(self) -> bool:
+        """True unless the keep-alive worker still keeps it (``state`` is not 'active')."""
+        return self.state != "active"
+
+    def check(self) -> None:
+        """Raise LeaseLost (status 'lost') unless the lease is still kept alive."""
+        state = self.state
+        if state != "active":
+            raise LeaseLost("lost", self, f"kept-alive lease {self.resource!r}: "
+                                          f"{state or 'no longer kept alive'}")
+
+
+def _one_server_session(conn: Any) -> None:
+    """TypeError for an ORM Session that is not bound to one Connection."""
+    module = type(conn).__module__
+    if module.startswith("sqlalchemy.ext.asyncio"):
+        conn = getattr(conn, "sync_session", conn)
+        module = type(conn).__module__
+    if not module.startswith("sqlalchemy.orm"):
+        return
+    from sqlalchemy.engine import Connection
+    if not isinstance(conn.get_bind(), Connection):
+        raise TypeError("kept_alive_lease needs one server session for the whole block: an ORM "
+                        "Session bound to an Engine returns its connection to the pool after "
+                        "each transaction. Pass a Connection (engine.connect()), or a Session "
+                        "bound to one (Session(bind=connection))")
+
+
+@contextmanager
+def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                     wait_ms: int = 0, watch: Any = None,
+                     retry_stale: bool = True) -> Iterator[KeptAliveLease]:
+    """Hold a session-scoped lease that the server keeps alive while the block runs.
+
+    acquire(..., scope => 'session', keepalive => true) in its own
+    transaction on ``conn``, then the block, then ``release``. Write under it
+    with ``fenced(conn, lease)``: once the lease is lost those writes (and
+    their COMMIT) raise LeaseLostAtCommit (LF010). ``watch`` is *another*
+    idle connection, used by ``lease.state`` / ``lease.lost`` /
+    ``lease.check()``. At the end the lease is released; ``not_held`` there
+    raises LeaseLost (it was lost while the block ran). If the block raised,
+    its exception propagates unchanged. ``conn`` must stay on one server
+    session: an ORM Session bound to an Engine is refused (TypeError).
+    """
+    if watch is not None and watch is conn:
+        raise ValueError("watch must be another connection than the lease owner's: queries "
+                         "on the owner's connection make it look active")
+    _one_server_session(conn)
+    db = _adapter(conn)
+    if watch is not None:
+        _adapter(watch)                  # a type error now rather than at the first check
+    with db.begin():
+        row = _acquire_checked(db, resource, ttl_ms, min_validity_ms, "session", retry_stale,
+                               wait_ms, keepalive=True)
+    lease = KeptAliveLease(**{f.name: getattr(row, f.name) for f in fields(Lease)}, watch=watch)
+    try:
+        yield lease
+    except BaseException:
+        try:
+            release(conn, lease)
+        except Exception:
+            pass
+        raise
+    if release(conn, lease) == "not_held":
+        raise LeaseLost("lost", lease, f"kept-alive lease {resource!r} was lost before the "
+                                       f"block ended (release: not_held)")
+
+
+def keepalive_state(watch: Any, lease: Union[Lease, str]) -> Optional[str]:
+    """``lease_fence.keepalive_state``: 'active', 'lost' or None, asked on ``watch``.
+
+    ``lease`` is a Lease or an identity. Call it on a connection other than
+    the lease owner's.
+    """
+    identity = lease.identity if isinstance(lease, Lease) else lease
+    db = _adapter(watch)
+    with db.begin():
+        state = db.query_one(KEEPALIVE_STATE_SQL, {"identity": identity})["state"]
+    return state  # type: ignore[no-any-return]
+
+
+@contextmanager
+def fenced(conn: C, generation: Union[Lease, int],
+           resource: Optional[str] = None) -> Iterator[C]:
+    """One transaction whose writes carry ``generation``, fencing ``resource``.
+
+    BEGIN; SELECT lease_fence.set_generation(<generation>, <resource or
+    NULL>); the block; COMMIT. With a psycopg 3 connection in autocommit
+    mode, BEGIN and set_generation go in one pipeline (one round trip);
+    with autocommit off psycopg sends its own BEGIN first (one more). ``generation`` is an int, or a
+    ``Lease``: then its generation, and its resource unless ``resource``
+    names another. The resource fence fails (StaleGeneration, ``e.resource``)
+    when a newer holder fenced the resource, before the block runs. Refused
+    writes are raised as FenceError subclasses; the transaction is rolled
+    back. Yields ``conn``.
+    """
+    args = _fence_args(generation, resource)
+    db = _adapter(conn)
+    with fence_errors():
+        with db.fenced_tx(args):
+            yield conn
+
+
+def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+    """Extend an explicit lease to ``ttl_ms``; returns the validity in ms.
+
+    Raises LeaseLost (key gone or someone else's: never recreated),
+    LeaseDenied (insufficient_validity, unreplicated), LeaseUnavailable,
+    LeaseUnknown; ``e.reason`` says why for unavailable, unknown and
+    unreplicated.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        row = db.query_one(RENEW_SQL, {"resource": lease.resource, "identity": lease.identity,
+                                       "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms})
+    if row["renewed"] is not True:
+        raise _lease_error(row["status"], lease, "renew", lease.resource, row["reason"])
+    return row["validity_ms"]  # type: ignore[no-any-return]
+
+
+def release(conn: Any, lease: Lease) -> ReleaseStatus:
+    """Release an explicit lease if it still holds ``lease.identity``.
+
+    Returns the status: ``released``, ``not_held``, ``unavailable`` or
+    ``unknown`` — a ReleaseStatus, a str whose ``reason`` says why for the
+    last two. Never raises for an outcome.
+    """
+    db = _adapter(conn)
+    with db.begin():
+        row = db.query_one(RELEASE_SQL, {"resource": lease.resource,
+                                         "identity": lease.identity})
+    return ReleaseStatus(row["status"], row["reason"])

@@ -1,0 +1,302 @@
+"""lease_fence for asyncio: psycopg 3 ``AsyncConnection`` and SQLAlchemy's
+``AsyncConnection`` / ``AsyncSession`` (asyncpg or psycopg underneath).
+
+The same functions as ``lease_fence``, as coroutines and async context
+managers, with the same exceptions::
+
+    from lease_fence import aio, StaleGeneration
+
+    lease = await aio.acquire(conn, "account:1", ttl_ms=30000)
+    async with aio.fenced(conn, lease):      # BEGIN + set_generation: one pipeline
+        await conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")
+    await aio.release(conn, lease)
+
+``AsyncKeptAliveLease.state`` / ``.lost`` are awaitables (``await
+lease.state``) and ``check()`` a coroutine.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, fields
+from typing import (Any, AsyncContextManager, AsyncIterator, Awaitable, Dict, Mapping, Optional,
+                    TypeVar, Union)
+
+from ._errors import (Lease, LeaseLost, ReleaseStatus, _lease_error,
+                      _lease_from_row, fence_error_from)
+from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
+                    SET_GENERATION_SQL, _acquire_params, _fence_args, _is_psycopg,
+                    _one_server_session, _sa_text)
+
+__all__ = [
+    "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "kept_alive_lease",
+    "keepalive_state", "fenced", "renew", "release", "fence_errors",
+]
+
+C = TypeVar("C")
+
+
+@asynccontextmanager
+async def fence_errors() -> AsyncIterator[None]:
+    """``async with`` form of ``lease_fence.fence_errors``: driver errors with
+    SQLSTATE LF001-LF004/LF010 become FenceError subclasses."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = fence_error_from(exc)
+        if mapped is None or mapped is exc:
+            raise
+        raise mapped from exc
+
+
+class _AsyncAdapter:
+    conn: Any
+
+    def begin(self) -> AsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def query_one(self, sql: str,
+                        params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def fenced_tx(self, args: Mapping[str, Any]) -> AsyncIterator[None]:
+        async with self.begin():
+            await self.query_one(SET_GENERATION_SQL, args)
+            yield
+
+
+class _AsyncPsycopg(_AsyncAdapter):
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def _check_idle(self) -> None:
+        from psycopg import pq
+        if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError("lease_fence needs a connection that is not in a transaction "
+                               "(use autocommit=True, or commit first)")
+
+    def begin(self) -> AsyncContextManager[Any]:
+        self._check_idle()
+        return self.conn.transaction()  # type: ignore[no-any-return]
+
+    async def query_one(self, sql: str,
+                        params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        cur = await self.conn.execute(sql, params)
+        row = await cur.fetchone()
+        return dict(zip([c.name for c in cur.description], row))
+
+    @asynccontextmanager
+    async def fenced_tx(self, args: Mapping[str, Any]) -> AsyncIterator[None]:
+        import psycopg
+        self._check_idle()
+        if not psycopg.Pipeline.is_supported():
+            async with super().fenced_tx(args):
+                yield
+            return
+        conn = self.conn
+        try:
+            async with conn.pipeline():
+                if conn.autocommit:
+                    await conn.execute("BEGIN")
+                await conn.execute(SET_GENERATION_SQL, args)
+        except BaseException:
+            await self._rollback()
+            raise
+        try:
+            yield
+        except BaseException:
+            await self._rollback()
+            raise
+        await conn.commit()
+
+    async def _rollback(self) -> None:
+        if self.conn.closed or self.conn.broken:
+            return
+        await self.conn.rollback()
+
+
+class _AsyncSQLAlchemy(_AsyncAdapter):
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def begin(self) -> AsyncContextManager[Any]:
+        if self.conn.in_transaction():
+            raise RuntimeError("lease_fence needs a SQLAlchemy AsyncConnection/AsyncSession "
+                               "that is not in a transaction (commit first)")
+        return self.conn.begin()  # type: ignore[no-any-return]
+
+    async def query_one(self, sql: str,
+                        params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        result = await self.conn.execute(_sa_text(sql), dict(params or {}))
+        return dict(result.mappings().one())
+
+
+def _adapter(conn: Any) -> _AsyncAdapter:
+    module = type(conn).__module__
+    if _is_psycopg(conn) and hasattr(conn, "pipeline"):
+        if not type(conn).__name__.startswith("Async") and not module.endswith("_async"):
+            raise TypeError("a sync psycopg connection: use lease_fence, not lease_fence.aio")
+        return _AsyncPsycopg(conn)
+    if module.startswith("sqlalchemy.ext.asyncio") and hasattr(conn, "in_transaction"):
+        return _AsyncSQLAlchemy(conn)
+    raise TypeError(f"expected a psycopg AsyncConnection or a SQLAlchemy "
+                    f"AsyncConnection/AsyncSession, got {type(conn).__name__}")
+
+
+async def _acquire_checked(db: _AsyncAdapter, resource: str, ttl_ms: int, min_validity_ms: int,
+                           scope: str, retry_stale: bool, wait_ms: int = 0,
+                           keepalive: bool = False) -> Lease:
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
+    lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
+    if lease.status == "stale" and retry_stale:
+        lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
+    if lease.acquired is not True:
+        raise _lease_error(lease.status, lease, "acquire", resource, lease.reason)
+    return lease
+
+
+async def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                      wait_ms: int = 0) -> Lease:
+    """``lease_fence.try_acquire``, awaited: the row, never raises for an outcome
+    (``acquired`` None is unknown)."""
+    db = _adapter(conn)
+    async with db.begin():
+        return _lease_from_row(await db.query_one(ACQUIRE_SQL, _acquire_params(
+            resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False)))
+
+
+async def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                  retry_stale: bool = True, wait_ms: int = 0) -> Lease:
+    """``lease_fence.acquire``, awaited: LeaseBusy / LeaseUnavailable / LeaseDenied
+    for a definite no, LeaseUnknown when Redis may have granted it."""
+    db = _adapter(conn)
+    async with db.begin():
+        return await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit",
+                                      retry_stale, wait_ms)
+
+
+@asynccontextmanager
+async def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                            retry_stale: bool = True, wait_ms: int = 0,
+                            keepalive: bool = False) -> AsyncIterator[Lease]:
+    """``async with``: the block in one transaction holding a transaction-scoped
+    lease; COMMIT verifies (else LeaseLostAtCommit) and releases it."""
+    db = _adapter(conn)
+    async with fence_errors():
+        async with db.begin():
+            yield await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
+                                         retry_stale, wait_ms, keepalive)
+
+
+@dataclass(frozen=True)
+class AsyncKeptAliveLease(Lease):
+    """The Lease of ``aio.kept_alive_lease``. ``await lease.state``, ``await
+    lease.lost`` and ``await lease.check()`` ask ``lease_fence.keepalive_state``
+    on the watch connection (never the owner's)."""
+
+    watch: object = field(default=None, repr=False, compare=False)
+
+    def _watch(self) -> Any:
+        if self.watch is None:
+            raise RuntimeError("this kept-alive lease has no watch connection: pass "
+                               "watch=<another connection> to kept_alive_lease")
+        return self.watch
+
+    @property
+    def state(self) -> Awaitable[Optional[str]]:
+        """Awaitable: ``'active'``, ``'lost'``, or None (no longer kept alive)."""
+        return keepalive_state(self._watch(), self)
+
+    @property
+    def lost(self) -> Awaitable[bool]:
+        """Awaitable: True unless the keep-alive worker still keeps it."""
+        watch = self._watch()
+
+        async def _lost() -> bool:
+            return await keepalive_state(watch, self) != "active"
+        return _lost()
+
+    async def check(self) -> None:
+        """Raise LeaseLost (status 'lost') unless the lease is still kept alive."""
+        state = await keepalive_state(self._watch(), self)
+        if state != "active":
+            raise LeaseLost("lost", self, f"kept-alive lease {self.resource!r}: "
+                                          f"{state or 'no longer kept alive'}")
+
+
+@asynccontextmanager
+async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                           wait_ms: int = 0, watch: Any = None,
+                           retry_stale: bool = True) -> AsyncIterator[AsyncKeptAliveLease]:
+    """``lease_fence.kept_alive_lease`` for async connections (see there)."""
+    if watch is not None and watch is conn:
+        raise ValueError("watch must be another connection than the lease owner's: queries "
+                         "on the owner's connection make it look active")
+    _one_server_session(conn)
+    db = _adapter(conn)
+    if watch is not None:
+        _adapter(watch)
+    async with db.begin():
+        row = await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "session",
+                                     retry_stale, wait_ms, keepalive=True)
+    lease = AsyncKeptAliveLease(**{f.name: getattr(row, f.name) for f in fields(Lease)},
+                                watch=watch)
+    try:
+        yield lease
+    except BaseException:
+        try:
+            await release(conn, lease)
+        except Exception:
+            pass
+        raise
+    if await release(conn, lease) == "not_held":
+        raise LeaseLost("lost", lease, f"kept-alive lease {resource!r} was lost before the "
+                                       f"block ended (release: not_held)")
+
+
+async def keepalive_state(watch: Any, lease: Union[Lease, str]) -> Optional[str]:
+    """``lease_fence.keepalive_state`` on ``watch``: 'active', 'lost' or None."""
+    identity = lease.identity if isinstance(lease, Lease) else lease
+    db = _adapter(watch)
+    async with db.begin():
+        row = await db.query_one(KEEPALIVE_STATE_SQL, {"identity": identity})
+    return row["state"]  # type: ignore[no-any-return]
+
+
+@asynccontextmanager
+async def fenced(conn: C, generation: Union[Lease, int],
+                 resource: Optional[str] = None) -> AsyncIterator[C]:
+    """``async with``: BEGIN; set_generation(g, resource); the block; COMMIT.
+
+    With psycopg's AsyncConnection in autocommit mode BEGIN and
+    set_generation go in one pipeline (one round trip). Refused writes
+    raise FenceError subclasses; the transaction is rolled back.
+    """
+    args = _fence_args(generation, resource)
+    db = _adapter(conn)
+    async with fence_errors():
+        async with db.fenced_tx(args):
+            yield conn
+
+
+async def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+    """``lease_fence.renew``, awaited: the validity in ms, or a LeaseError."""
+    db = _adapter(conn)
+    async with db.begin():
+        row = await db.query_one(RENEW_SQL, {"resource": lease.resource,
+                                             "identity": lease.identity, "ttl_ms": ttl_ms,
+                                             "min_validity_ms": min_validity_ms})
+    if row["renewed"] is not True:
+        raise _lease_error(row["status"], lease, "renew", lease.resource, row["reason"])
+    return row["validity_ms"]  # type: ignore[no-any-return]
+
+
+async def release(conn: Any, lease: Lease) -> ReleaseStatus:
+    """``lease_fence.release``, awaited: a ReleaseStatus, never raises for an outcome."""
+    db = _adapter(conn)
+    async with db.begin():
+        row = await db.query_one(RELEASE_SQL, {"resource": lease.resource,
+                                               "identity": lease.identity})
+    return ReleaseStatus(row["status"], row["reason"])
+

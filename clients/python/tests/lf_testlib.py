@@ -1,0 +1,158 @@
+"""Shared helpers of the lease_fence tests: where the servers are (the
+harness's environment), connections, redis-cli, rows.
+
+  PGHOST / PGPORT         PostgreSQL's unix socket dir and port
+  PGDATABASE              database with the extension, tables ``account``
+                          (lenient), ``ledger`` (strict), ``django_item``,
+                          ``sa_item``, all protected
+  PGUSER                  role that takes leases: owns no table
+  LF_NOREDIS_USER         same grants, its Redis socket does not exist
+  LF_REDIS_SOCK           Redis's unix socket (redis-cli: DEL, SET, CLIENT PAUSE)
+  LF_BOUNCER_HOST/PORT    PgBouncer, transaction pooling (test_pgbouncer)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from typing import Any, Callable
+
+import psycopg
+
+ENV = os.environ
+PGHOST = ENV.get("PGHOST", "/var/run/postgresql")
+PGPORT = int(ENV.get("PGPORT", "5432"))
+DATABASE = ENV.get("PGDATABASE", "appdb")
+APP_USER = ENV.get("PGUSER", "app")
+NOREDIS_USER = ENV.get("LF_NOREDIS_USER", "app_noredis")
+REDIS_SOCK = ENV.get("LF_REDIS_SOCK", "")
+KEY_PREFIX = ENV.get("LF_KEY_PREFIX", "lease_fence:")
+BOUNCER_HOST = ENV.get("LF_BOUNCER_HOST", "")
+BOUNCER_PORT = int(ENV.get("LF_BOUNCER_PORT", "6432"))
+
+
+def connect(user: str = APP_USER, host: str = PGHOST, port: int = PGPORT,
+            **kw: Any) -> psycopg.Connection:
+    """A psycopg 3 connection in autocommit mode, as an application holds one."""
+    return psycopg.connect(host=host, port=port, dbname=DATABASE, user=user,
+                           autocommit=True, **kw)
+
+
+async def aconnect(user: str = APP_USER, **kw: Any) -> psycopg.AsyncConnection:
+    return await psycopg.AsyncConnection.connect(host=PGHOST, port=PGPORT, dbname=DATABASE,
+                                                 user=user, autocommit=True, **kw)
+
+
+def redis(*args: object) -> str:
+    """redis-cli on the harness's socket: the 'admin' side of the tests."""
+    out = subprocess.run(["redis-cli", "-s", REDIS_SOCK, *map(str, args)],
+                         check=True, capture_output=True, text=True, timeout=30)
+    return out.stdout.strip()
+
+
+def lease_key(resource: str) -> str:
+    return f"{KEY_PREFIX}{{{resource}}}"
+
+
+def resource_name(test: Any, tag: str = "") -> str:
+    """A resource of its own for each test (and each run); ``test`` is a
+    unittest.TestCase or a str."""
+    name = test if isinstance(test, str) else test.id().rsplit(".", 1)[-1]
+    return f"py:{name}{tag}:{uuid.uuid4().hex[:8]}"
+
+
+def new_row(conn: psycopg.Connection, owner: str = "nobody", balance: int = 100) -> int:
+    """A fresh ``account`` row (fence 0) written without a generation."""
+    return conn.execute("INSERT INTO account (owner, balance) VALUES (%s, %s) RETURNING id",
+                        (owner, balance)).fetchone()[0]
+
+
+def read_row(conn: psycopg.Connection, row_id: int) -> Any:
+    return conn.execute("SELECT owner, balance, fence FROM account WHERE id = %s",
+                        (row_id,)).fetchone()
+
+
+def read_item(conn: psycopg.Connection, table: str, item_id: int) -> Any:
+    return conn.execute(f"SELECT name, qty, fence FROM {table} WHERE id = %s",
+                        (item_id,)).fetchone()
+
+
+def resource_fence(conn: psycopg.Connection, resource: str) -> Any:
+    row = conn.execute("SELECT generation FROM lease_fence.resource_fences "
+                       "WHERE resource = %s", (resource,)).fetchone()
+    return row[0] if row else None
+
+
+def next_generation(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT lease_fence.next_generation()").fetchone()[0]
+
+
+def wait_for_redis() -> None:
+    """Returns once a paused Redis answers again (PING waits out CLIENT PAUSE)."""
+    redis("PING")
+
+
+def wait_until(what: str, predicate: Callable[[], bool], limit_s: float = 30.0) -> None:
+    """Poll ``predicate`` until it is true; fail after ``limit_s`` (a safety
+    net against a hang, not a bound the test asserts)."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def sa_url(driver: str = "psycopg2", user: str = APP_USER) -> str:
+    return f"postgresql+{driver}://{user}@/{DATABASE}?host={PGHOST}&port={PGPORT}"
+
+
+def engine_for(user: str = APP_USER) -> Any:
+    import sqlalchemy
+    return sqlalchemy.create_engine(sa_url("psycopg2", user), future=True,
+                                    poolclass=sqlalchemy.pool.NullPool)
+
+
+def async_drivers() -> list:
+    """SQLAlchemy async drivers available here: asyncpg (SQLAlchemy 1.4 and
+    2.0), psycopg (SQLAlchemy 2.0 only)."""
+    import sqlalchemy
+    drivers = []
+    try:
+        import asyncpg  # noqa: F401
+        drivers.append("asyncpg")
+    except ImportError:
+        pass
+    if int(sqlalchemy.__version__.split(".")[0]) >= 2:
+        drivers.append("psycopg")
+    return drivers
+
+
+def async_engine_for(driver: str, user: str = APP_USER) -> Any:
+    import sqlalchemy
+    from sqlalchemy.ext.asyncio import create_async_engine
+    return create_async_engine(sa_url(driver, user), poolclass=sqlalchemy.pool.NullPool)
+
+
+_django_ready = False
+
+
+def setup_django() -> None:
+    """Configure Django once (settings for the harness's database)."""
+    global _django_ready
+    if _django_ready:
+        return
+    import django
+    from django.conf import settings
+    if not settings.configured:
+        settings.configure(
+            DATABASES={"default": {
+                "ENGINE": "django.db.backends.postgresql",
+                "NAME": DATABASE, "USER": APP_USER,
+                "HOST": PGHOST, "PORT": str(PGPORT),   # HOST: the unix socket's directory
+            }},
+            INSTALLED_APPS=[], USE_TZ=True, TIME_ZONE="UTC",
+            DEFAULT_AUTO_FIELD="django.db.models.AutoField")
+        django.setup()
+    _django_ready = True
