@@ -9,7 +9,8 @@ B's write stands.
 
 Needs the lease_fence extension in the database, a table protected with
 ``lease_fence.protect`` (here ``account (id, owner, balance)``), and
-``pip install lease-fence`` plus psycopg 3. Connection settings come from
+the ``lease-fence`` wheel (built in ``clients/python``) installed next to
+psycopg 3. Connection settings come from
 the usual PG* environment variables (PGHOST, PGPORT, PGDATABASE, PGUSER).
 Exits 0 when the stale write was refused and B's row stands.
 """
