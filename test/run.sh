@@ -11,7 +11,8 @@
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
-#   - clients      (test/clients/run.sh: Python, Node.js, PgBouncer)
+#   - clients      (test/clients/run.sh: the Python, Node.js and Java
+#                  libraries, built, installed and tested; PgBouncer)
 #   - demo         (demo/run.sh from a directory the postgres user cannot enter)
 #   - valgrind     test/valgrind.sh (memcheck), on Debian's 15 only
 #   - faults       test/faults/faults.py, briefly (LF_FAULTS_SECONDS=8):
@@ -189,7 +190,7 @@ if want tap; then
 	lf_log "tap: $ok passed, $bad failed"
 fi
 
-# real clients: Python, Node.js, PgBouncer (a runner with servers of its own;
+# the client libraries: Python, Node.js, Java (a runner with servers of its own;
 # its own closing line is renamed so that only the total below is read as one)
 if want clients; then
 	lf_log "clients"
