@@ -64,10 +64,23 @@ ifeq ($(WERROR),1)
 PG_CFLAGS += -Werror
 endif
 
-EXTRA_CLEAN = output_iso tmp_check
+# the Lua scripts, one file each (scripts/README.md), which the client
+# libraries run too: embedded into src/lua_scripts.h with their SHA1s at
+# build time (scripts/embed.sh), for src/redis_script.c only
+LUA_SCRIPTS = scripts/acquire.lua scripts/renew.lua scripts/release.lua \
+	scripts/check.lua scripts/claim.lua scripts/takeover.lua
+
+EXTRA_CLEAN = output_iso tmp_check src/lua_scripts.h src/lua_scripts.h.tmp
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# (after the include, so that "all" stays the default goal; the .bc is the
+# JIT's bitcode, compiled from the same source when PostgreSQL has LLVM)
+src/lua_scripts.h: scripts/embed.sh $(LUA_SCRIPTS)
+	$(SHELL) scripts/embed.sh $(LUA_SCRIPTS) >$@.tmp || { rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
+src/redis_script.o src/redis_script.bc: src/lua_scripts.h
 
 # make bench: throwaway servers, interleaved runs, a table of ratios and a plot
 # in test/bench/results/ (about 11 minutes on 2 CPUs)

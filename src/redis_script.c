@@ -17,11 +17,13 @@
  *			 PRE_COMMIT).
  *	claim, takeover: the owner of key_prefix (lease.c).
  *
- * A script is sent as EVALSHA of its SHA1, a constant below; Redis answers
- * NOSCRIPT when it has not seen the script since it started (or SCRIPT
- * FLUSH), a definite "not run", and the script is then sent once with EVAL,
- * which also loads it.  Builds with assertions check the constants against
- * the texts at load time.
+ * The texts are the files scripts/<name>.lua, which the client libraries run
+ * too; the build embeds them with their SHA1s (scripts/embed.sh makes
+ * src/lua_scripts.h).  A script is sent as EVALSHA of its SHA1, a constant
+ * below; Redis answers NOSCRIPT when it has not seen the script since it
+ * started (or SCRIPT FLUSH), a definite "not run", and the script is then
+ * sent once with EVAL, which also loads it.  Builds with assertions check
+ * the constants against the texts at load time.
  *
  * Layer 2 (docs/design.md, "Layers"), its top file: it calls the topology
  * below it; the lease layer calls it.
@@ -42,6 +44,9 @@
 #include "redis.h"
 #include "utils/builtins.h"
 
+/* generated from scripts/<name>.lua: LF_LUA_<NAME> and LF_LUA_<NAME>_SHA1 */
+#include "lua_scripts.h"
+
 /*
  * Generations are compared as decimal strings (shorter is smaller), so no
  * value goes through a Lua double and loses precision above 2^53.
@@ -50,36 +55,10 @@
  * Returns {1, generation} acquired, {0, PTTL of the lease key} busy (a
  * waiting acquire sleeps at most that long), {2, stored max} stale.
  */
-static const char acquire_script[] =
-"local function lt(a, b)\n"
-"  if #a ~= #b then return #a < #b end\n"
-"  return a < b\n"
-"end\n"
-"local ttl = tonumber(ARGV[2])\n"
-"if not ttl or ttl <= 0 or ttl % 1 ~= 0 then\n"
-"  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')\n"
-"end\n"
-"local left = redis.call('PTTL', KEYS[1])\n"
-"if left ~= -2 then return {0, tostring(left)} end\n"
-"local maxg = redis.call('GET', KEYS[2])\n"
-"if maxg and not lt(maxg, ARGV[3]) then return {2, maxg} end\n"
-"redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n"
-"if ARGV[4] ~= '0' then\n"
-"  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])\n"
-"else\n"
-"  redis.call('SET', KEYS[2], ARGV[3])\n"
-"end\n"
-"return {1, ARGV[3]}\n";
+static const char acquire_script[] = LF_LUA_ACQUIRE;
 
 /* KEYS: lease key.  ARGV: identity, ttl_ms.  1 renewed, 0 lost. */
-static const char renew_script[] =
-"local ttl = tonumber(ARGV[2])\n"
-"if not ttl or ttl <= 0 or ttl % 1 ~= 0 then\n"
-"  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')\n"
-"end\n"
-"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end\n"
-"redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-"return 1\n";
+static const char renew_script[] = LF_LUA_RENEW;
 
 /*
  * KEYS: lease key.  ARGV: identity, PUBLISH or SPUBLISH.  1 released, 0 not
@@ -87,20 +66,10 @@ static const char renew_script[] =
  * payload) on the channel <lease key>:released.  redis.pcall: a server or
  * a user that may not publish still releases.
  */
-static const char release_script[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  redis.call('DEL', KEYS[1])\n"
-"  if ARGV[2] then redis.pcall(ARGV[2], KEYS[1] .. ':released', '') end\n"
-"  return 1\n"
-"end\n"
-"return 0\n";
+static const char release_script[] = LF_LUA_RELEASE;
 
 /* KEYS: lease key.  ARGV: identity.  PTTL if ours, -3 if not. */
-static const char check_script[] =
-"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-"  return redis.call('PTTL', KEYS[1])\n"
-"end\n"
-"return -3\n";
+static const char check_script[] = LF_LUA_CHECK;
 
 /*
  * The owner of key_prefix: KEYS: claim key.  ARGV: our owner id
@@ -109,22 +78,10 @@ static const char check_script[] =
  * prefix if nobody has.  {2, value} claimed now, {1, value} ours already,
  * {0, value} another database's.
  */
-static const char claim_script[] =
-"local cur = redis.call('GET', KEYS[1])\n"
-"if not cur then\n"
-"  redis.call('SET', KEYS[1], ARGV[2])\n"
-"  return {2, ARGV[2]}\n"
-"end\n"
-"if cur == ARGV[1] or string.sub(cur, 1, #ARGV[1] + 1) == ARGV[1] .. ':' then\n"
-"  return {1, cur}\n"
-"end\n"
-"return {0, cur}\n";
+static const char claim_script[] = LF_LUA_CLAIM;
 
 /* KEYS: claim key.  ARGV: our claim value.  The previous value, or nil. */
-static const char takeover_script[] =
-"local old = redis.call('GET', KEYS[1])\n"
-"redis.call('SET', KEYS[1], ARGV[1])\n"
-"return old\n";
+static const char takeover_script[] = LF_LUA_TAKEOVER;
 
 typedef struct LuaScript
 {
@@ -134,12 +91,12 @@ typedef struct LuaScript
 
 /* in LfScript order */
 static const LuaScript scripts[LF_NUM_SCRIPTS] = {
-	{acquire_script, "b6e51bd4f97fb1652d61d54eb6159a7ea773a34e"},
-	{renew_script, "87a04a5b60ca339bc6a622cc5c8c22469a296fcf"},
-	{release_script, "16ebfcfd4ea5a874e5e9c84fc11bd4a488fd1e7c"},
-	{check_script, "9d8e656463cd52674af576d89616dee95b0bf158"},
-	{claim_script, "01d274bc7a7f098fad55af65c2f72bd04296a5f2"},
-	{takeover_script, "53e5a980478e29c6df7b7bfb5150a71a2a2660f7"},
+	{acquire_script, LF_LUA_ACQUIRE_SHA1},
+	{renew_script, LF_LUA_RENEW_SHA1},
+	{release_script, LF_LUA_RELEASE_SHA1},
+	{check_script, LF_LUA_CHECK_SHA1},
+	{claim_script, LF_LUA_CLAIM_SHA1},
+	{takeover_script, LF_LUA_TAKEOVER_SHA1},
 };
 
 /*

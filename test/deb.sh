@@ -5,7 +5,8 @@
 # root, from a git checkout:
 #   1. `make dist` makes dist/lease_fence-VERSION.zip (the committed HEAD)
 #      with META.json, the control file, every install / upgrade script and
-#      the sources; META.json's version is the control file's default_version
+#      the sources (with scripts/: the Lua scripts and embed.sh); META.json's
+#      version is the control file's default_version
 #   2. the .deb is built from that archive with pg_buildext
 #      (dpkg-buildpackage -b, as the postgres user): postgresql-NN-lease-fence,
 #      after `pg_buildext updatecontrol` names this release's majors in
@@ -71,7 +72,7 @@ src=$out/lease_fence-$version
 dist_complete() {
 	local f missing=0
 	for f in META.json README.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
-		$(sed -nE 's/^DATA = //p' "$top/Makefile"); do
+		$(sed -nE 's/^DATA = //p' "$top/Makefile") scripts/embed.sh $(cd "$top" && echo scripts/*.lua); do
 		[ -f "$src/$f" ] || { echo "missing from the archive: $f"; missing=1; }
 	done
 	[ ! -e "$src/.ci" ] || { echo ".ci is in the archive"; missing=1; }

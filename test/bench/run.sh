@@ -76,7 +76,7 @@ lf_need_packages gnuplot-nox python3-redis valgrind strace || exit 1
 
 started=$(date +%s)
 # the commit measured: the tree is copied now
-commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$top" status --porcelain -- src sql expected Makefile lease_fence.control 'lease_fence--*.sql' 2>/dev/null)" ] && echo ' (with uncommitted changes)')"
+commit="$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)$( [ -n "$(git -C "$top" status --porcelain -- src scripts sql expected Makefile lease_fence.control 'lease_fence--*.sql' 2>/dev/null)" ] && echo ' (with uncommitted changes)')"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 trap lf_cleanup EXIT
 lf_make_workdir "$top" || exit 1
@@ -328,11 +328,12 @@ redis_rps() {	# clients, then the command: requests per second
 	[ -n "$rps" ] || die "redis-benchmark $1 failed"
 	echo "$rps"
 }
-# the scripts' SHA1s as the extension sends them; one cycle loads both
-sha_of() { sed -n "s/.*{$1_script, \"\([0-9a-f]\{40\}\)\"}.*/\1/p" "$LF_SRC/src/redis_script.c"; }
+# the scripts' SHA1s as the extension sends them (the header the build made
+# from scripts/*.lua); one cycle loads both
+sha_of() { sed -n "s/^#define LF_LUA_${1^^}_SHA1 \"\([0-9a-f]\{40\}\)\"\$/\1/p" "$LF_SRC/src/lua_scripts.h"; }
 acq_sha=$(sha_of acquire)
 rel_sha=$(sha_of release)
-[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/redis_script.c"
+[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/lua_scripts.h"
 psql_u -c "SELECT lease_fence.release('bench-load', (lease_fence.acquire('bench-load', 1000)).identity)" >/dev/null ||
 	die "a cycle to load the scripts failed"
 [ "$(lf_redis_cli SCRIPT EXISTS "$acq_sha" "$rel_sha" | tr -d '\n')" = 11 ] || die "the scripts are not loaded"

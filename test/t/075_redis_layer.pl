@@ -6,7 +6,10 @@
 # new connection is checked with exactly one PING before its first request.
 # Scripts go as EVALSHA of their fixed SHA1s: after SCRIPT FLUSH, each script
 # is sent with EVAL once (NOSCRIPT), then only as EVALSHA — were a SHA1
-# constant wrong, every call would be NOSCRIPT and EVAL.  Identities never
+# constant wrong, every call would be NOSCRIPT and EVAL.  The scripts are
+# the files scripts/*.lua: the build's header carries each byte for byte
+# with the SHA1 Redis computes for it, and the extension sends exactly those
+# texts (all six, after SCRIPT FLUSH).  Identities never
 # repeat, within a session (across a refill of its random block) or across
 # sessions.  A Redis restarted between two requests costs a new connection,
 # not an error.
@@ -17,6 +20,7 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 
+use Digest::SHA;
 use LeaseFenceRedis;
 use LeaseFenceTest;
 use PostgreSQL::Test::Cluster;
@@ -107,6 +111,73 @@ sub connections
 	is(calls($a, 'ping'), 1, 'over TCP: one PING for one new connection');
 	is(calls($a, 'eval'), 0, 'over TCP: no EVAL (the scripts are loaded)');
 	is(calls($a, 'evalsha'), 1 + 10 + 10, 'over TCP: the owner check once, then one EVALSHA per acquire and per release');
+}
+
+# --- the scripts are the files scripts/*.lua (scripts/README.md), embedded
+# by the build (scripts/embed.sh -> src/lua_scripts.h): the header carries
+# each file byte for byte and its SHA1, which is the SHA1 Redis computes
+# (SCRIPT LOAD); and what the extension sends is these texts: after SCRIPT
+# FLUSH, each of the six goes once with EVAL, and then Redis knows each
+# file's SHA1 (a different text would have loaded under another SHA1)
+{
+	my $top = "$FindBin::RealBin/../..";
+	my @names = qw(acquire renew release check claim takeover);
+	my $bytes = sub {
+		my ($path) = @_;
+		open(my $fh, '<:raw', $path) or die "open $path: $!";
+		local $/;
+		my $text = <$fh>;
+		close $fh;
+		return $text;
+	};
+	my $header = $bytes->("$top/src/lua_scripts.h");
+	my %sha;
+	for my $name (@names)
+	{
+		my $text = $bytes->("$top/scripts/$name.lua");
+		my $macro = 'LF_LUA_' . uc $name;
+		# the literal: lines "...\n" \ after "#define MACRO \"
+		my ($literal) = $header =~ /^#define \Q$macro\E \\\n((?:"[^\n]*" \\\n)*"[^\n]*")$/m;
+		my $embedded;
+		if (defined $literal)
+		{
+			$embedded = join '',
+			  map { (my $l = $_) =~ s/\\(.)/$1 eq 'n' ? "\n" : $1/ge; $l }
+			  $literal =~ /"((?:[^"\\]|\\.)*)"/g;
+		}
+		is($embedded, $text, "$name: src/lua_scripts.h carries scripts/$name.lua byte for byte");
+		my ($embedded_sha) = $header =~ /^#define \Q$macro\E_SHA1 "([0-9a-f]{40})"$/m;
+		$sha{$name} = Digest::SHA::sha1_hex($text);
+		is($embedded_sha, $sha{$name}, "$name: the embedded SHA1 is the file's");
+		is($a->cli('SCRIPT', 'LOAD', $text), $sha{$name}, "$name: SCRIPT LOAD of the file: Redis computes that SHA1");
+	}
+
+	$a->cli('SCRIPT', 'FLUSH');
+	$a->cli('CONFIG', 'RESETSTAT');
+	# one session: the owner check (claim), acquire, renew, release, a
+	# transaction-scope lease (check at PRE_COMMIT; released at commit),
+	# the takeover of the key_prefix
+	my $all = sub {
+		my ($round) = @_;
+		my $s = session($node);
+		my $r = acquire($s, "r-lua-$round", 30000);
+		need($r->{status}, 'acquired', "round $round: acquire");
+		need(renew($s, "r-lua-$round", $r->{identity}, 30000)->{status}, 'renewed', "round $round: renew");
+		need(release($s, "r-lua-$round", $r->{identity})->{status}, 'released', "round $round: release");
+		sql_ok($s, 'BEGIN');
+		need(acquire($s, "r-lua-tx-$round", 30000, 0, 'transaction')->{status}, 'acquired',
+			"round $round: transaction scope");
+		sql_ok($s, 'COMMIT');
+		sql_ok($s, 'SELECT lease_fence.claim_key_prefix()');
+		$s->quit;
+	};
+	$all->(1);
+	is(calls($a, 'eval'), 6, 'after SCRIPT FLUSH: each of the six scripts sent with EVAL once');
+	is($a->cli('SCRIPT', 'EXISTS', map { $sha{$_} } @names), join("\n", (1) x @names),
+		'Redis knows each script by the SHA1 of its file: the extension sent the files\' texts');
+	$all->(2);
+	is(calls($a, 'eval'), 6, 'then every call an EVALSHA of the files\' SHA1s: no EVAL more');
+	$a->cli('FLUSHALL');
 }
 
 # --- identities: 128 random bits each, drawn in blocks of 2,048, never one

@@ -1,0 +1,19 @@
+local function lt(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local ttl = tonumber(ARGV[2])
+if not ttl or ttl <= 0 or ttl % 1 ~= 0 then
+  return redis.error_reply('ERR lease_fence: ttl must be a positive integer')
+end
+local left = redis.call('PTTL', KEYS[1])
+if left ~= -2 then return {0, tostring(left)} end
+local maxg = redis.call('GET', KEYS[2])
+if maxg and not lt(maxg, ARGV[3]) then return {2, maxg} end
+redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
+else
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+return {1, ARGV[3]}
