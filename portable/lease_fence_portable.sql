@@ -1,0 +1,1094 @@
+-- lease_fence_portable.sql — the fence of lease_fence 1.3 in plain SQL and
+-- PL/pgSQL, for servers that cannot load C extensions (managed PostgreSQL).
+--
+--   psql -v ON_ERROR_STOP=1 -f portable/lease_fence_portable.sql  (as the database owner; no superuser)
+--
+-- Installs into schema lease_fence, which it creates, or which must already
+-- be owned by the installing role and grant CREATE to nobody else.  Running
+-- it again over its own install replaces the functions and views in place
+-- (tables and the generation sequence are kept).  What differs from the C
+-- edition: portable/README.md.
+--
+-- Every function pins search_path to pg_catalog, pg_temp and names every
+-- object schema-qualified.  SECURITY DEFINER is used for exactly two
+-- functions, which write objects on which nobody else has the privilege
+-- (the C edition does it in C, without a privilege check):
+--   next_generation()    nextval on lease_fence.generation_seq: nobody may
+--                        setval it backwards or draw from it otherwise
+--                        (SELECT on it is PUBLIC's: last_value is no secret);
+--   fence_resource(text) writes lease_fence.resource_generation, which
+--                        nobody may write directly (a direct UPDATE could
+--                        lower a stored fence); EXECUTE is not PUBLIC's.
+-- They run as the installing role (the database owner), take no SQL text
+-- from the caller, and touch only those two objects.
+
+\set ON_ERROR_STOP on
+SET client_min_messages = warning;
+BEGIN;
+
+DO $install$
+DECLARE
+	nsp oid;
+	bad text;
+BEGIN
+	SELECT n.oid INTO nsp FROM pg_catalog.pg_namespace n WHERE n.nspname = 'lease_fence';
+	IF nsp IS NULL THEN
+		EXECUTE 'CREATE SCHEMA lease_fence';
+		RETURN;
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extnamespace = nsp) THEN
+		RAISE EXCEPTION 'schema lease_fence belongs to an extension'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'The portable edition does not install beside CREATE EXTENSION lease_fence.';
+	END IF;
+	IF (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = nsp)
+	   <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) THEN
+		RAISE EXCEPTION 'schema lease_fence is owned by role %, not by %',
+			(SELECT n.nspowner::pg_catalog.regrole FROM pg_catalog.pg_namespace n WHERE n.oid = nsp), current_user
+			USING ERRCODE = 'insufficient_privilege',
+			      DETAIL = 'The portable edition installs only into a schema it creates or that the installing role owns.',
+			      HINT = 'Drop or rename that schema, or install as its owner.';
+	END IF;
+	SELECT pg_catalog.string_agg(a.grantee::pg_catalog.regrole::text, ', ') INTO bad
+	FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+	WHERE n.oid = nsp AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner;
+	IF bad IS NOT NULL THEN
+		RAISE EXCEPTION 'schema lease_fence grants CREATE to %', bad
+			USING ERRCODE = 'insufficient_privilege',
+			      HINT = 'REVOKE CREATE on that schema, then try again.';
+	END IF;
+	SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ') INTO bad
+	FROM pg_catalog.pg_class c
+	WHERE c.relnamespace = nsp AND c.relowner <> (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = nsp);
+	IF bad IS NOT NULL THEN
+		RAISE EXCEPTION 'schema lease_fence holds relations another role owns: %', bad
+			USING ERRCODE = 'insufficient_privilege';
+	END IF;
+	IF EXISTS (SELECT FROM pg_catalog.pg_proc p WHERE p.pronamespace = nsp AND p.proowner <>
+	           (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid = nsp)) THEN
+		RAISE EXCEPTION 'schema lease_fence holds functions another role owns'
+			USING ERRCODE = 'insufficient_privilege';
+	END IF;
+END;
+$install$;
+
+REVOKE CREATE ON SCHEMA lease_fence FROM PUBLIC;
+GRANT USAGE ON SCHEMA lease_fence TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- Generations
+------------------------------------------------------------------------------
+
+CREATE SEQUENCE IF NOT EXISTS lease_fence.generation_seq AS bigint MINVALUE 1 NO CYCLE;
+REVOKE ALL ON SEQUENCE lease_fence.generation_seq FROM PUBLIC;
+
+-- next_generation(): nextval, and an xid, so that the calling transaction's
+-- COMMIT flushes the WAL that covers the value (a plain nextval in a
+-- transaction without an xid is not flushed at commit).  See README.md.
+CREATE OR REPLACE FUNCTION lease_fence.next_generation()
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	g bigint;
+BEGIN
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot draw a generation during recovery' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	g := pg_catalog.nextval('lease_fence.generation_seq'::pg_catalog.regclass);
+	PERFORM pg_catalog.pg_current_xact_id();
+	RETURN g;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.next_generation() IS
+'draw a new generation, strictly greater than every one returned before (portable edition: durable once the calling transaction commits)';
+
+-- The highest generation issued: the sequence's last value (0 before the first draw).
+-- SELECT on the sequence is PUBLIC's (it lets a role read last_value, as
+-- pg_sequences would show it: not draw from it, nor move it); the fence
+-- trigger reads it with pg_sequence_last_value(), which is NULL before the
+-- first draw.
+GRANT SELECT ON SEQUENCE lease_fence.generation_seq TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION lease_fence.highest_issued()
+RETURNS bigint
+LANGUAGE sql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)
+$$;
+
+COMMENT ON FUNCTION lease_fence.highest_issued() IS
+'the highest generation next_generation() has issued in this database (portable edition)';
+
+-- The current generation: the custom setting lease_fence.generation, which
+-- works as a placeholder without any library.  Empty means none; anything
+-- but a non-negative bigint (with optional blanks) is LF002.
+CREATE OR REPLACE FUNCTION lease_fence.current_generation()
+RETURNS bigint
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	gs text := pg_catalog.current_setting('lease_fence.generation', true);
+	t text;
+BEGIN
+	IF gs IS NULL THEN
+		RETURN NULL;
+	END IF;
+	t := pg_catalog.btrim(gs, E' \t');
+	IF t = '' THEN
+		RETURN NULL;
+	END IF;
+	IF t !~ '^[0-9]+$' OR pg_catalog.length(pg_catalog.ltrim(t, '0')) > 19
+	   OR (pg_catalog.length(pg_catalog.ltrim(t, '0')) = 19 AND pg_catalog.ltrim(t, '0') > '9223372036854775807') THEN
+		RAISE EXCEPTION 'invalid generation: lease_fence.generation is not a generation'
+			USING ERRCODE = 'LF002',
+			      DETAIL = pg_catalog.format('It was set to "%s" before lease_fence was loaded in this session.', gs),
+			      HINT = 'Set it to a non-negative bigint, or RESET it.';
+	END IF;
+	RETURN t::bigint;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.current_generation() IS
+'the current generation (lease_fence.generation), or NULL';
+
+CREATE OR REPLACE FUNCTION lease_fence.set_generation(generation bigint, is_local boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF generation IS NULL THEN
+		RAISE EXCEPTION 'generation must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed',
+			      HINT = 'To clear the current generation, use RESET lease_fence.generation.';
+	END IF;
+	IF generation < 0 THEN
+		RAISE EXCEPTION 'generation must not be negative'
+			USING ERRCODE = 'invalid_parameter_value',
+			      DETAIL = pg_catalog.format('The generation given was %s.', generation);
+	END IF;
+	IF is_local IS NULL THEN
+		RAISE EXCEPTION 'is_local must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	PERFORM pg_catalog.set_config('lease_fence.generation', generation::text, is_local);
+	RETURN generation;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.set_generation(bigint, boolean) IS
+'set the current generation for the transaction (is_local) or the session';
+
+------------------------------------------------------------------------------
+-- Resource fences
+------------------------------------------------------------------------------
+
+CREATE TABLE IF NOT EXISTS lease_fence.resource_generation (
+	resource text COLLATE "C" PRIMARY KEY,
+	generation bigint NOT NULL,
+	updated_at timestamptz NOT NULL
+);
+REVOKE ALL ON lease_fence.resource_generation FROM PUBLIC;
+
+-- A resource argument: NULL, empty or over 1024 bytes is 22023.
+CREATE OR REPLACE FUNCTION lease_fence.check_resource(resource text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF resource IS NULL THEN
+		RAISE EXCEPTION 'resource must not be NULL' USING ERRCODE = 'invalid_parameter_value';
+	ELSIF resource = '' THEN
+		RAISE EXCEPTION 'resource must not be empty' USING ERRCODE = 'invalid_parameter_value';
+	ELSIF pg_catalog.octet_length(resource) > 1024 THEN
+		RAISE EXCEPTION 'resource is too long' USING ERRCODE = 'invalid_parameter_value',
+			DETAIL = pg_catalog.format('It has %s bytes; the limit is %s.', pg_catalog.octet_length(resource), 1024);
+	END IF;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION lease_fence.fence_resource(resource text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	res text := fence_resource.resource;
+	g bigint;
+	stored bigint;
+	hi bigint;
+	extra text;
+BEGIN
+	PERFORM lease_fence.check_resource(res);
+	g := lease_fence.current_generation();
+	IF g IS NULL THEN
+		RAISE EXCEPTION 'missing generation: resource fence rejected'
+			USING ERRCODE = 'LF002',
+			      DETAIL = pg_catalog.format('Resource "%s": no current generation is set.', res),
+			      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+			      SCHEMA = 'lease_fence', TABLE = 'resource_generation', CONSTRAINT = res;
+	END IF;
+	hi := lease_fence.highest_issued();
+	IF g > hi THEN
+		RAISE EXCEPTION 'unissued generation: write rejected by fence'
+			USING ERRCODE = 'LF004',
+			      DETAIL = pg_catalog.format('Resource "%s": supplied generation %s, highest generation issued in this database %s.', res, g, hi),
+			      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+			      SCHEMA = 'lease_fence', TABLE = 'resource_generation', CONSTRAINT = res;
+	END IF;
+	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+		RAISE EXCEPTION 'cannot execute lease_fence.fence_resource() in a read-only transaction'
+			USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	-- as the C edition: only the primary key may index the table (nothing
+	-- of anybody's runs while a fence is written)
+	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
+	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+	WHERE i.indrelid = 'lease_fence.resource_generation'::pg_catalog.regclass
+	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
+	           AND i.indexprs IS NULL AND i.indpred IS NULL);
+	IF extra IS NOT NULL THEN
+		RAISE EXCEPTION 'table lease_fence.resource_generation has an index lease_fence did not create: %', extra
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'Drop that index: fence_resource() maintains only the primary key.';
+	END IF;
+	-- the first fence of a resource inserts; later ones lock the newest
+	-- version (ON CONFLICT locks the conflicting row, whatever the snapshot,
+	-- before it evaluates the WHERE)
+	INSERT INTO lease_fence.resource_generation AS r (resource, generation, updated_at)
+	VALUES (res, g, pg_catalog.transaction_timestamp())
+	ON CONFLICT (resource) DO UPDATE
+		SET generation = excluded.generation, updated_at = excluded.updated_at
+		WHERE r.generation OPERATOR(pg_catalog.<=) excluded.generation
+	RETURNING r.generation INTO stored;
+	IF NOT FOUND THEN
+		-- the row is locked by ON CONFLICT: read its newest version
+		SELECT r.generation INTO stored FROM lease_fence.resource_generation r
+		WHERE r.resource OPERATOR(pg_catalog.=) res FOR NO KEY UPDATE;
+		RAISE EXCEPTION 'stale generation: resource fence rejected'
+			USING ERRCODE = 'LF001',
+			      DETAIL = pg_catalog.format('Resource "%s": stored generation %s, supplied generation %s.', res, stored, g),
+			      HINT = 'A holder with a newer generation has fenced this resource; this holder''s lease is gone. Stop, and acquire a new generation before working on it again.',
+			      SCHEMA = 'lease_fence', TABLE = 'resource_generation', CONSTRAINT = res;
+	END IF;
+	RETURN g;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.fence_resource(text) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.fence_resource(text) IS
+'fence a resource in this transaction: LF001 if a higher generation fenced it, else store the current generation and hold the resource to the end of the transaction';
+
+CREATE OR REPLACE FUNCTION lease_fence.set_generation(generation bigint, resource text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF generation IS NULL THEN
+		RAISE EXCEPTION 'generation must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed',
+			      HINT = 'To clear the current generation, use RESET lease_fence.generation.';
+	END IF;
+	IF generation < 0 THEN
+		RAISE EXCEPTION 'generation must not be negative'
+			USING ERRCODE = 'invalid_parameter_value',
+			      DETAIL = pg_catalog.format('The generation given was %s.', generation);
+	END IF;
+	IF resource IS NOT NULL THEN
+		PERFORM lease_fence.check_resource(resource);
+		IF NOT pg_catalog.has_function_privilege('lease_fence.fence_resource(text)', 'EXECUTE') THEN
+			RAISE EXCEPTION 'permission denied for function fence_resource'
+				USING ERRCODE = 'insufficient_privilege',
+				      DETAIL = 'set_generation() with a resource fences it, which needs EXECUTE on lease_fence.fence_resource().';
+		END IF;
+	END IF;
+	PERFORM pg_catalog.set_config('lease_fence.generation', generation::text, true);
+	IF resource IS NOT NULL THEN
+		PERFORM lease_fence.fence_resource(resource);
+	END IF;
+	RETURN generation;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.set_generation(bigint, text) IS
+'set the current generation for the transaction and, with a resource, fence it as fence_resource() does';
+
+CREATE OR REPLACE VIEW lease_fence.resource_fences AS
+	SELECT resource, generation, updated_at
+	FROM lease_fence.resource_generation;
+GRANT SELECT ON lease_fence.resource_fences TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- The fence
+------------------------------------------------------------------------------
+
+-- Checks a fence column of a table as the C trigger's first row does.
+-- Called once per trigger and transaction (the row trigger remembers it in
+-- the setting lease_fence.checked, transaction-local; a role that forges it
+-- only skips these misuse checks, never a fence rule).
+CREATE OR REPLACE FUNCTION lease_fence.check_fence_column(fname text, tbl oid, tgname text, col text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	att record;
+	relname text := (SELECT pg_catalog.format('%I.%I', n.nspname, c.relname)
+	                 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	                 WHERE c.oid = tbl);
+BEGIN
+	SELECT a.attnum, a.atttypid, a.attgenerated INTO att
+	FROM pg_catalog.pg_attribute a
+	WHERE a.attrelid = tbl AND a.attname = col AND NOT a.attisdropped;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION '%: fence column "%" of table % does not exist', fname, col, relname
+			USING ERRCODE = 'undefined_column',
+			      DETAIL = pg_catalog.format('Trigger "%s" names it as its fence column.', tgname),
+			      HINT = 'Use lease_fence.protect() to add the column, or name an existing bigint column as the trigger''s first argument.';
+	ELSIF att.attnum <= 0 THEN
+		RAISE EXCEPTION '%: fence column "%" of table % is a system column', fname, col, relname
+			USING ERRCODE = 'invalid_column_reference';
+	ELSIF att.attgenerated <> '' THEN
+		RAISE EXCEPTION '%: fence column "%" of table % is a generated column', fname, col, relname
+			USING ERRCODE = 'invalid_column_definition',
+			      DETAIL = 'A generated column is computed after BEFORE triggers run, so it cannot carry a generation.';
+	ELSIF att.atttypid <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+		RAISE EXCEPTION '%: fence column "%" of table % must be of type bigint', fname, col, relname
+			USING ERRCODE = 'datatype_mismatch',
+			      DETAIL = pg_catalog.format('It is of type %s.', pg_catalog.format_type(att.atttypid, NULL));
+	END IF;
+END;
+$$;
+
+-- BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW.  Arguments: the fence
+-- column (default fence), 'lenient' (default) or 'strict', 'issued'
+-- (default) or 'external'.  The rules are fence_trigger.c's, line by line.
+CREATE OR REPLACE FUNCTION lease_fence.fence_trigger()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	col text := 'fence';
+	is_strict boolean := false;
+	check_issued boolean := true;
+	relname text;
+	key text;
+	gs text;
+	g bigint;
+	s bigint;
+	n bigint;
+	written boolean;
+	supplied bigint;
+	hi bigint;
+BEGIN
+	-- how it was fired and its arguments: the usual case (as protect()
+	-- makes the trigger) in one test, everything else checked in full
+	IF TG_LEVEL = 'ROW' AND TG_WHEN = 'BEFORE' AND TG_NARGS = 3
+	   AND TG_ARGV[1] IN ('lenient', 'strict') AND TG_ARGV[2] IN ('issued', 'external') THEN
+		col := TG_ARGV[0];
+		is_strict := TG_ARGV[1] = 'strict';
+		check_issued := TG_ARGV[2] = 'issued';
+	ELSE
+		IF TG_LEVEL <> 'ROW' THEN
+			RAISE EXCEPTION 'fence_trigger: must be fired for each row'
+				USING ERRCODE = 'trigger_protocol_violated',
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is a statement-level trigger.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+		END IF;
+		IF TG_WHEN <> 'BEFORE' THEN
+			RAISE EXCEPTION 'fence_trigger: must be fired BEFORE the write'
+				USING ERRCODE = 'trigger_protocol_violated',
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is not a BEFORE trigger; only a BEFORE trigger can check the row before it is written.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+		END IF;
+		IF TG_NARGS > 3 THEN
+			RAISE EXCEPTION 'fence_trigger: too many arguments'
+				USING ERRCODE = 'trigger_protocol_violated',
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I has %s arguments; it takes the fence column, the mode and the tokens.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_NARGS);
+		END IF;
+		-- (exact spellings first: lower() is not free on every row)
+		IF TG_NARGS >= 2 THEN
+			IF TG_ARGV[1] = 'strict' OR (TG_ARGV[1] <> 'lenient' AND pg_catalog.lower(TG_ARGV[1]) = 'strict') THEN
+				is_strict := true;
+			ELSIF TG_ARGV[1] <> 'lenient' AND pg_catalog.lower(TG_ARGV[1]) <> 'lenient' THEN
+				RAISE EXCEPTION 'fence_trigger: unknown mode "%"', TG_ARGV[1]
+					USING ERRCODE = 'invalid_parameter_value',
+					      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names mode "%s".', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]),
+					      HINT = 'The mode is "lenient" or "strict".';
+			END IF;
+			IF TG_NARGS = 3 AND TG_ARGV[2] <> 'issued' THEN
+				IF TG_ARGV[2] = 'external' OR pg_catalog.lower(TG_ARGV[2]) = 'external' THEN
+					check_issued := false;
+				ELSIF pg_catalog.lower(TG_ARGV[2]) <> 'issued' THEN
+					RAISE EXCEPTION 'fence_trigger: unknown tokens "%"', TG_ARGV[2]
+						USING ERRCODE = 'invalid_parameter_value',
+						      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names tokens "%s".', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[2]),
+						      HINT = 'The tokens are "issued" (generations of this database) or "external".';
+				END IF;
+			END IF;
+		END IF;
+		IF TG_NARGS >= 1 THEN
+			col := TG_ARGV[0];
+		END IF;
+	END IF;
+
+	-- the column, checked once per trigger and transaction
+	key := TG_RELID::text || '/' || TG_NAME || ';';
+	IF pg_catalog.strpos(COALESCE(pg_catalog.current_setting('lease_fence.checked', true), ''), key) = 0 THEN
+		PERFORM lease_fence.check_fence_column('fence_trigger', TG_RELID, TG_NAME, col);
+		PERFORM pg_catalog.set_config('lease_fence.checked',
+			COALESCE(pg_catalog.current_setting('lease_fence.checked', true), '') || key, true);
+	END IF;
+
+	-- the current generation (inline lease_fence.current_generation())
+	-- (digits only, at most 18 of them: cast at once; anything else,
+	-- blanks included, through current_generation(); no regex per row)
+	gs := pg_catalog.current_setting('lease_fence.generation', true);
+	IF gs <> '' AND pg_catalog.octet_length(gs) <= 18 AND pg_catalog.ltrim(gs, '0123456789') = '' THEN
+		g := gs::bigint;
+	ELSIF gs <> '' THEN
+		g := lease_fence.current_generation();
+	END IF;
+
+	-- the usual UPDATE under a current generation, in one test: the fence
+	-- left alone or written at or below the stored one (a full-row save) or
+	-- as the current generation, the current generation not stale and
+	-- issued; it becomes the row's fence.  Anything else takes the full
+	-- rules below, which raise what applies.
+	IF TG_OP = 'UPDATE' AND g IS NOT NULL AND col = 'fence' THEN
+		s := OLD.fence;
+		n := NEW.fence;
+		IF s <= g AND (n <= s OR n = g)
+		   AND (NOT check_issued OR g = 0
+		        OR g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)) THEN
+			NEW.fence := g;
+			RETURN NEW;
+		END IF;
+	END IF;
+
+	IF TG_OP = 'DELETE' THEN
+		IF g IS NOT NULL THEN
+			IF check_issued AND g > 0 THEN
+				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
+				IF g > hi THEN
+					RAISE EXCEPTION 'unissued generation: write rejected by fence'
+						USING ERRCODE = 'LF004',
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				END IF;
+			END IF;
+			IF col = 'fence' THEN
+				s := OLD.fence;
+			ELSE
+				s := (pg_catalog.to_jsonb(OLD) OPERATOR(pg_catalog.->>) col)::bigint;
+			END IF;
+			IF s IS NOT NULL AND g < s THEN
+				supplied := g;
+				-- LF001 below
+			END IF;
+		ELSIF is_strict THEN
+			RAISE EXCEPTION 'missing generation: write rejected by fence'
+				USING ERRCODE = 'LF002',
+				      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+				      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+		END IF;
+		IF supplied IS NULL THEN
+			RETURN OLD;
+		END IF;
+	ELSIF TG_OP = 'INSERT' THEN
+		IF col = 'fence' THEN
+			n := NEW.fence;
+		ELSE
+			n := (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.->>) col)::bigint;
+		END IF;
+		IF g IS NULL THEN
+			IF is_strict THEN
+				RAISE EXCEPTION 'missing generation: write rejected by fence'
+					USING ERRCODE = 'LF002',
+					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+			IF n IS NULL THEN
+				RAISE EXCEPTION 'missing generation: write rejected by fence'
+					USING ERRCODE = 'LF002',
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+			IF check_issued AND n > 0 THEN
+				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
+				IF n > hi THEN
+					RAISE EXCEPTION 'unissued generation: write rejected by fence'
+						USING ERRCODE = 'LF004',
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, hi),
+						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				END IF;
+			END IF;
+			RETURN NEW;
+		END IF;
+		IF check_issued AND g > 0 THEN
+			hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
+			IF g > hi THEN
+				RAISE EXCEPTION 'unissued generation: write rejected by fence'
+					USING ERRCODE = 'LF004',
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+					      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+		END IF;
+		IF n = g THEN
+			RETURN NEW;
+		END IF;
+	ELSE
+		-- UPDATE
+		IF col = 'fence' THEN
+			s := OLD.fence;
+			n := NEW.fence;
+		ELSE
+			s := (pg_catalog.to_jsonb(OLD) OPERATOR(pg_catalog.->>) col)::bigint;
+			n := (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.->>) col)::bigint;
+		END IF;
+		written := n IS DISTINCT FROM s;
+		IF written AND n IS NULL THEN
+			RAISE EXCEPTION 'missing generation: write rejected by fence'
+				USING ERRCODE = 'LF002',
+				      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+				      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+		END IF;
+		IF g IS NOT NULL THEN
+			-- a full-row save: a fence written at or below the stored one is
+			-- the loaded value, not the statement's own generation
+			IF written AND s IS NOT NULL AND n < s THEN
+				written := false;
+			END IF;
+			IF written AND n <> g THEN
+				RAISE EXCEPTION 'conflicting generation: write rejected by fence'
+					USING ERRCODE = 'LF003',
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the statement writes %s but the current generation is %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, g),
+					      HINT = 'Leave the fence column out of the statement, or write the current generation into it.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+			supplied := g;
+			IF check_issued AND g > 0 THEN
+				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
+				IF g > hi THEN
+					RAISE EXCEPTION 'unissued generation: write rejected by fence'
+						USING ERRCODE = 'LF004',
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				END IF;
+			END IF;
+		ELSE
+			IF is_strict THEN
+				RAISE EXCEPTION 'missing generation: write rejected by fence'
+					USING ERRCODE = 'LF002',
+					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+			IF n IS NULL THEN
+				RAISE EXCEPTION 'missing generation: write rejected by fence'
+					USING ERRCODE = 'LF002',
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+			supplied := n;
+			IF written AND check_issued AND n > 0 THEN
+				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
+				IF n > hi THEN
+					RAISE EXCEPTION 'unissued generation: write rejected by fence'
+						USING ERRCODE = 'LF004',
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, hi),
+						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				END IF;
+			END IF;
+		END IF;
+	END IF;
+
+	-- UPDATE and DELETE: the stale check
+	IF TG_OP <> 'INSERT' AND s IS NOT NULL AND supplied < s THEN
+		RAISE EXCEPTION 'stale generation: write rejected by fence'
+			USING ERRCODE = 'LF001',
+			      DETAIL = pg_catalog.format('Table %I.%I, column "%s": stored generation %s, supplied generation %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, s, supplied),
+			      HINT = 'A holder with a newer generation has written this row; this writer''s lease is gone. Stop, and acquire a new generation before writing again.',
+			      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+	END IF;
+	IF TG_OP = 'DELETE' THEN
+		RETURN OLD;
+	END IF;
+	IF TG_OP = 'UPDATE' AND n = supplied THEN
+		RETURN NEW;
+	END IF;
+
+	-- the row's fence becomes the current generation
+	IF col = 'fence' THEN
+		NEW.fence := g;
+	ELSE
+		NEW := pg_catalog.jsonb_populate_record(NEW, pg_catalog.jsonb_build_object(col, g));
+	END IF;
+	RETURN NEW;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.fence_trigger() IS
+'BEFORE row trigger: rejects a write whose generation is lower than the stored fence (portable edition, PL/pgSQL)';
+
+-- BEFORE TRUNCATE FOR EACH STATEMENT.  Arguments: the fence column, then
+-- 'issued' (default) or 'external'.  The highest fence is read with a query
+-- as the caller (README.md: where the portable edition differs).
+CREATE OR REPLACE FUNCTION lease_fence.truncate_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+-- a policy that would hide rows from the caller makes the scan an ERROR
+-- (42501) instead of a maximum over the rows it may see: fail closed
+SET row_security = off
+AS $$
+DECLARE
+	col text := 'fence';
+	check_issued boolean := true;
+	g bigint;
+	hi bigint;
+	h bigint;
+	highest bigint;
+	leaf regclass;
+BEGIN
+	IF TG_LEVEL <> 'STATEMENT' OR TG_WHEN <> 'BEFORE' OR TG_OP <> 'TRUNCATE' THEN
+		RAISE EXCEPTION 'truncate_guard: must be fired BEFORE TRUNCATE FOR EACH STATEMENT'
+			USING ERRCODE = 'trigger_protocol_violated',
+			      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is not.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+	END IF;
+	IF TG_NARGS > 2 THEN
+		RAISE EXCEPTION 'truncate_guard: too many arguments'
+			USING ERRCODE = 'trigger_protocol_violated',
+			      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I has %s arguments; it takes the fence column and the tokens.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_NARGS);
+	END IF;
+	IF TG_NARGS = 2 THEN
+		IF pg_catalog.lower(TG_ARGV[1]) = 'external' THEN
+			check_issued := false;
+		ELSIF pg_catalog.lower(TG_ARGV[1]) <> 'issued' THEN
+			RAISE EXCEPTION 'truncate_guard: unknown tokens "%"', TG_ARGV[1]
+				USING ERRCODE = 'invalid_parameter_value',
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names tokens "%s".', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]),
+				      HINT = 'The tokens are "issued" (generations of this database) or "external".';
+		END IF;
+	END IF;
+	IF TG_NARGS >= 1 THEN
+		col := TG_ARGV[0];
+	END IF;
+	PERFORM lease_fence.check_fence_column('truncate_guard', TG_RELID, TG_NAME, col);
+
+	g := lease_fence.current_generation();
+	IF g IS NULL THEN
+		RAISE EXCEPTION 'missing generation: TRUNCATE rejected by fence'
+			USING ERRCODE = 'LF002',
+			      DETAIL = pg_catalog.format('Table %I.%I is fenced and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+			      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
+			      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+	END IF;
+	IF check_issued AND g > 0 THEN
+		hi := lease_fence.highest_issued();
+		IF g > hi THEN
+			RAISE EXCEPTION 'unissued generation: write rejected by fence'
+				USING ERRCODE = 'LF004',
+				      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+				      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
+				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+		END IF;
+	END IF;
+
+	-- TRUNCATE removes rows committed after a REPEATABLE READ / SERIALIZABLE
+	-- snapshot too, and a query here cannot see them (the C guard scans
+	-- under the latest snapshot).  TRUNCATE holds ACCESS EXCLUSIVE, so no
+	-- write to the table is in progress: if no transaction has committed
+	-- since the snapshot was taken, the snapshot sees every row; otherwise
+	-- refuse with a serialization failure (retry in a new transaction, which
+	-- sees them).  Fail closed.
+	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+		DECLARE
+			snap pg_catalog.pg_snapshot := pg_catalog.pg_current_snapshot();
+			me bigint := pg_catalog.pg_current_xact_id()::text::bigint;
+			xmax bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
+		BEGIN
+			IF me - xmax > 100000
+			   OR EXISTS (SELECT FROM pg_catalog.pg_snapshot_xip(snap) x
+			              WHERE x::text::bigint <> me AND pg_catalog.pg_xact_status(x) = 'committed')
+			   OR EXISTS (SELECT FROM pg_catalog.generate_series(xmax, me - 1) x
+			              WHERE pg_catalog.pg_xact_status(x::text::pg_catalog.xid8) = 'committed') THEN
+				RAISE EXCEPTION 'could not serialize access: TRUNCATE of fenced table %.% after transactions committed since this transaction''s snapshot',
+					pg_catalog.quote_ident(TG_TABLE_SCHEMA), pg_catalog.quote_ident(TG_TABLE_NAME)
+					USING ERRCODE = 'serialization_failure',
+					      DETAIL = 'The portable TRUNCATE guard reads the highest fence under the transaction''s snapshot, which does not show rows committed after it, and TRUNCATE removes those too.',
+					      HINT = 'Retry the transaction, or TRUNCATE in a READ COMMITTED transaction.',
+					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			END IF;
+		END;
+	END IF;
+
+	-- every leaf with storage of the table's partition tree (the table itself when not partitioned)
+	FOR leaf IN
+		SELECT m.relid FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(TG_RELID) t
+		                     UNION SELECT TG_RELID::pg_catalog.regclass) m
+		JOIN pg_catalog.pg_class c ON c.oid = m.relid
+		WHERE c.relkind = 'r'
+	LOOP
+		PERFORM lease_fence.check_fence_column('truncate_guard', leaf, TG_NAME, col);
+		EXECUTE pg_catalog.format('SELECT max(%I) FROM ONLY %s', col, leaf) INTO h;
+		IF h IS NOT NULL AND (highest IS NULL OR h > highest) THEN
+			highest := h;
+		END IF;
+	END LOOP;
+
+	IF highest IS NOT NULL AND highest > g THEN
+		RAISE EXCEPTION 'stale generation: write rejected by fence'
+			USING ERRCODE = 'LF001',
+			      DETAIL = pg_catalog.format('Table %I.%I, column "%s": stored generation %s, supplied generation %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, highest, g),
+			      HINT = 'A holder with a newer generation has written this row; this writer''s lease is gone. Stop, and acquire a new generation before writing again.',
+			      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+	END IF;
+	RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.truncate_guard() IS
+'BEFORE TRUNCATE statement trigger: refuses TRUNCATE without a current generation, or with one lower than the highest stored fence';
+
+------------------------------------------------------------------------------
+-- protect() / unprotect() / protected_tables (as the C edition's 1.3 SQL)
+------------------------------------------------------------------------------
+
+-- What protect() installed.  Everybody may read it; row level security lets
+-- a role add, change or remove only rows for tables it owns, so protect()
+-- and unprotect() need no SECURITY DEFINER.
+CREATE TABLE IF NOT EXISTS lease_fence.protected (
+	relid regclass PRIMARY KEY,
+	fence_column name NOT NULL,
+	strict boolean NOT NULL,
+	tokens text NOT NULL DEFAULT 'issued'
+		CONSTRAINT protected_tokens_check CHECK (tokens IN ('issued', 'external'))
+);
+
+ALTER TABLE lease_fence.protected ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS protected_read ON lease_fence.protected;
+CREATE POLICY protected_read ON lease_fence.protected
+	FOR SELECT USING (true);
+
+DROP POLICY IF EXISTS protected_write_by_owner ON lease_fence.protected;
+CREATE POLICY protected_write_by_owner ON lease_fence.protected
+	USING (pg_catalog.pg_has_role(
+		(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'USAGE'))
+	WITH CHECK (pg_catalog.pg_has_role(
+		(SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'USAGE'));
+
+GRANT SELECT, INSERT, UPDATE, DELETE ON lease_fence.protected TO PUBLIC;
+
+CREATE OR REPLACE FUNCTION lease_fence.protect(tbl regclass, fence_column name DEFAULT 'fence', strict boolean DEFAULT false,
+                                               tokens text DEFAULT 'issued')
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	rel record;
+	att record;
+	mode text := CASE WHEN strict THEN 'strict' ELSE 'lenient' END;
+	part regclass;
+	later text;
+	nul bytea := pg_catalog.decode('00', 'hex');
+	fence_args bytea;
+	guard_args bytea;
+BEGIN
+	IF tbl IS NULL OR fence_column IS NULL OR strict IS NULL OR tokens IS NULL THEN
+		RAISE EXCEPTION 'lease_fence.protect: arguments must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF tokens NOT IN ('issued', 'external') THEN
+		RAISE EXCEPTION 'lease_fence.protect: unknown tokens "%"', tokens
+			USING ERRCODE = 'invalid_parameter_value',
+			      HINT = 'tokens is ''issued'' (generations of this database, the default) or ''external''.';
+	END IF;
+	-- pg_trigger.tgargs holds each argument followed by a NUL byte
+	guard_args := pg_catalog.convert_to(fence_column::text, pg_catalog.getdatabaseencoding()) || nul
+	              || pg_catalog.convert_to(tokens, pg_catalog.getdatabaseencoding()) || nul;
+	fence_args := pg_catalog.convert_to(fence_column::text, pg_catalog.getdatabaseencoding()) || nul
+	              || pg_catalog.convert_to(mode, pg_catalog.getdatabaseencoding()) || nul
+	              || pg_catalog.convert_to(tokens, pg_catalog.getdatabaseencoding()) || nul;
+
+	SELECT c.relkind, c.relname, n.nspname INTO rel
+	FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+	WHERE c.oid = tbl;
+
+	IF rel.relkind = 'f' THEN
+		RAISE EXCEPTION 'lease_fence.protect: % is a foreign table', tbl
+			USING ERRCODE = 'wrong_object_type',
+			      DETAIL = 'A local trigger cannot check and write the remote row in one atomic step.',
+			      HINT = 'Protect the table on the server that stores it.';
+	ELSIF rel.relkind NOT IN ('r', 'p') THEN
+		RAISE EXCEPTION 'lease_fence.protect: % is not a table', tbl
+			USING ERRCODE = 'wrong_object_type',
+			      DETAIL = 'Only ordinary and partitioned tables can be fenced.';
+	END IF;
+
+	IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = tbl), 'USAGE') THEN
+		RAISE EXCEPTION 'must be owner of table %', tbl USING ERRCODE = 'insufficient_privilege';
+	END IF;
+
+	SELECT a.attnum, a.atttypid, a.attgenerated INTO att
+	FROM pg_catalog.pg_attribute a
+	WHERE a.attrelid = tbl AND a.attname = fence_column AND NOT a.attisdropped;
+
+	IF NOT FOUND THEN
+		EXECUTE pg_catalog.format('ALTER TABLE %s ADD COLUMN %I bigint NOT NULL DEFAULT 0',
+		                          tbl, fence_column);
+	ELSIF att.attnum <= 0 THEN
+		RAISE EXCEPTION 'lease_fence.protect: column "%" of table % is a system column', fence_column, tbl
+			USING ERRCODE = 'invalid_column_reference';
+	ELSIF att.attgenerated <> '' THEN
+		RAISE EXCEPTION 'lease_fence.protect: column "%" of table % is a generated column', fence_column, tbl
+			USING ERRCODE = 'invalid_column_definition',
+			      DETAIL = 'A generated column is computed after BEFORE triggers run, so it cannot carry a generation.';
+	ELSIF att.atttypid <> 'pg_catalog.int8'::pg_catalog.regtype THEN
+		RAISE EXCEPTION 'lease_fence.protect: column "%" of table % must be of type bigint', fence_column, tbl
+			USING ERRCODE = 'datatype_mismatch',
+			      DETAIL = pg_catalog.format('It is of type %s.', att.atttypid::pg_catalog.regtype);
+	END IF;
+
+	-- the fence trigger: recreate it when it is not exactly the one we want
+	-- (other arguments, other events, a WHEN clause, another function)
+	IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+	           WHERE t.tgrelid = tbl AND t.tgname = 'zz_lease_fence'
+	             AND (t.tgfoid <> 'lease_fence.fence_trigger()'::pg_catalog.regprocedure
+	                  OR t.tgtype <> 31     -- ROW | BEFORE | INSERT | DELETE | UPDATE
+	                  OR t.tgqual IS NOT NULL
+	                  OR t.tgattr::text <> ''
+	                  OR t.tgargs <> fence_args)) THEN
+		EXECUTE pg_catalog.format('DROP TRIGGER zz_lease_fence ON %s', tbl);
+	END IF;
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t
+	               WHERE t.tgrelid = tbl AND t.tgname = 'zz_lease_fence') THEN
+		EXECUTE pg_catalog.format(
+			'CREATE TRIGGER zz_lease_fence BEFORE INSERT OR UPDATE OR DELETE ON %s '
+			'FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger(%L, %L, %L)',
+			tbl, fence_column, mode, tokens);
+	END IF;
+	EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_lease_fence', tbl);
+
+	-- the TRUNCATE guard: statement triggers are not cloned to partitions,
+	-- and TRUNCATE can name a partition directly, so every member of the
+	-- hierarchy gets one
+	FOR part IN
+		SELECT p.relid FROM pg_catalog.pg_partition_tree(tbl) p
+		UNION
+		SELECT tbl
+	LOOP
+		IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+		           WHERE t.tgrelid = part AND t.tgname = 'zz_lease_fence_truncate'
+		             AND (t.tgfoid <> 'lease_fence.truncate_guard()'::pg_catalog.regprocedure
+		                  OR t.tgtype <> 34     -- STATEMENT | BEFORE | TRUNCATE
+		                  OR t.tgargs <> guard_args)) THEN
+			EXECUTE pg_catalog.format('DROP TRIGGER zz_lease_fence_truncate ON %s', part);
+		END IF;
+		IF NOT EXISTS (SELECT FROM pg_catalog.pg_trigger t
+		               WHERE t.tgrelid = part AND t.tgname = 'zz_lease_fence_truncate') THEN
+			EXECUTE pg_catalog.format(
+				'CREATE TRIGGER zz_lease_fence_truncate BEFORE TRUNCATE ON %s '
+				'FOR EACH STATEMENT EXECUTE FUNCTION lease_fence.truncate_guard(%L, %L)',
+				part, fence_column, tokens);
+		END IF;
+		EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER zz_lease_fence_truncate', part);
+	END LOOP;
+
+	INSERT INTO lease_fence.protected AS p (relid, fence_column, strict, tokens)
+	VALUES (tbl, fence_column, strict, tokens)
+	ON CONFLICT (relid) DO UPDATE
+		SET fence_column = excluded.fence_column, strict = excluded.strict, tokens = excluded.tokens;
+
+	-- BEFORE row triggers fire in name order: one that sorts after ours could
+	-- change NEW after the check
+	SELECT pg_catalog.string_agg(pg_catalog.quote_ident(t.tgname::text), ', ' ORDER BY t.tgname) INTO later
+	FROM pg_catalog.pg_trigger t
+	WHERE t.tgrelid = tbl AND NOT t.tgisinternal
+	  AND (t.tgtype & 3) = 3          -- ROW and BEFORE
+	  AND t.tgname COLLATE "C" > 'zz_lease_fence';
+	IF later IS NOT NULL THEN
+		RAISE WARNING 'lease_fence.protect: BEFORE row trigger % on table % fires after the fence trigger', later, tbl
+			USING DETAIL = 'BEFORE row triggers fire in name order; a later one can change the row after it was checked.',
+			      HINT = 'Rename it so that it sorts before "zz_lease_fence".';
+	END IF;
+
+	-- a DO INSTEAD rule replaces a write by other commands: no row of this
+	-- table is written, so the fence trigger never fires for it
+	SELECT pg_catalog.string_agg(pg_catalog.quote_ident(r.rulename::text), ', ' ORDER BY r.rulename) INTO later
+	FROM pg_catalog.pg_rewrite r
+	WHERE r.ev_class IN (SELECT p.relid FROM pg_catalog.pg_partition_tree(tbl) p UNION SELECT tbl)
+	  AND r.is_instead AND r.ev_type IN ('2', '3', '4');
+	IF later IS NOT NULL THEN
+		RAISE WARNING 'lease_fence.protect: DO INSTEAD rule % on table % bypasses the fence', later, tbl
+			USING DETAIL = 'A DO INSTEAD rule replaces the write, so the fence trigger never sees it.',
+			      HINT = 'Drop the rule, or make its commands fenced writes themselves.';
+	END IF;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION lease_fence.unprotect(tbl regclass)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	part regclass;
+BEGIN
+	IF tbl IS NULL THEN
+		RAISE EXCEPTION 'lease_fence.unprotect: table must not be NULL'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	-- DROP TRIGGER checks ownership even when there is nothing to drop
+	IF NOT pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = tbl), 'USAGE') THEN
+		RAISE EXCEPTION 'must be owner of table %', tbl USING ERRCODE = 'insufficient_privilege';
+	END IF;
+	FOR part IN
+		SELECT p.relid FROM pg_catalog.pg_partition_tree(tbl) p
+		UNION
+		SELECT tbl
+	LOOP
+		IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+		           WHERE t.tgrelid = part AND t.tgname = 'zz_lease_fence' AND t.tgparentid = 0) THEN
+			EXECUTE pg_catalog.format('DROP TRIGGER zz_lease_fence ON %s', part);
+		END IF;
+		IF EXISTS (SELECT FROM pg_catalog.pg_trigger t
+		           WHERE t.tgrelid = part AND t.tgname = 'zz_lease_fence_truncate') THEN
+			EXECUTE pg_catalog.format('DROP TRIGGER zz_lease_fence_truncate ON %s', part);
+		END IF;
+	END LOOP;
+	DELETE FROM lease_fence.protected p WHERE p.relid = tbl;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION lease_fence.trigger_arguments(tgargs bytea)
+RETURNS text[]
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT COALESCE(pg_catalog.array_agg(
+	           pg_catalog.convert_from(pg_catalog.substr(tgargs, z.s, z.e - z.s),
+	                                   pg_catalog.getdatabaseencoding())
+	           ORDER BY z.e), '{}')
+	FROM (SELECT n.e, COALESCE(pg_catalog.lag(n.e) OVER (ORDER BY n.e), 0) + 1 AS s
+	      FROM (SELECT i + 1 AS e
+	            FROM pg_catalog.generate_series(0, pg_catalog.length(tgargs) - 1) i
+	            WHERE pg_catalog.get_byte(tgargs, i) = 0) n) z
+$$;
+
+DROP VIEW IF EXISTS lease_fence.protected_tables;
+CREATE VIEW lease_fence.protected_tables AS
+SELECT p.relid AS table_name,
+	f.fence_column,
+	f.strict,
+	f.tokens,
+	CASE t.tgenabled WHEN 'A' THEN 'always' WHEN 'O' THEN 'origin' WHEN 'R' THEN 'replica'
+	                 WHEN 'D' THEN 'disabled' ELSE 'missing' END AS trigger_state,
+	pg_catalog.cardinality(pr.problems) = 0 AS ok,
+	pr.problems
+FROM lease_fence.protected p
+JOIN pg_catalog.pg_class c ON c.oid = p.relid
+LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = p.relid AND t.tgname = 'zz_lease_fence'
+CROSS JOIN LATERAL (
+	SELECT CASE WHEN t.tgnargs >= 1 THEN a.args[1] ELSE 'fence' END::pg_catalog.name AS fence_column,
+	       CASE WHEN t.tgnargs < 2 THEN false
+	            WHEN pg_catalog.lower(a.args[2]) = 'strict' THEN true
+	            WHEN pg_catalog.lower(a.args[2]) = 'lenient' THEN false END AS strict,
+	       CASE WHEN t.tgnargs < 3 THEN 'issued'
+	            WHEN pg_catalog.lower(a.args[3]) IN ('issued', 'external') THEN pg_catalog.lower(a.args[3]) END AS tokens
+	FROM (SELECT lease_fence.trigger_arguments(t.tgargs) AS args) a
+	WHERE t.tgfoid = 'lease_fence.fence_trigger()'::pg_catalog.regprocedure AND t.tgnargs <= 3
+	UNION ALL
+	SELECT NULL, NULL, NULL
+	WHERE t.tgfoid IS DISTINCT FROM 'lease_fence.fence_trigger()'::pg_catalog.regprocedure OR t.tgnargs > 3
+) f
+CROSS JOIN LATERAL (
+	SELECT COALESCE(pg_catalog.array_agg(x.problem ORDER BY x.problem), '{}') AS problems
+	-- the table and, when partitioned, every member of its tree
+	-- (pg_partition_tree lists nothing for a table that is not partitioned)
+	FROM (SELECT p.relid UNION SELECT t.relid FROM pg_catalog.pg_partition_tree(p.relid) t) m
+	LEFT JOIN pg_catalog.pg_trigger g ON g.tgrelid = m.relid AND g.tgname = 'zz_lease_fence'
+	LEFT JOIN pg_catalog.pg_trigger u ON u.tgrelid = m.relid AND u.tgname = 'zz_lease_fence_truncate'
+	CROSS JOIN LATERAL (
+		SELECT CASE WHEN g.tgnargs >= 1 THEN ga[1] ELSE 'fence' END AS g_column,
+		       CASE WHEN g.tgnargs < 2 THEN 'lenient' ELSE pg_catalog.lower(ga[2]) END AS g_mode,
+		       CASE WHEN g.tgnargs < 3 THEN 'issued' ELSE pg_catalog.lower(ga[3]) END AS g_tokens,
+		       CASE WHEN u.tgnargs >= 1 THEN ua[1] ELSE 'fence' END AS u_column,
+		       CASE WHEN u.tgnargs < 2 THEN 'issued' ELSE pg_catalog.lower(ua[2]) END AS u_tokens,
+		       (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(o.tgname::text), ', ' ORDER BY o.tgname)
+		        FROM pg_catalog.pg_trigger o
+		        WHERE o.tgrelid = m.relid AND NOT o.tgisinternal AND (o.tgtype & 3) = 3
+		          AND o.tgname COLLATE "C" > 'zz_lease_fence') AS later_triggers,
+		       (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(r.rulename::text), ', ' ORDER BY r.rulename)
+		        FROM pg_catalog.pg_rewrite r
+		        WHERE r.ev_class = m.relid AND r.is_instead AND r.ev_type IN ('2', '3', '4')) AS instead_rules
+		FROM (SELECT lease_fence.trigger_arguments(g.tgargs) AS ga,
+		             lease_fence.trigger_arguments(u.tgargs) AS ua) args
+	) st
+	CROSS JOIN LATERAL (VALUES
+		(CASE WHEN g.oid IS NULL THEN pg_catalog.format('%s: fence trigger missing', m.relid)
+		      WHEN g.tgenabled <> 'A' THEN pg_catalog.format('%s: fence trigger %s', m.relid,
+		           CASE g.tgenabled WHEN 'D' THEN 'disabled' WHEN 'O' THEN 'enabled only for origin'
+		                            ELSE 'enabled only for replica' END) END),
+		(CASE WHEN g.oid IS NOT NULL
+		       AND (g.tgfoid <> 'lease_fence.fence_trigger()'::pg_catalog.regprocedure
+		            OR g.tgtype <> 31 OR g.tgqual IS NOT NULL OR g.tgattr::text <> '' OR g.tgnargs > 3)
+		      THEN pg_catalog.format('%s: fence trigger is not lease_fence''s (another function, other events, a column list or a WHEN clause)', m.relid)
+		      WHEN g.oid IS NOT NULL
+		       AND (st.g_column, st.g_mode, st.g_tokens) IS DISTINCT FROM
+		           (p.fence_column::text, CASE WHEN p.strict THEN 'strict' ELSE 'lenient' END, p.tokens)
+		      THEN pg_catalog.format('%s: fence trigger takes column %s, mode %s, tokens %s; protect() recorded column %s, mode %s, tokens %s',
+		           m.relid, pg_catalog.quote_ident(st.g_column), st.g_mode, st.g_tokens,
+		           pg_catalog.quote_ident(p.fence_column::text), CASE WHEN p.strict THEN 'strict' ELSE 'lenient' END, p.tokens) END),
+		(CASE WHEN u.oid IS NULL THEN pg_catalog.format('%s: truncate guard missing', m.relid)
+		      WHEN u.tgenabled <> 'A' THEN pg_catalog.format('%s: truncate guard %s', m.relid,
+		           CASE u.tgenabled WHEN 'D' THEN 'disabled' WHEN 'O' THEN 'enabled only for origin'
+		                            ELSE 'enabled only for replica' END) END),
+		(CASE WHEN u.oid IS NOT NULL
+		       AND (u.tgfoid <> 'lease_fence.truncate_guard()'::pg_catalog.regprocedure
+		            OR u.tgtype <> 34 OR u.tgnargs > 2)
+		      THEN pg_catalog.format('%s: truncate guard is not lease_fence''s (another function or other events)', m.relid)
+		      WHEN u.oid IS NOT NULL
+		       AND (st.u_column, st.u_tokens) IS DISTINCT FROM (p.fence_column::text, p.tokens)
+		      THEN pg_catalog.format('%s: truncate guard takes column %s, tokens %s; protect() recorded column %s, tokens %s',
+		           m.relid, pg_catalog.quote_ident(st.u_column), st.u_tokens,
+		           pg_catalog.quote_ident(p.fence_column::text), p.tokens) END),
+		(CASE WHEN st.later_triggers IS NOT NULL
+		      THEN pg_catalog.format('%s: BEFORE row trigger %s fires after the fence trigger', m.relid, st.later_triggers) END),
+		(CASE WHEN st.instead_rules IS NOT NULL
+		      THEN pg_catalog.format('%s: DO INSTEAD rule %s bypasses the fence', m.relid, st.instead_rules) END)
+	) x(problem)
+	WHERE x.problem IS NOT NULL
+) pr;
+
+COMMENT ON VIEW lease_fence.protected_tables IS
+'protected tables, with the fence column, mode and tokens their fence triggers take; ok = false and the reason when a fence trigger or TRUNCATE guard is missing, disabled, not lease_fence''s, not as protect() recorded, or not last, or a DO INSTEAD rule bypasses it';
+
+GRANT SELECT ON lease_fence.protected_tables TO PUBLIC;
+
+-- tables protected in this database and the fence their triggers take
+COMMENT ON VIEW lease_fence.protected_tables IS
+'protected tables, with the fence column, mode and tokens their fence triggers take; ok = false and the reason when a fence trigger or TRUNCATE guard is missing, disabled, not lease_fence''s, not as protect() recorded, or not last, or a DO INSTEAD rule bypasses it';
+
+COMMIT;

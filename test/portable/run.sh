@@ -1,0 +1,152 @@
+#!/bin/bash
+# test/portable/run.sh — conformance of the portable edition
+# (portable/lease_fence_portable.sql) with the C edition's regress tests.
+#
+# Run as root, like the other test scripts (test/lib.sh): a throwaway
+# PostgreSQL (Debian's, copied, WITHOUT the C library built or installed),
+# a non-superuser role lf_owner owning database lf_portable, the portable
+# edition installed by that role with psql -f, then the fence-core regress
+# files (sql/*.sql) with pg_regress --use-existing, as that role, against the
+# same expected/*.out.  Where the portable edition legitimately differs
+# (portable/README.md, "Where the portable edition differs"), an alternative
+# expected file test/portable/expected/<name>_N.out is added to the copy of
+# expected/ the run uses; nothing under expected/ is changed.
+#
+#   bash test/portable/run.sh              the default files
+#   LF_PORTABLE_TESTS="fence dml" bash test/portable/run.sh
+#   LF_KEEP=1 ...                          keep the temp dir (diffs in out/)
+#
+# Prints "portable: N passed, N failed" last; exits non-zero on a failure.
+set -u
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../lib.sh
+. "$top/test/lib.sh"
+
+# the fence-core files that need nothing but the fence API (README.md of
+# portable/ says why the others are left out)
+TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence}
+# Files that SET ROLE to roles they create: on PostgreSQL 15 a CREATEROLE
+# role is not a member of the roles it creates, so these run as the
+# superuser, in the same database, on the edition lf_owner installed (its
+# SECURITY DEFINER functions still run as lf_owner)
+AS_SUPERUSER=" truncate_guard protect resource_fence "
+
+trap lf_cleanup EXIT
+lf_need_packages || exit 1
+lf_make_workdir "$top" || exit 1
+# no lf_build_install: the C library is not built, so nothing can load it
+lf_start_pg || exit 1
+
+PSQL=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1)
+# CREATEROLE and SET on session_replication_role: what a managed service's
+# database owner typically has (rds_superuser, cloudsqlsuperuser, ...) and
+# what the files below use
+lf_as_user "${PSQL[@]}" -d postgres -c "CREATE ROLE lf_owner LOGIN NOSUPERUSER CREATEROLE" \
+	-c "GRANT SET ON PARAMETER session_replication_role TO lf_owner" \
+	-c "CREATE DATABASE lf_portable OWNER lf_owner" || exit 1
+# the library cannot be loaded: make sure of it
+if lf_as_user "${PSQL[@]}" -d lf_portable -c "LOAD 'lease_fence'" >/dev/null 2>&1; then
+	echo "lease_fence.so is loadable in this installation: the portable run must go without it" >&2
+	exit 1
+fi
+lf_log "installing the portable edition as lf_owner"
+lf_as_user "${PSQL[@]}" -U lf_owner -d lf_portable -f "$LF_SRC/portable/lease_fence_portable.sql" || exit 1
+# installing twice is an in-place replacement
+lf_as_user "${PSQL[@]}" -U lf_owner -d lf_portable -f "$LF_SRC/portable/lease_fence_portable.sql" || exit 1
+
+# the input dir: the C edition's sql/ and expected/, plus the alternatives
+IN=$LF_WORK/regress_in
+lf_as_user mkdir -p "$IN/sql" "$IN/expected" "$LF_WORK/out"
+lf_as_user cp "$LF_SRC"/sql/*.sql "$IN/sql/"
+lf_as_user cp "$LF_SRC"/expected/*.out "$IN/expected/"
+# An alternative may differ from the C edition's file only as
+# portable/README.md documents: checked here, so that no alternative can
+# hide a bug.  Allowed: the CONTEXT lines a PL/pgSQL RAISE adds (an error
+# raised in C has none), and the lines of the marked documented differences
+# (test/portable/allowed.txt: one extended regex a line, each with the
+# README row it stands for).
+bad_alt=0
+ctx='^(CONTEXT:  )?(PL/pgSQL function lease_fence\.|SQL statement |COPY [a-z_]+, line )'
+allowed() { grep -vE '^(#|$)' "$LF_SRC/test/portable/allowed.txt"; }
+# check_alt ALT ORIGINAL
+check_alt() {
+	local extra
+	extra=$(diff "$2" "$1" | grep -E '^[<>] ' | sed -E 's/^[<>] //' | grep -vE "$ctx" | grep -vEf <(allowed))
+	if [ -n "$extra" ]; then
+		echo "$1: differs from $2 beyond the documented differences:" >&2
+		printf '%s\n' "$extra" >&2
+		bad_alt=1
+	fi
+}
+for f in "$LF_SRC"/test/portable/expected/*_[0-9].out; do
+	[ -e "$f" ] || continue
+	check_alt "$f" "$LF_SRC/expected/$(basename "$f" | sed -E 's/_[0-9]\.out$/.out/')"
+	lf_as_user cp "$f" "$IN/expected/"
+done
+for f in "$LF_SRC"/test/portable/expected/isolation/*_[0-9].out; do
+	[ -e "$f" ] || continue
+	check_alt "$f" "$LF_SRC/test/expected/$(basename "$f" | sed -E 's/_[0-9]\.out$/.out/')"
+done
+[ "$bad_alt" = 0 ] || { echo "portable: 0 passed, 1 failed (an alternative expected file hides more than the documented differences)"; exit 1; }
+
+passed=0 failed=0 failures=()
+for t in $TESTS; do
+	user=lf_owner
+	case "$AS_SUPERUSER" in *" $t "*) user=postgres ;; esac
+	if lf_as_user "$PG_BIN/../lib/pgxs/src/test/regress/pg_regress" \
+		--use-existing --dbname=lf_portable --user="$user" \
+		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
+		--inputdir="$IN" --outputdir="$LF_WORK/out/$t" "$t" >"$LF_WORK/out/$t.log" 2>&1; then
+		passed=$((passed + 1)); echo "ok     $t"
+	else
+		failed=$((failed + 1)); failures+=("$t"); echo "FAILED $t"
+		[ -f "$LF_WORK/out/$t/regression.diffs" ] && head -n "${LF_DIFF_LINES:-60}" "$LF_WORK/out/$t/regression.diffs"
+	fi
+done
+# The isolation specs (test/specs), as lf_owner: their CREATE / DROP
+# EXTENSION lines become no-ops (the portable edition stays installed);
+# nothing else in them changes, and they are compared with test/expected.
+ISO=$LF_WORK/isolation_in
+ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard}
+lf_as_user mkdir -p "$ISO/specs" "$ISO/expected"
+for t in $ISO_TESTS; do
+	sed -E 's/^([[:space:]]*)(CREATE EXTENSION( IF NOT EXISTS)? lease_fence|DROP EXTENSION lease_fence)[^;]*;/\1DO $$BEGIN END$$;/' \
+		"$LF_SRC/test/specs/$t.spec" | lf_as_user tee "$ISO/specs/$t.spec" >/dev/null
+	lf_as_user cp "$LF_SRC/test/expected/$t.out" "$ISO/expected/"
+	if [ -e "$LF_SRC/test/portable/expected/isolation/${t}_1.out" ]; then
+		lf_as_user cp "$LF_SRC/test/portable/expected/isolation/${t}_1.out" "$ISO/expected/"
+	fi
+done
+for t in $ISO_TESTS; do
+	if lf_as_user "$PG_BIN/../lib/pgxs/src/test/isolation/pg_isolation_regress" \
+		--use-existing --dbname=lf_portable --user=lf_owner \
+		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
+		--inputdir="$ISO" --outputdir="$LF_WORK/out/iso_$t" "$t" >"$LF_WORK/out/iso_$t.log" 2>&1; then
+		passed=$((passed + 1)); echo "ok     isolation/$t"
+	else
+		failed=$((failed + 1)); failures+=("isolation/$t"); echo "FAILED isolation/$t"
+		[ -f "$LF_WORK/out/iso_$t/regression.diffs" ] && head -n "${LF_DIFF_LINES:-60}" "$LF_WORK/out/iso_$t/regression.diffs"
+		[ -f "$LF_WORK/out/iso_$t/regression.diffs" ] || tail -n 20 "$LF_WORK/out/iso_$t.log"
+	fi
+done
+
+# LF_PORTABLE_UPDATE_ALT=1: after a change to the trigger moved the line
+# numbers of the CONTEXT lines, write the results of the files that have an
+# alternative into it, then check them as above (run again to see them pass)
+if [ "${LF_PORTABLE_UPDATE_ALT:-0}" = 1 ]; then
+	for f in "$LF_SRC"/test/portable/expected/*_1.out; do
+		t=$(basename "$f" _1.out)
+		[ -f "$LF_WORK/out/$t/results/$t.out" ] && cp "$LF_WORK/out/$t/results/$t.out" "$top/test/portable/expected/${t}_1.out"
+		[ -f "$top/test/portable/expected/${t}_1.out" ] && check_alt "$top/test/portable/expected/${t}_1.out" "$top/expected/$t.out"
+	done
+	for f in "$LF_SRC"/test/portable/expected/isolation/*_1.out; do
+		t=$(basename "$f" _1.out)
+		[ -f "$LF_WORK/out/iso_$t/results/$t.out" ] && cp "$LF_WORK/out/iso_$t/results/$t.out" "$top/test/portable/expected/isolation/${t}_1.out"
+		check_alt "$top/test/portable/expected/isolation/${t}_1.out" "$top/test/expected/$t.out"
+	done
+	[ "$bad_alt" = 0 ] && echo "alternatives updated in $top/test/portable/expected (review: git diff)"
+fi
+
+[ ${#failures[@]} -gt 0 ] && [ "${LF_KEEP:-0}" = 1 ] && echo "diffs: $LF_WORK/out/<test>/regression.diffs"
+echo "portable: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
