@@ -10,17 +10,22 @@
 -- edition: portable/README.md.
 --
 -- Every function pins search_path to pg_catalog, pg_temp and names every
--- object schema-qualified.  SECURITY DEFINER is used for exactly two
+-- object schema-qualified.  SECURITY DEFINER is used for exactly three
 -- functions, which write objects on which nobody else has the privilege
 -- (the C edition does it in C, without a privilege check):
---   next_generation()    nextval on lease_fence.generation_seq: nobody may
---                        setval it backwards or draw from it otherwise
---                        (SELECT on it is PUBLIC's: last_value is no secret);
+--   next_generation()    nextval on lease_fence.generation_seq (and a new
+--                        epoch on a new timeline): nobody may setval it
+--                        backwards or draw from it otherwise (SELECT on it
+--                        is PUBLIC's: last_value is no secret);
+--   next_generation(bigint)  the same after moving the sequence at most
+--                        2^24 up (the heal of a stale answer); EXECUTE is
+--                        not PUBLIC's;
 --   fence_resource(text) writes lease_fence.resource_generation, which
 --                        nobody may write directly (a direct UPDATE could
 --                        lower a stored fence); EXECUTE is not PUBLIC's.
 -- They run as the installing role (the database owner), take no SQL text
--- from the caller, and touch only those two objects.
+-- from the caller, and touch only those objects (and
+-- lease_fence.generation_timeline, the timeline of the current epoch).
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -82,29 +87,175 @@ GRANT USAGE ON SCHEMA lease_fence TO PUBLIC;
 CREATE SEQUENCE IF NOT EXISTS lease_fence.generation_seq AS bigint MINVALUE 1 NO CYCLE;
 REVOKE ALL ON SEQUENCE lease_fence.generation_seq FROM PUBLIC;
 
--- next_generation(): nextval, and an xid, so that the calling transaction's
--- COMMIT flushes the WAL that covers the value (a plain nextval in a
--- transaction without an xid is not flushed at commit).  See README.md.
-CREATE OR REPLACE FUNCTION lease_fence.next_generation()
+-- A generation is (epoch << 40) + counter, as in the C edition.  A new
+-- timeline (a promotion, a point-in-time recovery) starts a new epoch,
+-- above every value the timeline it branched off could have handed out.
+-- The timeline is read from the name of the current WAL file
+-- (pg_walfile_name(pg_current_wal_lsn()), which PUBLIC may call in
+-- PostgreSQL); where a service does not allow that, wal_timeline() is NULL
+-- and there is no timeline check (README.md says so).
+CREATE OR REPLACE FUNCTION lease_fence.wal_timeline()
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
-SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	RETURN ('x' || pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+EXCEPTION WHEN OTHERS THEN
+	RETURN NULL;
+END;
+$$;
+
+COMMENT ON FUNCTION lease_fence.wal_timeline() IS
+'the timeline this server writes WAL on, or NULL where it cannot be read (portable edition)';
+
+-- The timeline the current epoch belongs to: one row, NULL where the
+-- timeline could not be read when it was recorded.
+CREATE TABLE IF NOT EXISTS lease_fence.generation_timeline (
+	one boolean PRIMARY KEY DEFAULT true CHECK (one),
+	timeline bigint
+);
+REVOKE ALL ON lease_fence.generation_timeline FROM PUBLIC;
+INSERT INTO lease_fence.generation_timeline (timeline)
+	SELECT lease_fence.wal_timeline()
+	ON CONFLICT (one) DO NOTHING;
+
+-- Draw a generation; with above, first move the sequence past above (the
+-- heal of a stale answer: Redis holds a generation this database may have
+-- issued before a restore, or that a stalled acquirer drew and lost).
+--
+-- Draws hold a shared advisory lock until their transaction ends, and
+-- whatever moves the sequence (a new epoch, a heal) holds it exclusively:
+-- setval, which is not transactional, then never runs between another
+-- draw's read and its nextval, so it never moves the sequence backwards.
+-- The key is the sequence's OID (a bigint; other users of advisory locks
+-- with that number only wait).
+--
+-- A heal moves the sequence only to a value this database could have
+-- issued: in the current epoch and at most 2^24 (16,777,216) past the
+-- highest issued.  Beyond that, XX001 and nothing is moved: a :gen key set
+-- by anybody who may write Redis to 2^63-1 or a timestamp would otherwise
+-- exhaust the generations for good.
+--
+-- The value leaves only through a transaction with an xid, so that its
+-- COMMIT flushes the WAL that covers it (a plain nextval in a transaction
+-- without an xid is not flushed at commit).  Not callable by PUBLIC: the
+-- two SECURITY DEFINER functions below call it.
+CREATE OR REPLACE FUNCTION lease_fence.draw_generation(above bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
+	lock_key CONSTANT bigint := 'lease_fence.generation_seq'::pg_catalog.regclass::pg_catalog.oid::bigint;
+	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
+	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
+	heal_margin CONSTANT bigint := 1::bigint << 24;
+	epoch_max CONSTANT bigint := (1::bigint << 23) - 1;
+	tl bigint;
+	known bigint;
+	last bigint;
+	epoch bigint;
+	target bigint;
 	g bigint;
 BEGIN
 	IF pg_catalog.pg_is_in_recovery() THEN
 		RAISE EXCEPTION 'cannot draw a generation during recovery' USING ERRCODE = 'read_only_sql_transaction';
 	END IF;
-	g := pg_catalog.nextval('lease_fence.generation_seq'::pg_catalog.regclass);
+	IF above < 0 THEN
+		RAISE EXCEPTION 'above must not be negative' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	tl := lease_fence.wal_timeline();
+	SELECT t.timeline INTO known FROM lease_fence.generation_timeline t;
+	IF above IS NULL AND (tl IS NULL OR tl <= known) THEN
+		PERFORM pg_catalog.pg_advisory_xact_lock_shared(lock_key);
+	ELSE
+		-- moves the sequence: no draw runs meanwhile
+		PERFORM pg_catalog.pg_advisory_xact_lock(lock_key);
+		SELECT t.timeline INTO known FROM lease_fence.generation_timeline t;
+		last := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
+		epoch := last >> 40;
+		IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
+			IF known IS NOT NULL THEN
+				-- a new timeline: the current epoch plus its number, as the C edition
+				target := epoch + tl;
+				IF target > epoch_max THEN
+					RAISE EXCEPTION 'no generation epoch is left for timeline %', tl
+						USING ERRCODE = 'program_limit_exceeded',
+						      DETAIL = pg_catalog.format('The current epoch is %s and epochs go up to %s.', epoch, epoch_max);
+				END IF;
+				PERFORM pg_catalog.setval(seq, target << 40);
+				RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, epoch, target;
+				last := target << 40;
+				epoch := target;
+			END IF;
+			INSERT INTO lease_fence.generation_timeline AS t (timeline) VALUES (tl)
+				ON CONFLICT (one) DO UPDATE SET timeline = excluded.timeline;
+		END IF;
+		IF above IS NOT NULL AND above >= last THEN
+			IF (above >> 40) <> epoch OR above - last > heal_margin OR (above & counter_mask) >= counter_limit - 1 THEN
+				RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', above
+					USING ERRCODE = 'data_corrupted',
+					      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s), and a stale answer moves the generations at most %s past that, within the epoch. Nothing was moved.',
+					                                 last, epoch, heal_margin),
+					      HINT = 'If this database was restored from a backup older than that generation, the database owner moves the generations past it with setval(''lease_fence.generation_seq'', ...) once the value is checked. Otherwise something other than lease_fence wrote the resource''s generation key: delete that key.';
+			END IF;
+			PERFORM pg_catalog.setval(seq, above);
+		END IF;
+	END IF;
+	g := pg_catalog.nextval(seq);
+	IF (g & counter_mask) >= counter_limit THEN
+		RAISE EXCEPTION 'the generations of epoch % are exhausted', g >> 40
+			USING ERRCODE = 'program_limit_exceeded',
+			      DETAIL = pg_catalog.format('lease_fence.generation_seq reached %s; the counter of an epoch has 40 bits, and the last 2^24 values of each are never handed out.', g),
+			      HINT = 'A new timeline (a promotion or a point-in-time recovery) starts a new epoch.';
+	END IF;
 	PERFORM pg_catalog.pg_current_xact_id();
 	RETURN g;
 END;
 $$;
 
+REVOKE EXECUTE ON FUNCTION lease_fence.draw_generation(bigint) FROM PUBLIC;
+
+-- next_generation(): a new generation, strictly greater than every one
+-- returned before.  SECURITY DEFINER: it moves generation_seq, which nobody
+-- else may write.
+CREATE OR REPLACE FUNCTION lease_fence.next_generation()
+RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT lease_fence.draw_generation(NULL)
+$$;
+
 COMMENT ON FUNCTION lease_fence.next_generation() IS
 'draw a new generation, strictly greater than every one returned before (portable edition: durable once the calling transaction commits)';
+
+-- next_generation(above): a new generation greater than above (within
+-- 2^24 of the highest issued, else XX001): how a client-side acquire heals
+-- a stale answer.  SECURITY DEFINER for the same reason; EXECUTE is not
+-- PUBLIC's (each call may move the sequence 2^24 further): grant it to the
+-- roles that take leases.
+CREATE OR REPLACE FUNCTION lease_fence.next_generation(above bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF above IS NULL THEN
+		RAISE EXCEPTION 'above must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	RETURN lease_fence.draw_generation(above);
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.next_generation(bigint) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.next_generation(bigint) IS
+'draw a new generation greater than above, moving the generations at most 2^24 past the highest issued (the heal of a stale answer; portable edition)';
 
 -- The highest generation issued: the sequence's last value (0 before the first draw).
 -- SELECT on the sequence is PUBLIC's (it lets a role read last_value, as
@@ -334,7 +485,7 @@ GRANT SELECT ON lease_fence.resource_fences TO PUBLIC;
 
 -- Checks a fence column of a table as the C trigger's first row does.
 -- Called once per trigger and transaction (the row trigger remembers it in
--- the setting lease_fence.checked, transaction-local; a role that forges it
+-- the setting lease_fence_portable.checked, transaction-local; a role that forges it
 -- only skips these misuse checks, never a fence rule).
 CREATE OR REPLACE FUNCTION lease_fence.check_fence_column(fname text, tbl oid, tgname text, col text)
 RETURNS void
@@ -443,10 +594,10 @@ BEGIN
 
 	-- the column, checked once per trigger and transaction
 	key := TG_RELID::text || '/' || TG_NAME || ';';
-	IF pg_catalog.strpos(COALESCE(pg_catalog.current_setting('lease_fence.checked', true), ''), key) = 0 THEN
+	IF pg_catalog.strpos(COALESCE(pg_catalog.current_setting('lease_fence_portable.checked', true), ''), key) = 0 THEN
 		PERFORM lease_fence.check_fence_column('fence_trigger', TG_RELID, TG_NAME, col);
-		PERFORM pg_catalog.set_config('lease_fence.checked',
-			COALESCE(pg_catalog.current_setting('lease_fence.checked', true), '') || key, true);
+		PERFORM pg_catalog.set_config('lease_fence_portable.checked',
+			COALESCE(pg_catalog.current_setting('lease_fence_portable.checked', true), '') || key, true);
 	END IF;
 
 	-- the current generation (inline lease_fence.current_generation())

@@ -24,14 +24,20 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # the fence-core files that need nothing but the fence API (README.md of
 # portable/ says why the others are left out)
-TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence}
+TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence portable_generations}
 # Files that SET ROLE to roles they create: on PostgreSQL 15 a CREATEROLE
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence "
+AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations "
 
-trap lf_cleanup EXIT
+# the standby of check_timeline, if it was started
+stop_standby() {
+	[ -n "${LF_WORK:-}" ] && [ -f "$LF_WORK/standby/postmaster.pid" ] &&
+		lf_as_user "$PG_BIN/pg_ctl" -D "$LF_WORK/standby" -m immediate -w stop >/dev/null 2>&1
+	return 0
+}
+trap 'stop_standby; lf_cleanup' EXIT
 lf_need_packages || exit 1
 lf_make_workdir "$top" || exit 1
 # no lf_build_install: the C library is not built, so nothing can load it
@@ -59,6 +65,11 @@ IN=$LF_WORK/regress_in
 lf_as_user mkdir -p "$IN/sql" "$IN/expected" "$LF_WORK/out"
 lf_as_user cp "$LF_SRC"/sql/*.sql "$IN/sql/"
 lf_as_user cp "$LF_SRC"/expected/*.out "$IN/expected/"
+# and the portable edition's own files (what only it has: next_generation(above))
+lf_as_user cp "$LF_SRC"/test/portable/sql/*.sql "$IN/sql/"
+for f in "$LF_SRC"/test/portable/expected/*.out; do
+	case $f in *_[0-9].out) ;; *) lf_as_user cp "$f" "$IN/expected/" ;; esac
+done
 # An alternative may differ from the C edition's file only as
 # portable/README.md documents: checked here, so that no alternative can
 # hide a bug.  Allowed: the CONTEXT lines a PL/pgSQL RAISE adds (an error
@@ -130,6 +141,40 @@ for t in $ISO_TESTS; do
 	fi
 done
 
+# A new timeline starts a new epoch: a standby of this server (a base
+# backup), promoted, draws generations above every one the old primary
+# could hand out -- the portable edition reads the timeline from the WAL
+# file name, as any role may.
+check_timeline() {
+	local sb=$LF_WORK/standby port=5434 out hi g1 g2 tl
+	lf_as_user "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$sb" -R -X stream \
+		>"$LF_WORK/basebackup.log" 2>&1 || { cat "$LF_WORK/basebackup.log"; return 1; }
+	echo "port = $port" | lf_as_user tee -a "$sb/postgresql.conf" >/dev/null
+	lf_as_user "$PG_BIN/pg_ctl" -D "$sb" -l "$LF_WORK/standby.log" -w -t 60 start >/dev/null ||
+		{ cat "$LF_WORK/standby.log"; return 1; }
+	sq() { lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$port" -U lf_owner -d lf_portable "$@"; }
+	# the primary goes on drawing after the base backup
+	hi=$(lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -U lf_owner -d lf_portable \
+		-c "SELECT max(lease_fence.next_generation()) FROM generate_series(1, 5)") || return 1
+	out=$(sq -c "SELECT lease_fence.next_generation()" 2>&1)
+	case $out in *"cannot draw a generation during recovery"*) ;; *) echo "standby drew: $out"; return 1 ;; esac
+	lf_as_user "$PG_BIN/pg_ctl" -D "$sb" -w -t 60 promote >/dev/null || return 1
+	g1=$(sq -c "SELECT lease_fence.next_generation()") || return 1
+	g2=$(sq -c "SELECT lease_fence.next_generation()") || return 1
+	tl=$(sq -c "SELECT timeline FROM lease_fence.generation_timeline") || return 1
+	stop_standby
+	echo "old primary's highest $hi; promoted standby (timeline $tl) draws $g1, $g2"
+	# epoch 0 + timeline 2 = epoch 2: the first value is 2^41 + 1
+	[ "$tl" = 2 ] && [ "$g1" = $(((1 << 41) + 1)) ] && [ "$g2" = $((g1 + 1)) ] && [ "$g1" -gt "$hi" ]
+}
+if [ "${LF_PORTABLE_TIMELINE:-1}" = 1 ]; then
+	if check_timeline; then
+		passed=$((passed + 1)); echo "ok     a promoted standby starts a new epoch"
+	else
+		failed=$((failed + 1)); failures+=("timeline"); echo "FAILED a promoted standby starts a new epoch"
+	fi
+fi
+
 # LF_PORTABLE_UPDATE_ALT=1: after a change to the trigger moved the line
 # numbers of the CONTEXT lines, write the results of the files that have an
 # alternative into it, then check them as above (run again to see them pass)
@@ -145,6 +190,14 @@ if [ "${LF_PORTABLE_UPDATE_ALT:-0}" = 1 ]; then
 		check_alt "$top/test/portable/expected/isolation/${t}_1.out" "$top/test/expected/$t.out"
 	done
 	[ "$bad_alt" = 0 ] && echo "alternatives updated in $top/test/portable/expected (review: git diff)"
+fi
+
+# a server built with assertions (LF_PG=15-cassert, 18) logged no failed
+# Assert and nothing logged a PANIC
+if ! grep -HnE '^TRAP:|PANIC:' "$LF_WORK/postgres.log" "$LF_WORK"/standby.log 2>/dev/null; then
+	passed=$((passed + 1)); echo "ok     logs: no TRAP or PANIC"
+else
+	failed=$((failed + 1)); failures+=("logs"); echo "FAILED logs: a TRAP or PANIC"
 fi
 
 [ ${#failures[@]} -gt 0 ] && [ "${LF_KEEP:-0}" = 1 ] && echo "diffs: $LF_WORK/out/<test>/regression.diffs"
