@@ -11,6 +11,9 @@
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
+#   - portable     (test/portable/run.sh: the portable edition installed by
+#                  a non-superuser owner on a server without the C library,
+#                  the fence core's regress and isolation tests against it)
 #   - clients      (test/clients/run.sh: the Python, Node.js and Java
 #                  libraries, built, installed and tested; PgBouncer)
 #   - demo         (demo/run.sh from a directory the postgres user cannot enter)
@@ -29,8 +32,8 @@
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: layers
-#                                  regress isolation server tap clients
-#                                  demo valgrind faults logs)
+#                                  regress isolation server tap portable
+#                                  clients demo valgrind faults logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
@@ -57,7 +60,7 @@ failed=0
 # valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
 # written for, and so does the brief fault-injection run (faults); on the
 # others only when LF_SUITES names them
-default_suites="layers regress isolation server tap clients demo logs"
+default_suites="layers regress isolation server tap portable clients demo logs"
 [ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind faults"
 suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
@@ -188,6 +191,20 @@ if want tap; then
 	fi
 	passed=$((passed + ok)); failed=$((failed + bad))
 	lf_log "tap: $ok passed, $bad failed"
+fi
+
+# the portable edition (a runner with a server of its own, without the C library)
+if want portable; then
+	lf_log "portable"
+	bash "$top/test/portable/run.sh" >"$LF_WORK/portable.out" 2>&1
+	rc=$?
+	sed -E 's/^portable: ([0-9]+ passed, [0-9]+ failed)$/== portable: \1/' "$LF_WORK/portable.out"
+	ok=$(sed -nE 's/^portable: ([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/portable.out" | tail -n 1)
+	bad=$(sed -nE 's/^portable: [0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/portable.out" | tail -n 1)
+	ok=${ok:-0}; bad=${bad:-0}
+	[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "portable: $ok passed, $bad failed"
 fi
 
 # the client libraries: Python, Node.js, Java (a runner with servers of its own;

@@ -107,14 +107,17 @@ def main():
                   ("builtin", "suppress_redundant_updates_trigger (built-in C)"),
                   ("plpgsql", "PL/pgSQL fence trigger"),
                   ("lf_new", "lease_fence, new generation (fence rewritten)"),
-                  ("lf_same", "lease_fence, same generation (fence compared)")]
+                  ("lf_same", "lease_fence, same generation (fence compared)"),
+                  ("portable", "portable edition (PL/pgSQL), new generation")]
         have_ir = ("update_ir", "none") in rep.data
         out(f"   {'':<48} {'wall':>10}  {'':<12} {'CPU':>10}  {'':<12} {'Ir/row':>7} {'trigger':>8}")
         for v, label in labels:
+            if ("update", v) not in rep.data:
+                continue
             lo, hi = rep.rng("update", v)
             clo, chi = rep.rng("update_cpu", v)
             ir = trig = ""
-            if have_ir:
+            if have_ir and ("update_ir", v) in rep.data:
                 ir = f"{rep.med('update_ir', v):7.0f}"
                 if v != "none":
                     trig = f"{rep.med('update_ir', v) - rep.med('update_ir', 'none'):+8.0f}"
@@ -138,6 +141,12 @@ def main():
         rep.ratio("1  lease_fence new gen / PL/pgSQL fence, wall", u("lf_new"), u("plpgsql"))
         rep.ratio("1  lease_fence new gen / no trigger, wall", u("lf_new"), u("none"))
         rep.ratio("1  built-in C trigger / no trigger, wall", u("builtin"), u("none"))
+        if ("update", "portable") in rep.data:
+            # the portable edition's trigger against the C edition's, both
+            # rewriting every row's fence to a new generation
+            rep.ratio("1  portable edition / C edition, new gen, wall", u("portable"), u("lf_new"), 1.5, "max")
+            rep.ratio("1  portable edition / C edition, new gen, CPU",
+                      rep.series("update_cpu", "portable"), rep.series("update_cpu", "lf_new"), 1.5, "max")
         out()
 
     # -- 2 --

@@ -132,23 +132,43 @@ if want 1; then	# the same schema, smaller, for the instruction counts (section 
 	same_gen_cg=$(psql_u -d cg -c "SELECT fence FROM u_lf_same WHERE id = 1")
 fi
 same_gen=$(psql_u -c "SELECT fence FROM u_lf_same WHERE id = 1")
+if want 1; then	# the portable edition: database p, installed by a non-superuser owner
+	psql_u -c "CREATE ROLE lf_portable_owner LOGIN" -c "CREATE DATABASE p OWNER lf_portable_owner" &&
+	psql_u -U lf_portable_owner -d p -f "$LF_SRC/portable/lease_fence_portable.sql" &&
+	psql_u -U lf_portable_owner -d p -v rows="$ROWS" <<'SQL' >"$raw/setup_p.out" 2>&1 || { cat "$raw/setup_p.out"; die "setup of database p failed"; }
+CREATE TABLE u_portable (id int PRIMARY KEY, v bigint NOT NULL, pad text NOT NULL,
+                         fence bigint NOT NULL DEFAULT 0) WITH (autovacuum_enabled = off);
+SELECT lease_fence.protect('u_portable');
+INSERT INTO u_portable SELECT i, i, md5(i::text), 0 FROM generate_series(1, :rows) i;
+SELECT lease_fence.next_generation() AS g \gset
+BEGIN;
+SET LOCAL lease_fence.generation = :g;
+UPDATE u_portable SET v = v + 1;
+COMMIT;
+SQL
+fi
 
 # ---------------------------------------------------------------------
 # 1. the bulk UPDATE, four ways (and lease_fence twice)
 # ---------------------------------------------------------------------
 if want 1; then
 lf_log "1. $ROWS-row UPDATE: no trigger, built-in C trigger, PL/pgSQL fence, lease_fence"
-declare -A utable=([none]=u_none [builtin]=u_builtin [plpgsql]=u_plpgsql [lf_new]=u_lf [lf_same]=u_lf_same)
+declare -A utable=([none]=u_none [builtin]=u_builtin [plpgsql]=u_plpgsql [lf_new]=u_lf [lf_same]=u_lf_same [portable]=u_portable)
 # the backend's own CPU time (ns, from the scheduler): unlike the wall time
 # it does not count waiting for a CPU, so other load on the machine disturbs
 # it less
 cpu_now="split_part(pg_read_file('/proc/self/schedstat'), ' ', 1)::bigint"
 for ((r = 0; r <= ROUNDS; r++)); do
 	gen=$(psql_u -c "SELECT lease_fence.next_generation()")
-	for v in $(rotate "$r" none builtin plpgsql lf_new lf_same); do
+	# (the portable edition's generations are its own database's)
+	pgen=$(psql_u -U lf_portable_owner -d p -c "SELECT lease_fence.next_generation()")
+	for v in $(rotate "$r" none builtin plpgsql lf_new lf_same portable); do
 		g=$gen
+		db=postgres
 		[ "$v" = lf_same ] && g=$same_gen
-		out=$(psql_u <<SQL 2>&1
+		# (as the superuser, like the others: the CPU time is read from /proc)
+		[ "$v" = portable ] && g=$pgen && db=p
+		out=$(psql_u -d "$db" <<SQL 2>&1
 VACUUM ${utable[$v]};
 BEGIN;
 SET LOCAL lease_fence.generation = $g;
