@@ -10,7 +10,8 @@
 -- edition: portable/README.md.
 --
 -- Every function pins search_path to pg_catalog, pg_temp and names every
--- object schema-qualified.  SECURITY DEFINER is used for exactly three
+-- object schema-qualified, except fence_trigger(), whose every operator,
+-- function and type is qualified instead (it says why).  SECURITY DEFINER is used for exactly three
 -- functions, which write objects on which nobody else has the privilege
 -- (the C edition does it in C, without a privilege check):
 --   next_generation()    nextval on lease_fence.generation_seq (and a new
@@ -521,11 +522,17 @@ BEGIN
 END;
 $$;
 
--- BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW.  Arguments: the fence
--- column (default fence), 'lenient' (default) or 'strict', 'issued'
--- (default) or 'external'.  The rules are fence_trigger.c's, line by line.
-CREATE OR REPLACE FUNCTION lease_fence.fence_trigger()
-RETURNS trigger
+-- The rules of the row fence, fence_trigger.c's line by line: what
+-- fence_trigger() runs for every row its short path does not take.  The
+-- trigger's variables come as arguments (TG_OP, TG_LEVEL, ...), OLD and NEW
+-- as old_row / new_row (NULL where the trigger has none); it returns the row
+-- the trigger returns, or raises the fence's error.  EXECUTE is PUBLIC's, as
+-- it must be for every writer's trigger: called directly it only computes
+-- (and sets the caller's own lease_fence_portable settings).
+CREATE OR REPLACE FUNCTION lease_fence.fence_rules(tg_op text, tg_level text, tg_when text,
+	tg_relid oid, tg_name text, tg_schema text, tg_table text, tg_nargs integer, tg_argv text[],
+	old_row record, new_row record)
+RETURNS record
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -545,57 +552,57 @@ DECLARE
 BEGIN
 	-- how it was fired and its arguments: the usual case (as protect()
 	-- makes the trigger) in one test, everything else checked in full
-	IF TG_LEVEL = 'ROW' AND TG_WHEN = 'BEFORE' AND TG_NARGS = 3
-	   AND TG_ARGV[1] IN ('lenient', 'strict') AND TG_ARGV[2] IN ('issued', 'external') THEN
-		col := TG_ARGV[0];
-		is_strict := TG_ARGV[1] = 'strict';
-		check_issued := TG_ARGV[2] = 'issued';
+	IF tg_level = 'ROW' AND tg_when = 'BEFORE' AND tg_nargs = 3
+	   AND tg_argv[1] IN ('lenient', 'strict') AND tg_argv[2] IN ('issued', 'external') THEN
+		col := tg_argv[0];
+		is_strict := tg_argv[1] = 'strict';
+		check_issued := tg_argv[2] = 'issued';
 	ELSE
-		IF TG_LEVEL <> 'ROW' THEN
+		IF tg_level <> 'ROW' THEN
 			RAISE EXCEPTION 'fence_trigger: must be fired for each row'
 				USING ERRCODE = 'trigger_protocol_violated',
-				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is a statement-level trigger.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is a statement-level trigger.', tg_name, tg_schema, tg_table);
 		END IF;
-		IF TG_WHEN <> 'BEFORE' THEN
+		IF tg_when <> 'BEFORE' THEN
 			RAISE EXCEPTION 'fence_trigger: must be fired BEFORE the write'
 				USING ERRCODE = 'trigger_protocol_violated',
-				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is not a BEFORE trigger; only a BEFORE trigger can check the row before it is written.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME);
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I is not a BEFORE trigger; only a BEFORE trigger can check the row before it is written.', tg_name, tg_schema, tg_table);
 		END IF;
-		IF TG_NARGS > 3 THEN
+		IF tg_nargs > 3 THEN
 			RAISE EXCEPTION 'fence_trigger: too many arguments'
 				USING ERRCODE = 'trigger_protocol_violated',
-				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I has %s arguments; it takes the fence column, the mode and the tokens.', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_NARGS);
+				      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I has %s arguments; it takes the fence column, the mode and the tokens.', tg_name, tg_schema, tg_table, tg_nargs);
 		END IF;
 		-- (exact spellings first: lower() is not free on every row)
-		IF TG_NARGS >= 2 THEN
-			IF TG_ARGV[1] = 'strict' OR (TG_ARGV[1] <> 'lenient' AND pg_catalog.lower(TG_ARGV[1]) = 'strict') THEN
+		IF tg_nargs >= 2 THEN
+			IF tg_argv[1] = 'strict' OR (tg_argv[1] <> 'lenient' AND pg_catalog.lower(tg_argv[1]) = 'strict') THEN
 				is_strict := true;
-			ELSIF TG_ARGV[1] <> 'lenient' AND pg_catalog.lower(TG_ARGV[1]) <> 'lenient' THEN
-				RAISE EXCEPTION 'fence_trigger: unknown mode "%"', TG_ARGV[1]
+			ELSIF tg_argv[1] <> 'lenient' AND pg_catalog.lower(tg_argv[1]) <> 'lenient' THEN
+				RAISE EXCEPTION 'fence_trigger: unknown mode "%"', tg_argv[1]
 					USING ERRCODE = 'invalid_parameter_value',
-					      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names mode "%s".', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]),
+					      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names mode "%s".', tg_name, tg_schema, tg_table, tg_argv[1]),
 					      HINT = 'The mode is "lenient" or "strict".';
 			END IF;
-			IF TG_NARGS = 3 AND TG_ARGV[2] <> 'issued' THEN
-				IF TG_ARGV[2] = 'external' OR pg_catalog.lower(TG_ARGV[2]) = 'external' THEN
+			IF tg_nargs = 3 AND tg_argv[2] <> 'issued' THEN
+				IF tg_argv[2] = 'external' OR pg_catalog.lower(tg_argv[2]) = 'external' THEN
 					check_issued := false;
-				ELSIF pg_catalog.lower(TG_ARGV[2]) <> 'issued' THEN
-					RAISE EXCEPTION 'fence_trigger: unknown tokens "%"', TG_ARGV[2]
+				ELSIF pg_catalog.lower(tg_argv[2]) <> 'issued' THEN
+					RAISE EXCEPTION 'fence_trigger: unknown tokens "%"', tg_argv[2]
 						USING ERRCODE = 'invalid_parameter_value',
-						      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names tokens "%s".', TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[2]),
+						      DETAIL = pg_catalog.format('Trigger "%s" on table %I.%I names tokens "%s".', tg_name, tg_schema, tg_table, tg_argv[2]),
 						      HINT = 'The tokens are "issued" (generations of this database) or "external".';
 				END IF;
 			END IF;
 		END IF;
-		IF TG_NARGS >= 1 THEN
-			col := TG_ARGV[0];
+		IF tg_nargs >= 1 THEN
+			col := tg_argv[0];
 		END IF;
 	END IF;
 
 	-- the column, checked once per trigger and transaction
-	key := TG_RELID::text || '/' || TG_NAME || ';';
+	key := tg_relid::text || '/' || tg_name || ';';
 	IF pg_catalog.strpos(COALESCE(pg_catalog.current_setting('lease_fence_portable.checked', true), ''), key) = 0 THEN
-		PERFORM lease_fence.check_fence_column('fence_trigger', TG_RELID, TG_NAME, col);
+		PERFORM lease_fence.check_fence_column('fence_trigger', tg_relid, tg_name, col);
 		PERFORM pg_catalog.set_config('lease_fence_portable.checked',
 			COALESCE(pg_catalog.current_setting('lease_fence_portable.checked', true), '') || key, true);
 	END IF;
@@ -615,33 +622,41 @@ BEGIN
 	-- as the current generation, the current generation not stale and
 	-- issued; it becomes the row's fence.  Anything else takes the full
 	-- rules below, which raise what applies.
-	IF TG_OP = 'UPDATE' AND g IS NOT NULL AND col = 'fence' THEN
-		s := OLD.fence;
-		n := NEW.fence;
+	IF tg_op = 'UPDATE' AND g IS NOT NULL AND col = 'fence' THEN
+		s := old_row.fence;
+		n := new_row.fence;
 		IF s <= g AND (n <= s OR n = g)
 		   AND (NOT check_issued OR g = 0
 		        OR g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)) THEN
-			NEW.fence := g;
-			RETURN NEW;
+			-- fence_trigger() may take its short path for this trigger and
+			-- this current generation until the transaction ends: its
+			-- arguments are protect()'s, the column is checked, and the
+			-- generation is issued (or need not be)
+			IF tg_nargs = 3 AND tg_argv[0] = 'fence' AND gs = g::text THEN
+				PERFORM pg_catalog.set_config('lease_fence_portable.fast',
+					pg_catalog.concat(tg_relid, '/', tg_name, ':', gs), true);
+			END IF;
+			new_row.fence := g;
+			RETURN new_row;
 		END IF;
 	END IF;
 
-	IF TG_OP = 'DELETE' THEN
+	IF tg_op = 'DELETE' THEN
 		IF g IS NOT NULL THEN
 			IF check_issued AND g > 0 THEN
 				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
 				IF g > hi THEN
 					RAISE EXCEPTION 'unissued generation: write rejected by fence'
 						USING ERRCODE = 'LF004',
-						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, g, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
-						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
 			END IF;
 			IF col = 'fence' THEN
-				s := OLD.fence;
+				s := old_row.fence;
 			ELSE
-				s := (pg_catalog.to_jsonb(OLD) OPERATOR(pg_catalog.->>) col)::bigint;
+				s := (pg_catalog.to_jsonb(old_row) OPERATOR(pg_catalog.->>) col)::bigint;
 			END IF;
 			IF s IS NOT NULL AND g < s THEN
 				supplied := g;
@@ -650,75 +665,75 @@ BEGIN
 		ELSIF is_strict THEN
 			RAISE EXCEPTION 'missing generation: write rejected by fence'
 				USING ERRCODE = 'LF002',
-				      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+				      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', tg_schema, tg_table),
 				      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 		END IF;
 		IF supplied IS NULL THEN
-			RETURN OLD;
+			RETURN old_row;
 		END IF;
-	ELSIF TG_OP = 'INSERT' THEN
+	ELSIF tg_op = 'INSERT' THEN
 		IF col = 'fence' THEN
-			n := NEW.fence;
+			n := new_row.fence;
 		ELSE
-			n := (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.->>) col)::bigint;
+			n := (pg_catalog.to_jsonb(new_row) OPERATOR(pg_catalog.->>) col)::bigint;
 		END IF;
 		IF g IS NULL THEN
 			IF is_strict THEN
 				RAISE EXCEPTION 'missing generation: write rejected by fence'
 					USING ERRCODE = 'LF002',
-					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', tg_schema, tg_table),
 					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 			IF n IS NULL THEN
 				RAISE EXCEPTION 'missing generation: write rejected by fence'
 					USING ERRCODE = 'LF002',
-					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', tg_schema, tg_table, col),
 					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 			IF check_issued AND n > 0 THEN
 				hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
 				IF n > hi THEN
 					RAISE EXCEPTION 'unissued generation: write rejected by fence'
 						USING ERRCODE = 'LF004',
-						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, hi),
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, n, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
-						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
 			END IF;
-			RETURN NEW;
+			RETURN new_row;
 		END IF;
 		IF check_issued AND g > 0 THEN
 			hi := COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0);
 			IF g > hi THEN
 				RAISE EXCEPTION 'unissued generation: write rejected by fence'
 					USING ERRCODE = 'LF004',
-					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, g, hi),
 					      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 		END IF;
 		IF n = g THEN
-			RETURN NEW;
+			RETURN new_row;
 		END IF;
 	ELSE
 		-- UPDATE
 		IF col = 'fence' THEN
-			s := OLD.fence;
-			n := NEW.fence;
+			s := old_row.fence;
+			n := new_row.fence;
 		ELSE
-			s := (pg_catalog.to_jsonb(OLD) OPERATOR(pg_catalog.->>) col)::bigint;
-			n := (pg_catalog.to_jsonb(NEW) OPERATOR(pg_catalog.->>) col)::bigint;
+			s := (pg_catalog.to_jsonb(old_row) OPERATOR(pg_catalog.->>) col)::bigint;
+			n := (pg_catalog.to_jsonb(new_row) OPERATOR(pg_catalog.->>) col)::bigint;
 		END IF;
 		written := n IS DISTINCT FROM s;
 		IF written AND n IS NULL THEN
 			RAISE EXCEPTION 'missing generation: write rejected by fence'
 				USING ERRCODE = 'LF002',
-				      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+				      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', tg_schema, tg_table, col),
 				      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+				      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 		END IF;
 		IF g IS NOT NULL THEN
 			-- a full-row save: a fence written at or below the stored one is
@@ -729,9 +744,9 @@ BEGIN
 			IF written AND n <> g THEN
 				RAISE EXCEPTION 'conflicting generation: write rejected by fence'
 					USING ERRCODE = 'LF003',
-					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the statement writes %s but the current generation is %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, g),
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the statement writes %s but the current generation is %s.', tg_schema, tg_table, col, n, g),
 					      HINT = 'Leave the fence column out of the statement, or write the current generation into it.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 			supplied := g;
 			IF check_issued AND g > 0 THEN
@@ -739,25 +754,25 @@ BEGIN
 				IF g > hi THEN
 					RAISE EXCEPTION 'unissued generation: write rejected by fence'
 						USING ERRCODE = 'LF004',
-						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, g, hi),
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, g, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
-						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
 			END IF;
 		ELSE
 			IF is_strict THEN
 				RAISE EXCEPTION 'missing generation: write rejected by fence'
 					USING ERRCODE = 'LF002',
-					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', TG_TABLE_SCHEMA, TG_TABLE_NAME),
+					      DETAIL = pg_catalog.format('Table %I.%I is fenced in strict mode and no current generation is set.', tg_schema, tg_table),
 					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 			IF n IS NULL THEN
 				RAISE EXCEPTION 'missing generation: write rejected by fence'
 					USING ERRCODE = 'LF002',
-					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": the fence would be NULL, and a NULL fence is never accepted.', tg_schema, tg_table, col),
 					      HINT = 'Set the current generation with lease_fence.set_generation() or SET LOCAL lease_fence.generation.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 			END IF;
 			supplied := n;
 			IF written AND check_issued AND n > 0 THEN
@@ -765,36 +780,78 @@ BEGIN
 				IF n > hi THEN
 					RAISE EXCEPTION 'unissued generation: write rejected by fence'
 						USING ERRCODE = 'LF004',
-						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, n, hi),
+						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, n, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
-						      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
 			END IF;
 		END IF;
 	END IF;
 
 	-- UPDATE and DELETE: the stale check
-	IF TG_OP <> 'INSERT' AND s IS NOT NULL AND supplied < s THEN
+	IF tg_op <> 'INSERT' AND s IS NOT NULL AND supplied < s THEN
 		RAISE EXCEPTION 'stale generation: write rejected by fence'
 			USING ERRCODE = 'LF001',
-			      DETAIL = pg_catalog.format('Table %I.%I, column "%s": stored generation %s, supplied generation %s.', TG_TABLE_SCHEMA, TG_TABLE_NAME, col, s, supplied),
+			      DETAIL = pg_catalog.format('Table %I.%I, column "%s": stored generation %s, supplied generation %s.', tg_schema, tg_table, col, s, supplied),
 			      HINT = 'A holder with a newer generation has written this row; this writer''s lease is gone. Stop, and acquire a new generation before writing again.',
-			      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
+			      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 	END IF;
-	IF TG_OP = 'DELETE' THEN
-		RETURN OLD;
+	IF tg_op = 'DELETE' THEN
+		RETURN old_row;
 	END IF;
-	IF TG_OP = 'UPDATE' AND n = supplied THEN
-		RETURN NEW;
+	IF tg_op = 'UPDATE' AND n = supplied THEN
+		RETURN new_row;
 	END IF;
 
 	-- the row's fence becomes the current generation
 	IF col = 'fence' THEN
-		NEW.fence := g;
+		new_row.fence := g;
 	ELSE
-		NEW := pg_catalog.jsonb_populate_record(NEW, pg_catalog.jsonb_build_object(col, g));
+		new_row := pg_catalog.jsonb_populate_record(new_row, pg_catalog.jsonb_build_object(col, g));
 	END IF;
-	RETURN NEW;
+	RETURN new_row;
+END;
+$$;
+
+-- BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW.  Arguments: the fence
+-- column (default fence), 'lenient' (default) or 'strict', 'issued'
+-- (default) or 'external'.
+--
+-- The short path: an UPDATE under the same current generation as a row
+-- before it in this transaction that fence_rules() let through on its own
+-- short path for this trigger (it set lease_fence_portable.fast): the
+-- stored fence at or below the generation, the fence left alone, written at
+-- or below the stored one (a full-row save) or as the generation; the row's
+-- fence becomes the generation.  Every other row goes to fence_rules().
+--
+-- No SET search_path here, on purpose: setting it costs about as much per
+-- row as the rest of the short path.  Instead nothing below depends on it:
+-- every operator is OPERATOR(pg_catalog.x), every function and type is
+-- schema-qualified, and fence_rules() pins search_path for itself.  (The
+-- function is compiled and its expressions planned under the caller's
+-- search_path; with everything qualified, the plans are the same under any.)
+-- A writer that sets lease_fence_portable.fast itself skips only what the
+-- short path skips, for its own writes: the column check and LF004; never
+-- LF001 or LF003, which the short path checks itself.
+CREATE OR REPLACE FUNCTION lease_fence.fence_trigger()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+	g pg_catalog.int8;
+BEGIN
+	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE'
+	   AND pg_catalog.current_setting('lease_fence_portable.fast', true) OPERATOR(pg_catalog.=)
+	       pg_catalog.concat(TG_RELID, '/', TG_NAME, ':', pg_catalog.current_setting('lease_fence.generation', true)) THEN
+		g := pg_catalog.current_setting('lease_fence.generation')::pg_catalog.int8;
+		IF OLD.fence OPERATOR(pg_catalog.<=) g
+		   AND (NEW.fence OPERATOR(pg_catalog.<=) OLD.fence OR NEW.fence OPERATOR(pg_catalog.=) g) THEN
+			NEW.fence := g;
+			RETURN NEW;
+		END IF;
+	END IF;
+	RETURN lease_fence.fence_rules(TG_OP, TG_LEVEL, TG_WHEN, TG_RELID, TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME,
+	                               TG_NARGS, TG_ARGV, OLD, NEW);
 END;
 $$;
 
