@@ -44,6 +44,9 @@ lf_make_workdir "$top" || exit 1
 lf_start_pg || exit 1
 
 PSQL=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1)
+# pg_regress and pg_isolation_regress: PGXS's (Debian's package and a
+# source build keep it in different places; pg_config knows)
+PGXS_DIR=$("$PG_CONFIG" --pkglibdir)/pgxs
 # CREATEROLE and SET on session_replication_role: what a managed service's
 # database owner typically has (rds_superuser, cloudsqlsuperuser, ...) and
 # what the files below use
@@ -104,7 +107,7 @@ passed=0 failed=0 failures=()
 for t in $TESTS; do
 	user=lf_owner
 	case "$AS_SUPERUSER" in *" $t "*) user=postgres ;; esac
-	if lf_as_user "$PG_BIN/../lib/pgxs/src/test/regress/pg_regress" \
+	if lf_as_user "$PGXS_DIR/src/test/regress/pg_regress" \
 		--use-existing --dbname=lf_portable --user="$user" \
 		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
 		--inputdir="$IN" --outputdir="$LF_WORK/out/$t" "$t" >"$LF_WORK/out/$t.log" 2>&1; then
@@ -129,7 +132,7 @@ for t in $ISO_TESTS; do
 	fi
 done
 for t in $ISO_TESTS; do
-	if lf_as_user "$PG_BIN/../lib/pgxs/src/test/isolation/pg_isolation_regress" \
+	if lf_as_user "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
 		--use-existing --dbname=lf_portable --user=lf_owner \
 		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
 		--inputdir="$ISO" --outputdir="$LF_WORK/out/iso_$t" "$t" >"$LF_WORK/out/iso_$t.log" 2>&1; then
