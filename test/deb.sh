@@ -72,13 +72,14 @@ src=$out/lease_fence-$version
 dist_complete() {
 	local f missing=0
 	for f in META.json README.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
-		$(sed -nE 's/^DATA = //p' "$top/Makefile") scripts/embed.sh $(cd "$top" && echo scripts/*.lua); do
+		$(sed -nE 's/^DATA = //p' "$top/Makefile") scripts/embed.sh $(cd "$top" && echo scripts/*.lua) \
+		portable/lease_fence_portable.sql portable/README.md; do
 		[ -f "$src/$f" ] || { echo "missing from the archive: $f"; missing=1; }
 	done
 	[ ! -e "$src/.ci" ] || { echo ".ci is in the archive"; missing=1; }
 	[ "$missing" = 0 ]
 }
-check "the archive has META.json, the control file, every script and the sources" dist_complete
+check "the archive has META.json, the control file, every script, the sources and the portable edition" dist_complete
 meta_matches() {
 	local control
 	control=$(sed -nE "s/^default_version = '([^']+)'.*/\1/p" "$src/lease_fence.control")

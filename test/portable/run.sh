@@ -121,9 +121,15 @@ done
 # EXTENSION lines become no-ops (the portable edition stays installed);
 # nothing else in them changes, and they are compared with test/expected.
 ISO=$LF_WORK/isolation_in
-ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard}
+ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard portable_heal}
 lf_as_user mkdir -p "$ISO/specs" "$ISO/expected"
+# the portable edition's own specs (test/portable/specs) come as they are
+for f in "$LF_SRC"/test/portable/specs/*.spec; do
+	lf_as_user cp "$f" "$ISO/specs/"
+	lf_as_user cp "$LF_SRC/test/portable/expected/isolation/$(basename "$f" .spec).out" "$ISO/expected/" 2>/dev/null
+done
 for t in $ISO_TESTS; do
+	[ -e "$LF_SRC/test/portable/specs/$t.spec" ] && continue
 	sed -E 's/^([[:space:]]*)(CREATE EXTENSION( IF NOT EXISTS)? lease_fence|DROP EXTENSION lease_fence)[^;]*;/\1DO $$BEGIN END$$;/' \
 		"$LF_SRC/test/specs/$t.spec" | lf_as_user tee "$ISO/specs/$t.spec" >/dev/null
 	lf_as_user cp "$LF_SRC/test/expected/$t.out" "$ISO/expected/"
