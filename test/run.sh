@@ -193,34 +193,29 @@ if want tap; then
 	lf_log "tap: $ok passed, $bad failed"
 fi
 
-# the portable edition (a runner with a server of its own, without the C library)
-if want portable; then
-	lf_log "portable"
-	bash "$top/test/portable/run.sh" >"$LF_WORK/portable.out" 2>&1
+# A runner with servers of its own (NAME, its script): its output shown with
+# its closing line renamed "== NAME: N passed, N failed", so that only the
+# total below reads as one; its counts added (no count, or a failing exit
+# without a failure counted, is one failure).  The runner's closing line is
+# "N passed, N failed" or "NAME: N passed, N failed".
+run_runner() {
+	local name=$1 script=$2 out=$LF_WORK/$1.out rc ok bad
+	lf_log "$name"
+	bash "$script" >"$out" 2>&1
 	rc=$?
-	sed -E 's/^portable: ([0-9]+ passed, [0-9]+ failed)$/== portable: \1/' "$LF_WORK/portable.out"
-	ok=$(sed -nE 's/^portable: ([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/portable.out" | tail -n 1)
-	bad=$(sed -nE 's/^portable: [0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/portable.out" | tail -n 1)
+	sed -E "s/^($name: )?([0-9]+ passed, [0-9]+ failed)\$/== $name: \2/" "$out"
+	ok=$(sed -nE "s/^($name: )?([0-9]+) passed, [0-9]+ failed\$/\2/p" "$out" | tail -n 1)
+	bad=$(sed -nE "s/^($name: )?[0-9]+ passed, ([0-9]+) failed\$/\2/p" "$out" | tail -n 1)
 	ok=${ok:-0}; bad=${bad:-0}
 	[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
 	passed=$((passed + ok)); failed=$((failed + bad))
-	lf_log "portable: $ok passed, $bad failed"
-fi
+	lf_log "$name: $ok passed, $bad failed"
+}
 
-# the client libraries: Python, Node.js, Java (a runner with servers of its own;
-# its own closing line is renamed so that only the total below is read as one)
-if want clients; then
-	lf_log "clients"
-	bash "$top/test/clients/run.sh" >"$LF_WORK/clients.out" 2>&1
-	rc=$?
-	sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/clients: \1/' "$LF_WORK/clients.out"
-	ok=$(sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
-	bad=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p' "$LF_WORK/clients.out" | tail -n 1)
-	ok=${ok:-0}; bad=${bad:-0}
-	[ $rc -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
-	passed=$((passed + ok)); failed=$((failed + bad))
-	lf_log "clients: $ok passed, $bad failed"
-fi
+# the portable edition (a server of its own, without the C library)
+want portable && run_runner portable "$top/test/portable/run.sh"
+# the client libraries: Python, Node.js, Java
+want clients && run_runner clients "$top/test/clients/run.sh"
 
 # The README's first command, as a newcomer runs it: from a clone in a
 # directory the postgres user cannot enter (mode 0700, owned by root when we
