@@ -207,7 +207,7 @@ portable_psql() { lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$LF_WOR
 	SQL
 } >"$LF_WORK/setup-portable.log" 2>&1 || { cat "$LF_WORK/setup-portable.log"; exit 1; }
 # the library was not loaded there
-if grep -q lease_fence "$LF_PORTABLE_PGDATA/postgresql.conf" ||
+if grep -qE "^[[:space:]]*(shared|session|local)_preload_libraries.*lease_fence" "$LF_PORTABLE_PGDATA/postgresql.conf" ||
 	[ "$(portable_psql -At -d portabledb -c "SELECT count(*) FROM pg_extension WHERE extname = 'lease_fence'")" != 0 ]; then
 	echo "the portable edition's server has the C library" >&2; exit 1
 fi
