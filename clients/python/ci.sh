@@ -2,8 +2,9 @@
 # clients/python/ci.sh — build the lease-fence package the way Debian's
 # tools do (no network), install the wheel into a fresh venv, run the tests
 # against the harness's servers (test/clients/run.sh) and the example
-# program, and end with "python: N passed, N failed" (test cases + the
-# example; skipped tests are reported on the line before, not counted).
+# programs, and end with "python: N passed, N failed" (test cases, the
+# examples and the check that a build without the repository's scripts/
+# fails; skipped tests are reported on the line before, not counted).
 #
 # Run with cwd = clients/python (a copy); writes only into $LF_CLIENT_WORK.
 set -uo pipefail
@@ -23,17 +24,22 @@ finish() {	# passed failed
 echo "== python: $($PY --version 2>&1) at $PY"
 
 # 1. build sdist + wheel from a copy of the sources (nothing written into the tree)
+#    The copy keeps the repository's layout, clients/python beside scripts/:
+#    setup.py copies ../../scripts/*.lua (the Lua scripts of the client-side
+#    mode) into the wheel and the sdist.
 rm -rf "$work/build" "$work/dist"
-mkdir -p "$work/build" "$work/dist"
-cp -r "$here/." "$work/build/" || finish 0 1
-rm -rf "$work/build/build" "$work/build/dist" "$work/build/src/"*.egg-info
+mkdir -p "$work/build/clients/python" "$work/build/scripts" "$work/dist"
+cp -r "$here/." "$work/build/clients/python/" || finish 0 1
+cp "$src_top"/scripts/*.lua "$work/build/scripts/" || finish 0 1
+bdir=$work/build/clients/python
+rm -rf "$bdir/build" "$bdir/dist" "$bdir/src/"*.egg-info "$bdir/src/lease_fence/scripts"
 if "$PY" -c 'import build' 2>/dev/null; then
 	echo "== python: building sdist and wheel (python3 -m build --no-isolation)"
-	(cd "$work/build" && "$PY" -m build --no-isolation --outdir "$work/dist" .) \
+	(cd "$bdir" && "$PY" -m build --no-isolation --outdir "$work/dist" .) \
 		>"$work/build.log" 2>&1
 else
 	echo "== python: building the wheel (pip wheel --no-build-isolation; no python3-build)"
-	(cd "$work/build" && "$PY" -m pip wheel --no-index --no-build-isolation --no-deps \
+	(cd "$bdir" && "$PY" -m pip wheel --no-index --no-build-isolation --no-deps \
 		--wheel-dir "$work/dist" .) >"$work/build.log" 2>&1
 fi
 rc=$?
@@ -100,15 +106,37 @@ if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
 	failed=1
 fi
 
-# 4. the example program, with the installed package
-example=$src_top/examples/python/two_holders.py
-echo "== python: example $example"
-if [ -f "$example" ] && (cd "$work" && timeout -k 5 60 "$VPY" "$example"); then
-	passed=$((passed + 1))
-	echo "== python: example passed"
-else
+# 4. the example programs, with the installed package (client_side.py: on
+#    the portable edition's database, LF_PORTABLE_PGPORT / LF_PORTABLE_DB)
+for name in two_holders.py client_side.py; do
+	example=$src_top/examples/python/$name
+	echo "== python: example $example"
+	if [ -f "$example" ] && (cd "$work" && timeout -k 5 60 "$VPY" "$example"); then
+		passed=$((passed + 1))
+		echo "== python: example passed"
+	else
+		failed=$((failed + 1))
+		echo "== python: example failed"
+	fi
+done
+
+# 5. a build without the repository's scripts/ fails, and says why
+#    (two levels down: its ../../scripts is $work/noscripts/scripts, absent)
+rm -rf "$work/noscripts"
+nsdir=$work/noscripts/clients/python
+mkdir -p "$nsdir" && cp -r "$here/." "$nsdir/" || finish 0 1
+rm -rf "$nsdir/build" "$nsdir/dist" "$nsdir/src/"*.egg-info "$nsdir/src/lease_fence/scripts"
+if (cd "$nsdir" && "$PY" -m pip wheel --no-index --no-build-isolation --no-deps \
+	--wheel-dir "$work/noscripts/dist" .) >"$work/noscripts.log" 2>&1; then
 	failed=$((failed + 1))
-	echo "== python: example failed"
+	echo "== python: a build without scripts/ succeeded (it must fail)"
+elif grep -q "the Lua scripts .* are missing" "$work/noscripts.log"; then
+	passed=$((passed + 1))
+	echo "== python: a build without scripts/ fails, as it must"
+else
+	cat "$work/noscripts.log"
+	failed=$((failed + 1))
+	echo "== python: a build without scripts/ failed for another reason"
 fi
 
 echo "== python: $skipped skipped (not counted)"

@@ -9,6 +9,9 @@ harness's environment), connections, redis-cli, rows.
   LF_NOREDIS_USER         same grants, its Redis socket does not exist
   LF_REDIS_SOCK           Redis's unix socket (redis-cli: DEL, SET, CLIENT PAUSE)
   LF_BOUNCER_HOST/PORT    PgBouncer, transaction pooling (test_pgbouncer)
+  LF_PORTABLE_PGPORT      server 2 (same PGHOST): the portable edition, no C library
+  LF_PORTABLE_DB          its database (table ``account``, protected)
+  LF_SRC                  the repository (its scripts/*.lua), test_client_side
 """
 
 from __future__ import annotations
@@ -31,12 +34,20 @@ REDIS_SOCK = ENV.get("LF_REDIS_SOCK", "")
 KEY_PREFIX = ENV.get("LF_KEY_PREFIX", "lease_fence:")
 BOUNCER_HOST = ENV.get("LF_BOUNCER_HOST", "")
 BOUNCER_PORT = int(ENV.get("LF_BOUNCER_PORT", "6432"))
+PORTABLE_PORT = ENV.get("LF_PORTABLE_PGPORT", "")
+PORTABLE_DB = ENV.get("LF_PORTABLE_DB", "portabledb")
 
 
 def connect(user: str = APP_USER, host: str = PGHOST, port: int = PGPORT,
             **kw: Any) -> psycopg.Connection:
     """A psycopg 3 connection in autocommit mode, as an application holds one."""
     return psycopg.connect(host=host, port=port, dbname=DATABASE, user=user,
+                           autocommit=True, **kw)
+
+
+def portable_connect(user: str = APP_USER, **kw: Any) -> psycopg.Connection:
+    """A connection to the portable edition's database (server 2)."""
+    return psycopg.connect(host=PGHOST, port=int(PORTABLE_PORT), dbname=PORTABLE_DB, user=user,
                            autocommit=True, **kw)
 
 

@@ -1,0 +1,787 @@
+"""Client-side mode: the application takes the Redis lease itself (redis-py).
+
+For a database that cannot load the C library (managed PostgreSQL with the
+portable edition, ``portable/lease_fence_portable.sql``): the lease is taken
+in Redis by this process, with the very Lua scripts the C library runs
+(shipped in the package, ``lease_fence/scripts/*.lua``, copied from the
+repository's ``scripts/`` at build time), on the same keys; the database is
+used only to draw generations (``lease_fence.next_generation()``, and
+``next_generation(above)`` to heal a stale answer). The Lease it returns
+fences writes exactly as one of the C edition: ``lease_fence.fenced(conn,
+lease)``.
+
+    import redis, lease_fence
+    from lease_fence.client_side import ClientSideLeases
+
+    leases = ClientSideLeases(redis.Redis(host="redis", socket_timeout=0.5,
+                                          socket_connect_timeout=0.5))
+    lease = leases.acquire(conn, "account:1", ttl_ms=30000)
+    try:
+        with lease_fence.fenced(conn, lease):
+            conn.execute("UPDATE account SET owner = 'me' WHERE id = 1")
+    finally:
+        leases.release(conn, lease)
+
+``AsyncClientSideLeases`` is the same with a ``redis.asyncio.Redis`` and
+the connections ``lease_fence.aio`` takes.
+
+Outcomes, as in the C edition: a request that failed before anything was
+sent (no connection) is ``unavailable``, a definite no; a request that may
+have reached Redis (a timeout or a connection lost after sending, an
+unexpected answer) is ``unknown``: never a no, nothing proceeds on it. An
+unknown acquire is released at once, conditionally (release.lua with its
+identity, on a fresh connection, within ``cleanup_timeout_ms``), and the
+Lease says whether that was confirmed (``cleanup``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import random
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Generator, NamedTuple, Optional, Sequence, Tuple
+
+import redis
+from redis.exceptions import (AuthenticationError, BusyLoadingError, NoPermissionError,
+                              NoScriptError, ReadOnlyError, ResponseError)
+
+from ._errors import Lease, LeaseDenied, ReleaseStatus, _lease_error
+from ._sync import _adapter
+
+__all__ = ["ClientSideLeases", "AsyncClientSideLeases", "ClientSideLease", "Script", "SCRIPTS", "DEFAULT_KEY_PREFIX",
+           "DEFAULT_GEN_KEY_TTL_S", "lease_key", "generation_key"]
+
+DEFAULT_KEY_PREFIX = "lease_fence:"          # lease_fence.key_prefix's default
+DEFAULT_GEN_KEY_TTL_S = 604800               # lease_fence.gen_key_ttl_s's default
+DEFAULT_CLEANUP_TIMEOUT_MS = 500
+MAX_RESOURCE_BYTES = 1024                    # LF_MAX_RESOURCE
+MAX_TTL_MS = 1000 * 60 * 60 * 24 * 365 * 100  # the C acquire's limit
+INT_MAX = 2 ** 31 - 1
+MAX_STALE_RETRIES = 3                        # LF_WAIT_MAX_STALE
+_POLL_MAX_S = 0.25                           # LF_WAIT_POLL_MAX_MS
+
+
+# --------------------------------------------------------------------------
+# The scripts: the package's copy of the repository's scripts/*.lua
+# --------------------------------------------------------------------------
+
+class Script(NamedTuple):
+    """A Lua script as shipped: its bytes and the SHA1 Redis names it by."""
+    name: str
+    text: bytes
+    sha1: str
+
+
+def _load_scripts() -> Dict[str, Script]:
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts")
+    out = {}
+    for name in ("acquire", "renew", "release", "check"):
+        path = os.path.join(here, name + ".lua")
+        try:
+            with open(path, "rb") as f:
+                text = f.read()
+        except OSError as e:
+            raise ImportError(f"lease_fence.client_side: the package has no {name}.lua ({e}); "
+                              f"it was built without the repository's scripts/") from e
+        out[name] = Script(name, text, hashlib.sha1(text).hexdigest())
+    return out
+
+
+SCRIPTS: Dict[str, Script] = _load_scripts()
+
+
+# --------------------------------------------------------------------------
+# Keys (src/redis_script.c resource_key())
+# --------------------------------------------------------------------------
+
+def _key(prefix: str, resource: str, gen: bool) -> str:
+    if not resource.startswith("}"):
+        return f"{prefix}{{{resource}}}" + (":gen" if gen else "")
+    hexed = resource.encode("utf-8").hex()
+    return f"{prefix}{{{hexed}}}" + ("#gen" if gen else "#lease")
+
+
+def lease_key(resource: str, key_prefix: str = DEFAULT_KEY_PREFIX) -> str:
+    """The Redis key of a resource's lease, as the C library names it."""
+    return _key(_check_prefix(key_prefix), _check_resource(resource), False)
+
+
+def generation_key(resource: str, key_prefix: str = DEFAULT_KEY_PREFIX) -> str:
+    """The Redis key of a resource's highest granted generation."""
+    return _key(_check_prefix(key_prefix), _check_resource(resource), True)
+
+
+# --------------------------------------------------------------------------
+# Argument checks (the C acquire's, before anything is sent or drawn)
+# --------------------------------------------------------------------------
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} is an int, got {type(value).__name__}")
+    return value
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise TypeError(f"key_prefix is a str, got {type(prefix).__name__}")
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"key_prefix must not contain '{{' or '}}' (the resource in braces is "
+                         f"the key's Redis Cluster hash tag), got {prefix!r}")
+    return prefix
+
+
+def _check_resource(resource: object) -> str:
+    if not isinstance(resource, str):
+        raise TypeError(f"resource is a str, got {type(resource).__name__}")
+    if resource == "":
+        raise ValueError("resource must not be empty")
+    if "\x00" in resource:
+        raise ValueError("resource must not contain NUL")
+    n = len(resource.encode("utf-8"))
+    if n > MAX_RESOURCE_BYTES:
+        raise ValueError(f"resource is too long: it has {n} bytes; the limit is "
+                         f"{MAX_RESOURCE_BYTES}")
+    return resource
+
+
+def _check_ttl(ttl_ms: object) -> int:
+    ttl = _check_int("ttl_ms", ttl_ms)
+    if ttl <= 0:
+        raise ValueError(f"ttl_ms must be positive, got {ttl}")
+    if ttl > MAX_TTL_MS:
+        raise ValueError(f"ttl_ms is too large, got {ttl}")
+    return ttl
+
+
+def _check_min_validity(min_validity_ms: object, ttl: int) -> int:
+    minv = _check_int("min_validity_ms", min_validity_ms)
+    if minv < 0 or minv > ttl:
+        raise ValueError(f"min_validity_ms must be between 0 and ttl_ms ({ttl}), got {minv}")
+    return minv
+
+
+def _check_wait(wait_ms: object) -> int:
+    wait = _check_int("wait_ms", wait_ms)
+    if wait < 0 or wait > INT_MAX:
+        raise ValueError(f"wait_ms must be between 0 and {INT_MAX}, got {wait}")
+    return wait
+
+
+def _check_lease(lease: object) -> Tuple[str, str]:
+    if not isinstance(lease, Lease):
+        raise TypeError(f"expected a Lease, got {type(lease).__name__}")
+    identity = lease.identity
+    if not isinstance(identity, str) or len(identity) != 32 or \
+            any(c not in "0123456789abcdef" for c in identity):
+        raise ValueError(f"this lease has no identity (status {lease.status!r}): only an "
+                         f"acquired or unknown lease can be renewed or released")
+    return _check_resource(lease.resource), identity
+
+
+def _validity_after(ttl: int, elapsed_ms: int) -> int:
+    """lf_validity_after(): ttl - elapsed - drift (1% of ttl + 2 ms)."""
+    return ttl - elapsed_ms - (ttl // 100 + 2)
+
+
+def _parse_generation(value: object) -> Optional[int]:
+    """A stored generation: decimal digits, no leading zero, fits a bigint."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    if not isinstance(value, str) or not value.isdigit() or not value.isascii() or \
+            len(value) > 19 or (value[0] == "0" and len(value) > 1):
+        return None
+    g = int(value)
+    return g if g <= 2 ** 63 - 1 else None
+
+
+# --------------------------------------------------------------------------
+# One script run, and what its end means
+# --------------------------------------------------------------------------
+
+_APPLIED, _NOT_APPLIED, _UNKNOWN, _NOSCRIPT = "applied", "not_applied", "unknown", "noscript"
+
+# Errors Redis raises before running any of a script: nothing applied
+# (classify_error_reply() in src/redis_script.c). Anything else: unknown.
+_NOT_APPLIED_CODES = frozenset((
+    "NOSCRIPT", "LOADING", "BUSY", "NOAUTH", "NOPERM", "WRONGPASS", "READONLY", "MASTERDOWN",
+    "OOM", "MISCONF", "CLUSTERDOWN", "MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "NOREPLICAS"))
+
+
+class _Outcome(NamedTuple):
+    kind: str                   # _APPLIED, _NOT_APPLIED, _UNKNOWN, _NOSCRIPT
+    reply: Any = None
+    reason: Optional[str] = None
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _answered_error(e: BaseException) -> Optional[_Outcome]:
+    """The outcome of an error *reply* (redis-py raises some as its own
+    classes, code stripped; BusyLoadingError and AuthenticationError are
+    ConnectionErrors), or None for an exception that is no answer."""
+    if isinstance(e, NoScriptError):
+        return _Outcome(_NOSCRIPT)
+    for cls, code in ((BusyLoadingError, "LOADING"), (ReadOnlyError, "READONLY"),
+                      (AuthenticationError, "NOAUTH"), (NoPermissionError, "NOPERM")):
+        if isinstance(e, cls):
+            return _Outcome(_NOT_APPLIED, reason=f"Redis answered: {code} {e}")
+    if isinstance(e, ResponseError):
+        text = str(e)
+        kind = _NOT_APPLIED if text.split(" ", 1)[0] in _NOT_APPLIED_CODES else _UNKNOWN
+        return _Outcome(kind, reason=f"Redis answered: {text}")
+    return None
+
+
+def _exchange(conn: Any, args: Sequence[Any]) -> _Outcome:
+    """Send one command on a connected connection and read its answer.
+
+    Once anything may have been sent, a failure is unknown; the connection
+    is dropped so that a late reply is never read as another's answer."""
+    try:
+        conn.send_command(*args, check_health=False)
+    except BaseException as e:
+        conn.disconnect()
+        if not isinstance(e, Exception):
+            raise
+        return _Outcome(_UNKNOWN, reason=f"lost while sending: {_describe(e)}")
+    try:
+        reply = conn.read_response()
+    except BaseException as e:
+        answered = _answered_error(e)
+        if answered is not None:
+            return answered
+        conn.disconnect()               # a timeout, a connection lost: maybe applied
+        if not isinstance(e, Exception):
+            raise
+        return _Outcome(_UNKNOWN, reason=f"no answer: {_describe(e)}")
+    return _Outcome(_APPLIED, reply)
+
+
+async def _aexchange(conn: Any, args: Sequence[Any]) -> _Outcome:
+    """_exchange on a redis.asyncio connection."""
+    try:
+        await conn.send_command(*args, check_health=False)
+    except BaseException as e:
+        await conn.disconnect()
+        if not isinstance(e, Exception):
+            raise
+        return _Outcome(_UNKNOWN, reason=f"lost while sending: {_describe(e)}")
+    try:
+        reply = await conn.read_response()
+    except BaseException as e:
+        answered = _answered_error(e)
+        if answered is not None:
+            return answered
+        await conn.disconnect()
+        if not isinstance(e, Exception):
+            raise
+        return _Outcome(_UNKNOWN, reason=f"no answer: {_describe(e)}")
+    return _Outcome(_APPLIED, reply)
+
+
+def _commands(script: Script, keys: Sequence[bytes],
+              args: Sequence[bytes]) -> Tuple[Tuple[Any, ...], Tuple[Any, ...]]:
+    tail = (str(len(keys)).encode(), *keys, *args)
+    return (b"EVALSHA", script.sha1.encode(), *tail), (b"EVAL", script.text, *tail)
+
+
+def _after_eval(out: _Outcome) -> _Outcome:
+    if out.kind == _NOSCRIPT:           # cannot be: EVAL loads it
+        return _Outcome(_UNKNOWN, reason="Redis answered NOSCRIPT to EVAL")
+    return out
+
+
+def _run_on(conn: Any, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> _Outcome:
+    """EVALSHA, and EVAL of the text on NOSCRIPT, on one connection."""
+    try:
+        conn.connect()                  # (a no-op when connected) nothing sent yet
+        conn.check_health()
+    except Exception as e:
+        conn.disconnect()
+        return _Outcome(_NOT_APPLIED, reason=f"could not reach Redis: {_describe(e)}")
+    evalsha, eval_ = _commands(script, keys, args)
+    out = _exchange(conn, evalsha)
+    return _after_eval(_exchange(conn, eval_)) if out.kind == _NOSCRIPT else out
+
+
+async def _arun_on(conn: Any, script: Script, keys: Sequence[bytes],
+                   args: Sequence[bytes]) -> _Outcome:
+    try:
+        await conn.connect()
+        await conn.check_health()
+    except Exception as e:
+        await conn.disconnect()
+        return _Outcome(_NOT_APPLIED, reason=f"could not reach Redis: {_describe(e)}")
+    evalsha, eval_ = _commands(script, keys, args)
+    out = await _aexchange(conn, evalsha)
+    return _after_eval(await _aexchange(conn, eval_)) if out.kind == _NOSCRIPT else out
+
+
+def _as_int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# --------------------------------------------------------------------------
+# The outcomes, shared by the sync and the async class
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClientSideLease(Lease):
+    """A Lease taken client-side: the fields of ``Lease``, and ``cleanup``.
+
+    ``cleanup`` says whether the conditional release that follows an
+    ``unknown`` acquire (or an ``insufficient_validity`` grant) was
+    confirmed by Redis: ``'confirmed'`` (the key does not hold this
+    identity now) or ``'unconfirmed'`` (it may, until its TTL runs out);
+    None when no such release was needed.
+    """
+
+    cleanup: Optional[str] = None
+
+
+def _status_only(status: str, resource: str, reason: Optional[str] = None) -> ClientSideLease:
+    return ClientSideLease(acquired=False, status=status, resource=resource, identity=None,
+                           generation=None, validity_ms=None, reason=reason)
+
+
+def _cleanup_result(out: _Outcome) -> str:
+    return "confirmed" if out.kind == _APPLIED and _as_int(out.reply) in (0, 1) \
+        else "unconfirmed"
+
+
+# What the acquire plan asks its driver for (a generator: it yields these
+# and is sent the answers; the driver does the I/O, sync or async):
+#   ("draw", above)             -> a generation (next_generation[(above)])
+#   ("acquire", identity, args) -> the _Outcome of acquire.lua
+#   ("cleanup", identity)       -> 'confirmed' | 'unconfirmed'
+#   ("sleep", seconds)          -> None
+def _acquire_plan(resource: str, ttl: int, minv: int, wait: int, stale_retries: int,
+                  gen_key_ttl_s: int) -> Generator[Tuple[Any, ...], Any, ClientSideLease]:
+    deadline = time.monotonic() + wait / 1000.0
+    spare: Optional[int] = None     # a busy answer stored nothing: the generation is reusable
+    stale = 0
+    poll = 0.01
+
+    def pause(hint_s: Optional[float]) -> Optional[float]:
+        """How long to sleep before the next attempt; None at the deadline."""
+        nonlocal poll
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        s = random.uniform(poll / 2, poll)
+        poll = min(poll * 2, _POLL_MAX_S)
+        if hint_s is not None:
+            s = min(s, max(hint_s, 0.001))
+        return min(s, left)
+
+    while True:
+        generation = spare if spare is not None else (yield ("draw", None))
+        spare = None
+        identity = secrets.token_hex(16)
+        args = (identity.encode(), str(ttl).encode(), str(generation).encode(),
+                str(gen_key_ttl_s).encode())
+        start = time.monotonic()        # validity is measured from before the request
+        out = yield ("acquire", identity, args)
+        validity = _validity_after(ttl, int((time.monotonic() - start) * 1000))
+
+        if out.kind == _NOT_APPLIED:
+            s = pause(None)
+            if s is not None:
+                yield ("sleep", s)
+                continue
+            return _status_only("unavailable", resource, out.reason)
+        reply = out.reply
+        code = value = None
+        if out.kind == _APPLIED and isinstance(reply, list) and len(reply) == 2 and \
+                isinstance(reply[1], (bytes, str)):
+            code, value = _as_int(reply[0]), reply[1]
+        if code not in (0, 1, 2):
+            reason = out.reason if out.kind != _APPLIED else \
+                f"unexpected reply to the acquire script: {reply!r}"
+            cleanup = yield ("cleanup", identity)
+            return ClientSideLease(acquired=None, status="unknown", resource=resource,
+                                   identity=identity, generation=generation, validity_ms=None,
+                                   reason=reason, cleanup=cleanup)
+        if code == 2:
+            stored = _parse_generation(value)
+            if stored is None:
+                raise RuntimeError(
+                    f"lease_fence: the generation key of resource {resource!r} does not hold "
+                    f"a generation ({value!r}): something other than lease_fence wrote it; "
+                    f"delete it")
+            # heal: a generation above the stored one (the database bounds it)
+            healed = yield ("draw", stored)
+            if stale < stale_retries:
+                stale += 1
+                spare = healed
+                continue
+            return _status_only("stale", resource)
+        if code == 0:
+            spare = generation
+            pttl = _parse_generation(value)
+            s = pause(pttl / 1000.0 if pttl is not None else None)
+            if s is not None:
+                yield ("sleep", s)
+                continue
+            return _status_only("busy", resource)
+        # code == 1: granted
+        if validity < minv:
+            cleanup = yield ("cleanup", identity)
+            return ClientSideLease(acquired=False, status="insufficient_validity",
+                                   resource=resource, identity=None, generation=None,
+                                   validity_ms=validity, cleanup=cleanup)
+        return ClientSideLease(acquired=True, status="acquired", resource=resource,
+                               identity=identity, generation=generation, validity_ms=validity)
+
+
+def _renew_result(out: _Outcome, lease: Lease, resource: str, minv: int, validity: int) -> int:
+    if out.kind == _NOT_APPLIED:
+        raise _lease_error("unavailable", lease, "renew", resource, out.reason)
+    answer = _as_int(out.reply) if out.kind == _APPLIED else None
+    if answer not in (0, 1):
+        reason = out.reason or f"unexpected reply to the renew script: {out.reply!r}"
+        raise _lease_error("unknown", lease, "renew", resource, reason)
+    if answer == 0:
+        raise _lease_error("lost", lease, "renew", resource)
+    if validity < minv:
+        raise LeaseDenied("insufficient_validity", lease,
+                          f"renew of lease {resource!r}: insufficient_validity "
+                          f"({validity} ms left)")
+    return validity
+
+
+def _release_result(out: _Outcome) -> ReleaseStatus:
+    if out.kind == _NOT_APPLIED:
+        return ReleaseStatus("unavailable", out.reason)
+    answer = _as_int(out.reply) if out.kind == _APPLIED else None
+    if answer == 1:
+        return ReleaseStatus("released")
+    if answer == 0:
+        return ReleaseStatus("not_held")
+    return ReleaseStatus("unknown", out.reason or
+                         f"unexpected reply to the release script: {out.reply!r}")
+
+
+_DRAW_SQL = "SELECT lease_fence.next_generation() AS g"
+_DRAW_ABOVE_SQL = "SELECT lease_fence.next_generation(CAST(%(above)s AS bigint)) AS g"
+
+
+def _drawn(row: Dict[str, Any]) -> int:
+    g = row["g"]
+    if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+        raise RuntimeError(f"lease_fence.next_generation() returned {g!r}")
+    return g
+
+
+def _fresh_kwargs(pool: Any, timeout_ms: int) -> Dict[str, Any]:
+    """The pool's connection settings, with timeout_ms for every step and no retries."""
+    kwargs = dict(pool.connection_kwargs)
+    timeout = timeout_ms / 1000.0
+    wanted = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
+              "retry_on_timeout": False, "retry_on_error": [], "retry": None,
+              "health_check_interval": 0}
+    accepted = inspect.signature(pool.connection_class.__init__).parameters
+    kwargs.update({k: v for k, v in wanted.items() if k in accepted})
+    return kwargs
+
+
+class _Settings:
+    def __init__(self, key_prefix: str, gen_key_ttl_s: int, cleanup_timeout_ms: int) -> None:
+        self.key_prefix = _check_prefix(key_prefix)
+        ttl = _check_int("gen_key_ttl_s", gen_key_ttl_s)
+        if ttl < 0 or ttl > INT_MAX:
+            raise ValueError(f"gen_key_ttl_s must be between 0 and {INT_MAX}, got {ttl}")
+        self.gen_key_ttl_s = ttl
+        cto = _check_int("cleanup_timeout_ms", cleanup_timeout_ms)
+        if cto <= 0:
+            raise ValueError(f"cleanup_timeout_ms must be positive, got {cto}")
+        self.cleanup_timeout_ms = cto
+
+    def _keys(self, resource: str) -> Tuple[bytes, bytes]:
+        return (_key(self.key_prefix, resource, False).encode("utf-8"),
+                _key(self.key_prefix, resource, True).encode("utf-8"))
+
+    def _plan(self, resource: str, ttl_ms: int, min_validity_ms: int, wait_ms: int,
+              stale_retries: int) -> Generator[Tuple[Any, ...], Any, ClientSideLease]:
+        """The checked arguments' plan (ValueError / TypeError before anything)."""
+        resource = _check_resource(resource)
+        ttl = _check_ttl(ttl_ms)
+        minv = _check_min_validity(min_validity_ms, ttl)
+        wait = _check_wait(wait_ms)
+        return _acquire_plan(resource, ttl, minv, wait, stale_retries, self.gen_key_ttl_s)
+
+
+# --------------------------------------------------------------------------
+# The API
+# --------------------------------------------------------------------------
+
+class ClientSideLeases(_Settings):
+    """Leases taken by this process in Redis, generations drawn from the database.
+
+    ``client`` is a sync ``redis.Redis`` (not a cluster client); give it a
+    ``socket_timeout`` (and ``socket_connect_timeout``): without one a
+    request to a stalled Redis waits for ever, with one a request that
+    times out is ``unknown``. Its retry settings are not used (a request is
+    never sent twice: the scripts are run here, one request per attempt).
+
+    ``key_prefix`` must be the C edition's ``lease_fence.key_prefix`` when
+    both take leases on the same resources (default ``'lease_fence:'``).
+    ``gen_key_ttl_s``: the generation key's TTL (``0``: none), as
+    ``lease_fence.gen_key_ttl_s``. ``cleanup_timeout_ms``: how long the
+    conditional release after an unknown acquire may take.
+
+    The methods take the arguments of the module's functions;
+    ``acquire`` / ``try_acquire`` draw generations on ``conn`` (a psycopg 3
+    connection, a SQLAlchemy Connection / Session or a Django connection;
+    each draw in its own transaction: ``conn`` must not be in one);
+    ``renew`` and ``release`` talk to Redis only (``conn`` is not used; it
+    may be None).
+    """
+
+    def __init__(self, client: Any, key_prefix: str = DEFAULT_KEY_PREFIX,
+                 gen_key_ttl_s: int = DEFAULT_GEN_KEY_TTL_S,
+                 cleanup_timeout_ms: int = DEFAULT_CLEANUP_TIMEOUT_MS) -> None:
+        if not isinstance(client, redis.Redis):
+            raise TypeError(f"expected a redis.Redis client, got {type(client).__name__} "
+                            f"(redis.asyncio.Redis: use AsyncClientSideLeases)")
+        super().__init__(key_prefix, gen_key_ttl_s, cleanup_timeout_ms)
+        self.client = client
+
+    # ---------------------------------------------------------------- Redis
+
+    def _run(self, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> _Outcome:
+        """On a connection of the client's pool (or its single connection)."""
+        own = self.client.connection
+        if own is not None:
+            return _run_on(own, script, keys, args)
+        pool = self.client.connection_pool
+        try:
+            conn = pool.get_connection("EVALSHA")      # connects: nothing sent yet
+        except Exception as e:
+            return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
+        try:
+            return _run_on(conn, script, keys, args)
+        finally:
+            pool.release(conn)
+
+    def _cleanup(self, resource: str, identity: str) -> str:
+        """The bounded conditional release after an unknown acquire: release.lua
+        with that identity, once, on a fresh connection (the one that lost
+        the answer may still deliver it late). Never a plain DEL."""
+        pool = self.client.connection_pool
+        try:
+            conn = pool.connection_class(**_fresh_kwargs(pool, self.cleanup_timeout_ms))
+        except Exception:
+            return "unconfirmed"
+        try:
+            return _cleanup_result(_run_on(conn, SCRIPTS["release"], self._keys(resource)[:1],
+                                           (identity.encode(), b"PUBLISH")))
+        finally:
+            try:
+                conn.disconnect()
+            except Exception:
+                pass
+
+    # ---------------------------------------------------------------- acquire
+
+    def _acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int,
+                 wait_ms: int, stale_retries: int) -> ClientSideLease:
+        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries)
+        db = _adapter(conn)
+        keys = self._keys(resource)
+        answer: Any = None
+        try:
+            while True:
+                req = plan.send(answer)
+                if req[0] == "draw":
+                    with db.begin():
+                        answer = _drawn(db.query_one(_DRAW_SQL) if req[1] is None else
+                                        db.query_one(_DRAW_ABOVE_SQL, {"above": req[1]}))
+                elif req[0] == "acquire":
+                    try:
+                        answer = self._run(SCRIPTS["acquire"], keys, req[2])
+                    except BaseException:   # interrupted: maybe applied; release it, bounded
+                        self._cleanup(resource, req[1])
+                        raise
+                elif req[0] == "cleanup":
+                    answer = self._cleanup(resource, req[1])
+                else:
+                    time.sleep(req[1])
+                    answer = None
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    def try_acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                    wait_ms: int = 0) -> ClientSideLease:
+        """Acquire that never raises for an outcome: ``acquired`` is True
+        (``acquired``), False (``busy``, ``stale``, ``unavailable``,
+        ``insufficient_validity``) or **None** (``unknown``: see ``cleanup``).
+
+        ``stale`` is healed (a generation above the stored one, drawn with
+        ``next_generation(above)``) and tried again, at most 3 times.
+        ``wait_ms`` > 0 polls a busy (or unreachable) lease until then.
+        Raises only for bad arguments and database errors (the draw).
+        """
+        return self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                             MAX_STALE_RETRIES)
+
+    def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
+        """Take the lease and return it, or raise: LeaseBusy, LeaseUnavailable,
+        LeaseDenied (stale, insufficient_validity), LeaseUnknown (``e.lease``
+        is the ClientSideLease, its ``cleanup`` says whether the conditional
+        release that followed was confirmed). ``retry_stale=False``: a stale
+        answer is healed but not tried again. Release it yourself."""
+        lease = self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                              MAX_STALE_RETRIES if retry_stale else 0)
+        if lease.acquired is not True:
+            raise _lease_error(lease.status, lease, "acquire", lease.resource, lease.reason)
+        return lease
+
+    # ---------------------------------------------------------------- renew, release
+
+    def renew(self, conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+        """Extend the lease to ``ttl_ms`` if it still holds its identity (renew.lua);
+        returns the validity in ms. LeaseLost (gone or someone else's: never
+        recreated), LeaseDenied (insufficient_validity), LeaseUnavailable,
+        LeaseUnknown. ``conn`` is not used."""
+        resource, identity = _check_lease(lease)
+        ttl = _check_ttl(ttl_ms)
+        minv = _check_min_validity(min_validity_ms, ttl)
+        start = time.monotonic()
+        out = self._run(SCRIPTS["renew"], self._keys(resource)[:1],
+                        (identity.encode(), str(ttl).encode()))
+        validity = _validity_after(ttl, int((time.monotonic() - start) * 1000))
+        return _renew_result(out, lease, resource, minv, validity)
+
+    def release(self, conn: Any, lease: Lease) -> ReleaseStatus:
+        """Release the lease if it still holds its identity (release.lua, which
+        wakes waiters): ``released``, ``not_held``, ``unavailable`` or
+        ``unknown`` (a ReleaseStatus; ``reason`` for the last two). Never
+        raises for an outcome. ``conn`` is not used."""
+        resource, identity = _check_lease(lease)
+        return _release_result(self._run(SCRIPTS["release"], self._keys(resource)[:1],
+                                         (identity.encode(), b"PUBLISH")))
+
+
+class AsyncClientSideLeases(_Settings):
+    """``ClientSideLeases`` for asyncio: a ``redis.asyncio.Redis`` client, and
+    for ``conn`` what ``lease_fence.aio`` takes (psycopg ``AsyncConnection``,
+    SQLAlchemy ``AsyncConnection`` / ``AsyncSession``). The same methods as
+    coroutines, the same outcomes. Fence writes with ``lease_fence.aio.fenced``."""
+
+    def __init__(self, client: Any, key_prefix: str = DEFAULT_KEY_PREFIX,
+                 gen_key_ttl_s: int = DEFAULT_GEN_KEY_TTL_S,
+                 cleanup_timeout_ms: int = DEFAULT_CLEANUP_TIMEOUT_MS) -> None:
+        import redis.asyncio
+        if not isinstance(client, redis.asyncio.Redis):
+            raise TypeError(f"expected a redis.asyncio.Redis client, got "
+                            f"{type(client).__name__} (redis.Redis: use ClientSideLeases)")
+        super().__init__(key_prefix, gen_key_ttl_s, cleanup_timeout_ms)
+        self.client = client
+
+    async def _run(self, script: Script, keys: Sequence[bytes],
+                   args: Sequence[bytes]) -> _Outcome:
+        own = self.client.connection
+        if own is not None:
+            return await _arun_on(own, script, keys, args)
+        pool = self.client.connection_pool
+        try:
+            conn = await pool.get_connection("EVALSHA")
+        except Exception as e:
+            return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
+        try:
+            return await _arun_on(conn, script, keys, args)
+        finally:
+            await pool.release(conn)
+
+    async def _cleanup(self, resource: str, identity: str) -> str:
+        pool = self.client.connection_pool
+        try:
+            conn = pool.connection_class(**_fresh_kwargs(pool, self.cleanup_timeout_ms))
+        except Exception:
+            return "unconfirmed"
+        try:
+            return _cleanup_result(await _arun_on(conn, SCRIPTS["release"],
+                                                  self._keys(resource)[:1],
+                                                  (identity.encode(), b"PUBLISH")))
+        finally:
+            try:
+                await conn.disconnect()
+            except Exception:
+                pass
+
+    async def _acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int,
+                       wait_ms: int, stale_retries: int) -> ClientSideLease:
+        import asyncio
+
+        from .aio import _adapter as _aio_adapter
+        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries)
+        db = _aio_adapter(conn)
+        keys = self._keys(resource)
+        answer: Any = None
+        try:
+            while True:
+                req = plan.send(answer)
+                if req[0] == "draw":
+                    async with db.begin():
+                        answer = _drawn(await db.query_one(_DRAW_SQL) if req[1] is None else
+                                        await db.query_one(_DRAW_ABOVE_SQL, {"above": req[1]}))
+                elif req[0] == "acquire":
+                    try:
+                        answer = await self._run(SCRIPTS["acquire"], keys, req[2])
+                    except BaseException:   # cancelled: maybe applied; release it, bounded
+                        await self._cleanup(resource, req[1])
+                        raise
+                elif req[0] == "cleanup":
+                    answer = await self._cleanup(resource, req[1])
+                else:
+                    await asyncio.sleep(req[1])
+                    answer = None
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            plan.close()
+
+    async def try_acquire(self, conn: Any, resource: str, ttl_ms: int,
+                          min_validity_ms: int = 0, wait_ms: int = 0) -> ClientSideLease:
+        """As ``ClientSideLeases.try_acquire``."""
+        return await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                                   MAX_STALE_RETRIES)
+
+    async def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                      retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
+        """As ``ClientSideLeases.acquire``."""
+        lease = await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                                    MAX_STALE_RETRIES if retry_stale else 0)
+        if lease.acquired is not True:
+            raise _lease_error(lease.status, lease, "acquire", lease.resource, lease.reason)
+        return lease
+
+    async def renew(self, conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+        """As ``ClientSideLeases.renew``."""
+        resource, identity = _check_lease(lease)
+        ttl = _check_ttl(ttl_ms)
+        minv = _check_min_validity(min_validity_ms, ttl)
+        start = time.monotonic()
+        out = await self._run(SCRIPTS["renew"], self._keys(resource)[:1],
+                              (identity.encode(), str(ttl).encode()))
+        validity = _validity_after(ttl, int((time.monotonic() - start) * 1000))
+        return _renew_result(out, lease, resource, minv, validity)
+
+    async def release(self, conn: Any, lease: Lease) -> ReleaseStatus:
+        """As ``ClientSideLeases.release``."""
+        resource, identity = _check_lease(lease)
+        return _release_result(await self._run(SCRIPTS["release"], self._keys(resource)[:1],
+                                               (identity.encode(), b"PUBLISH")))
