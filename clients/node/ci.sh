@@ -3,18 +3,21 @@
 # way a user gets it. Run by test/clients/run.sh as an unprivileged user with
 # cwd = a copy of clients/node, the servers' variables (PGHOST, PGPORT,
 # PGDATABASE, PGUSER, LF_NOREDIS_USER, LF_REDIS_SOCK, LF_BOUNCER_HOST,
-# LF_BOUNCER_PORT), HOME, npm_config_cache, LF_CLIENT_WORK (an empty
-# writable dir) and LF_SRC (the tree's copy).
+# LF_BOUNCER_PORT, LF_PORTABLE_PGPORT, LF_PORTABLE_DB), HOME,
+# npm_config_cache, LF_CLIENT_WORK (an empty writable dir) and LF_SRC (the
+# tree's copy).
 #
 #   1. npm ci (from package-lock.json), npm run build (tsc), npm pack
 #   2. an empty app in $LF_CLIENT_WORK/app: npm init -y, then
-#      npm install <the tarball> pg knex typescript @types/node
+#      npm install <the tarball> pg knex ioredis typescript @types/node
 #   3. test/ copied into the app and run there with node --test (TAP), one
 #      file at a time (a test pauses Redis: nothing may run beside it), so
 #      that they load the installed lease-fence
-#   4. examples/node (two-holders.js) copied, installed with the tarball, run
+#   4. examples/node copied, installed with the tarball; two-holders.js run
+#      against appdb, client-side.js against the portable edition's server
+#      (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2, without the C library)
 #
-# The last line is "node: N passed, N failed" (N: test cases + the example);
+# The last line is "node: N passed, N failed" (N: test cases + the examples);
 # a file that crashes or prints no count counts as failed. Exits non-zero on
 # any failure.
 set -uo pipefail
@@ -66,10 +69,10 @@ log "packed $(basename "$tgz"): $(tar -tzf "$tgz" | sort | tr '\n' ' ')"
 app=$work/app
 mkdir -p "$app" && cd "$app" || exit 1
 step "npm init -y (empty app)" "$work/app-init.log" npm init -y || { failed=$((failed + 1)); finish; }
-step "npm install $(basename "$tgz") pg knex typescript @types/node" "$work/app-install.log" \
-	npm install "${npm_flags[@]}" "$tgz" pg knex typescript @types/node || { failed=$((failed + 1)); finish; }
+step "npm install $(basename "$tgz") pg knex ioredis typescript @types/node" "$work/app-install.log" \
+	npm install "${npm_flags[@]}" "$tgz" pg knex ioredis typescript @types/node || { failed=$((failed + 1)); finish; }
 log "installed: $(node -p 'const v = (p) => require(p + "/package.json").version;
-	["lease-fence", "pg", "knex", "typescript"].map((p) => p + "@" + v(p)).join(" ")')"
+	["lease-fence", "pg", "knex", "ioredis", "typescript"].map((p) => p + "@" + v(p)).join(" ")')"
 
 # 3. the tests, against the installed package (not ../src: no source here)
 rm -rf "$app/test" && cp -R "$here/test" "$app/test" || exit 1
@@ -88,7 +91,7 @@ count_tap() {	# name, tap output, exit code
 	log "$name: $ok passed, $bad failed"
 }
 for t in test/client.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs \
-	test/types.test.js; do
+	test/types.test.js test/client-side.test.js; do
 	out=$work/$(basename "$t").tap
 	log "node --test $t"
 	(cd "$app" && LF_EXPECT_INSTALLED=1 timeout -k 5 300 \
@@ -98,23 +101,35 @@ for t in test/client.test.js test/knex.test.js test/pool.test.js test/esm.test.m
 	count_tap "$t" "$out" $rc
 done
 
-# 4. the example program, installed from the tarball, counted as one
+# 4. the example programs, installed from the tarball, each counted as one:
+#    two-holders.js against appdb (the C edition), client-side.js (the lease
+#    taken with ioredis) against the portable edition's portabledb
 example=$work/example
 rm -rf "$example" && cp -R "$src/examples/node" "$example" || exit 1
 rm -rf "$example/node_modules" "$example/package-lock.json"
+run_example() {	# name, env...
+	local name=$1 rc; shift
+	log "example: node $name"
+	(cd "$example" && env "$@" timeout -k 5 120 node "$name") >"$work/example-$name.out" 2>&1
+	rc=$?
+	cat "$work/example-$name.out"
+	if [ "$rc" -eq 0 ] && grep -q '^ok: the stale holder was fenced off$' "$work/example-$name.out"; then
+		passed=$((passed + 1)); log "example $name: passed"
+	else
+		failed=$((failed + 1)); log "example $name: failed (exit $rc)"
+	fi
+}
 if step "example: npm install $(basename "$tgz") (examples/node)" "$work/example-install.log" \
 	bash -c 'cd "$1" && npm install --no-audit --no-fund "$2"' _ "$example" "$tgz"; then
-	log "example: node two-holders.js"
-	(cd "$example" && timeout -k 5 120 node two-holders.js) >"$work/example.out" 2>&1
-	rc=$?
-	cat "$work/example.out"
-	if [ "$rc" -eq 0 ] && grep -q '^ok: the stale holder was fenced off$' "$work/example.out"; then
-		passed=$((passed + 1)); log "example: passed"
+	run_example two-holders.js
+	if [ -n "${LF_PORTABLE_PGPORT:-}" ]; then
+		run_example client-side.js PGPORT="$LF_PORTABLE_PGPORT" \
+			PGDATABASE="${LF_PORTABLE_DB:-portabledb}" REDIS_URL="${LF_REDIS_SOCK:-}"
 	else
-		failed=$((failed + 1)); log "example: failed (exit $rc)"
+		failed=$((failed + 1)); log "example client-side.js: LF_PORTABLE_PGPORT is not set"
 	fi
 else
-	failed=$((failed + 1))
+	failed=$((failed + 2))
 fi
 
 finish

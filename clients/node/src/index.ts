@@ -2,10 +2,12 @@
  * lease-fence: use the lease_fence PostgreSQL extension from Node.js with
  * node-postgres (`pg`).
  *
- * Nothing here talks to Redis: the extension does, from inside PostgreSQL.
- * This calls lease_fence.acquire / renew / release, sets the generation in
- * the write's transaction, and turns the extension's answers into named
- * errors (see README.md).
+ * Nothing here talks to Redis: the extension does, from inside PostgreSQL —
+ * except the client-side mode (RedisLeases, client-side.ts: the lease taken
+ * with ioredis, for a database that cannot load the C library). This calls
+ * lease_fence.acquire / renew / release, sets the generation in the write's
+ * transaction, and turns the extension's answers into named errors (see
+ * README.md).
  *
  * Every function takes a pg.Client (not inside a transaction), a client
  * checked out of a pool, or a pg.Pool. Given a pool, a function that runs a
@@ -31,9 +33,14 @@ export {
   translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
+export { RedisLeases, clientSideScripts } from './client-side.js';
 export type {
-  AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions, Generation,
-  KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, LeaseStatus, Queryable, ReleaseOutcome,
+  ClientSideAcquireCheckedOptions, ClientSideAcquireOptions, RedisClientLike, RedisLeasesOptions,
+  ShippedScript,
+} from './client-side.js';
+export type {
+  AcquireCheckedOptions, AcquireOptions, AcquiredLease, CleanupStatus, ClientOf, Fence, FenceOptions,
+  Generation, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, LeaseStatus, Queryable, ReleaseOutcome,
   ReleaseStatus, RenewOptions, TransactionLeaseOptions,
 } from './types.js';
 

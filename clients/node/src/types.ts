@@ -19,7 +19,17 @@ export interface Lease {
   validityMs: number | null;
   /** Why, for unavailable, unknown and unreplicated; null otherwise. */
   reason: string | null;
+  /**
+   * Client-side mode (RedisLeases) only, for 'unknown' and
+   * 'insufficient_validity': whether the conditional release that followed
+   * was confirmed ('confirmed': Redis answered it) or not ('unconfirmed': the
+   * lease may be held until its TTL ends). Absent otherwise.
+   */
+  cleanup?: CleanupStatus;
 }
+
+/** Whether the bounded release after an unknown or insufficient acquire was answered. */
+export type CleanupStatus = 'confirmed' | 'unconfirmed';
 
 /** A granted lease (what acquire resolves to). */
 export interface AcquiredLease extends Lease {

@@ -19,7 +19,7 @@ const API = [
   'renew', 'release', 'releaseOutcome', 'keepaliveState', 'translateError', 'isPool',
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',
-  'LeaseUnknown',
+  'LeaseUnknown', 'RedisLeases', 'clientSideScripts',
 ];
 
 describe('package entry points', () => {

@@ -105,3 +105,42 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
 type Check<A, B> = A extends B ? (B extends A ? true : false) : false;
 export const poolGetsPoolClient: Check<ClientOf<pg.Pool>, pg.PoolClient> = true;
 export const clientGetsClient: Check<ClientOf<pg.Client>, pg.Client> = true;
+
+// The client-side mode with a real ioredis client (its own types).
+import Redis from 'ioredis';
+import { RedisLeases, clientSideScripts, LeaseUnavailable } from 'lease-fence';
+import type { CleanupStatus, RedisLeasesOptions } from 'lease-fence';
+
+export async function clientSide(pool: pg.Pool): Promise<void> {
+  const options: RedisLeasesOptions = { keyPrefix: 'lease_fence:', timeoutMs: 500, cleanupTimeoutMs: 500 };
+  const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false }), options);
+  const raw: Lease = await leases.tryAcquire(pool, 'x', { ttlMs: 1000, minValidityMs: 10 });
+  const cleanup: CleanupStatus | undefined = raw.cleanup;
+  void cleanup;
+  let lease: AcquiredLease;
+  try {
+    lease = await leases.acquire(pool, 'x', { ttlMs: 1000, waitMs: 100, retryStale: true });
+  } catch (err) {
+    if (err instanceof LeaseUnknown) {
+      await leases.release(err.lease);
+      return;
+    }
+    if (err instanceof LeaseUnavailable || err instanceof LeaseDenied) return;
+    throw err;
+  }
+  await withFence(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
+  const validity: number = await leases.renew(lease, { ttlMs: 1000 });
+  void validity;
+  const out: ReleaseOutcome = await leases.releaseOutcome(lease);
+  void out;
+  const key: string = leases.leaseKey('x') + leases.generationKey('x');
+  void key;
+  const sha: string = clientSideScripts().acquire.sha1;
+  void sha;
+  // @ts-expect-error a RedisLeases needs a Redis client, not a pool
+  new RedisLeases(pool);
+  // @ts-expect-error ttlMs is required
+  await leases.acquire(pool, 'x', {});
+  // @ts-expect-error publish is PUBLISH or SPUBLISH
+  new RedisLeases(new Redis(), { publish: 'DEL' });
+}

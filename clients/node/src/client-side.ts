@@ -1,0 +1,587 @@
+/**
+ * Client-side mode: the application takes the Redis lease itself, with an
+ * ioredis client and the very Lua scripts the C library runs (the
+ * repository's scripts/*.lua, copied into dist/lua/ by the build), while the
+ * generation is drawn from the database (lease_fence.next_generation(), the
+ * portable edition's or the C edition's). For a PostgreSQL that cannot load
+ * the C library (managed services): the fence itself (set_generation,
+ * withFence, StaleGeneration) is the same in both modes.
+ *
+ * The rules kept here, as in the C library:
+ *   - a request that may have been sent but got no answer (timeout, the
+ *     connection lost after the write) is 'unknown', never a "no": Redis may
+ *     have applied it. An unknown acquire is followed by one bounded,
+ *     conditional release (release.lua with its identity, never a DEL);
+ *     lease.cleanup says whether it was confirmed.
+ *   - a request that was certainly not applied (not sent: no connection;
+ *     or an error Redis raises before running a script) is 'unavailable'.
+ *   - renew and release compare the identity atomically (the scripts);
+ *     renew never recreates a lost key.
+ */
+
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import * as path from 'node:path';
+import type { ClientBase } from 'pg';
+import { leaseError } from './errors.js';
+import type {
+  AcquiredLease, CleanupStatus, Lease, LeaseRef, Queryable, ReleaseOutcome, ReleaseStatus,
+  RenewOptions,
+} from './types.js';
+
+/**
+ * What the client-side mode needs of a Redis client: an ioredis `Redis`
+ * (version 5 or later) fits. Any client with ioredis' `status`, `evalsha`,
+ * `eval`, `connect` and events does.
+ */
+export interface RedisClientLike {
+  /** ioredis' connection state: 'wait', 'connecting', 'connect', 'ready', 'close', 'reconnecting', 'end'. */
+  readonly status: string;
+  evalsha(...args: any[]): Promise<unknown>;
+  eval(...args: any[]): Promise<unknown>;
+  connect(...args: any[]): Promise<unknown>;
+  once(event: string, listener: (...args: any[]) => void): unknown;
+  removeListener(event: string, listener: (...args: any[]) => void): unknown;
+}
+
+export interface RedisLeasesOptions {
+  /** The keys' prefix: the C edition's lease_fence.key_prefix (default 'lease_fence:'); no '{' or '}'. */
+  keyPrefix?: string;
+  /** TTL in seconds of a resource's generation key (lease_fence.gen_key_ttl_s; default 604800, 0: none). */
+  genKeyTtlS?: number;
+  /** How long one request waits for Redis' answer (ms, default 1000); then its outcome is unknown. */
+  timeoutMs?: number;
+  /** How long a request waits for a client that is connecting (ms, default 1000); then unavailable, nothing sent. */
+  connectTimeoutMs?: number;
+  /** How long the release that follows an unknown acquire waits for its answer (ms, default 1000). */
+  cleanupTimeoutMs?: number;
+  /** How release.lua wakes waiting acquires: 'PUBLISH' (default) or 'SPUBLISH' (sharded pub/sub). */
+  publish?: 'PUBLISH' | 'SPUBLISH';
+}
+
+export interface ClientSideAcquireOptions {
+  /** The lease's TTL in milliseconds. */
+  ttlMs: number;
+  /** Deny (insufficient_validity, the lease released again) when less than this is left once granted. Default 0. */
+  minValidityMs?: number;
+  /** While the lease is busy, try again (polling) for up to this long (ms); default 0. */
+  waitMs?: number;
+}
+
+export interface ClientSideAcquireCheckedOptions extends ClientSideAcquireOptions {
+  /** Heal a 'stale' answer and try again, up to 3 times (default true). */
+  retryStale?: boolean;
+}
+
+/** One of the scripts the package ships (dist/lua/), as the client sends it. */
+export interface ShippedScript {
+  /** The file in the installed package. */
+  file: string;
+  /** SHA1 of the file's bytes: the script's name for EVALSHA. */
+  sha1: string;
+}
+
+const SCRIPT_NAMES = ['acquire', 'renew', 'release'] as const;
+type ScriptName = typeof SCRIPT_NAMES[number];
+interface Script extends ShippedScript { body: Buffer }
+
+let loaded: Record<ScriptName, Script> | null = null;
+
+function scripts(): Record<ScriptName, Script> {
+  if (loaded) return loaded;
+  const dir = path.join(__dirname, '..', 'lua');
+  const out = {} as Record<ScriptName, Script>;
+  for (const name of SCRIPT_NAMES) {
+    const file = path.join(dir, `${name}.lua`);
+    let body: Buffer;
+    try {
+      body = readFileSync(file);
+    } catch (err) {
+      throw new Error(`lease-fence: the client-side mode needs ${file} (built from the ` +
+        `repository's scripts/${name}.lua): ${(err as Error).message}`);
+    }
+    out[name] = { file, body, sha1: createHash('sha1').update(body).digest('hex') };
+  }
+  loaded = out;
+  return out;
+}
+
+/** The Lua scripts the client-side mode runs, with the SHA1 it names them by (EVALSHA). */
+export function clientSideScripts(): Record<ScriptName, ShippedScript> {
+  const s = scripts();
+  const out = {} as Record<ScriptName, ShippedScript>;
+  for (const name of SCRIPT_NAMES) out[name] = { file: s[name].file, sha1: s[name].sha1 };
+  return out;
+}
+
+// the C edition's limits (src/lease.c, src/lease.h)
+const MAX_RESOURCE_BYTES = 1024;
+const MAX_TTL_MS = 1000 * 60 * 60 * 24 * 365 * 100;
+const MAX_WAIT_MS = 2147483647;
+const MAX_STALE = 3;
+const INT64_MAX = 9223372036854775807n;
+// errors Redis raises before running any of a script: nothing was applied
+// (src/redis_script.c, classify_error_reply)
+const NOT_APPLIED = ['NOSCRIPT', 'LOADING', 'BUSY', 'NOAUTH', 'NOPERM', 'WRONGPASS', 'READONLY',
+  'MASTERDOWN', 'OOM', 'MISCONF', 'CLUSTERDOWN', 'MOVED', 'ASK', 'TRYAGAIN', 'CROSSSLOT',
+  'NOREPLICAS'];
+
+/** Validity left after a request that took elapsed ms: ttl - elapsed - drift (src/lease.h). */
+function validityAfter(ttl: number, elapsed: number): number {
+  return ttl - elapsed - (Math.floor(ttl / 100) + 2);
+}
+
+function checkResource(resource: unknown): string {
+  if (typeof resource !== 'string') {
+    throw new TypeError(`a resource is a string, got ${resource === null ? 'null' : typeof resource}`);
+  }
+  if (resource.length === 0) throw new RangeError('resource must not be empty');
+  if (resource.includes('\0')) throw new RangeError('resource must not contain a NUL character');
+  const n = Buffer.byteLength(resource, 'utf8');
+  if (n > MAX_RESOURCE_BYTES) {
+    throw new RangeError(`resource is too long: it has ${n} bytes; the limit is ${MAX_RESOURCE_BYTES}`);
+  }
+  return resource;
+}
+
+function checkInteger(name: string, value: unknown, min: number, max: number): number {
+  if (typeof value !== 'number') {
+    throw new TypeError(`${name} must be a number, got ${value === null ? 'null' : typeof value}`);
+  }
+  if (!Number.isSafeInteger(value)) throw new RangeError(`${name} must be an integer, got ${value}`);
+  if (value < min || value > max) {
+    throw new RangeError(`${name} must be between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+function checkTtl(ttlMs: unknown): number {
+  if (typeof ttlMs === 'number' && Number.isSafeInteger(ttlMs) && ttlMs <= 0) {
+    throw new RangeError(`ttlMs must be positive, got ${ttlMs}`);
+  }
+  return checkInteger('ttlMs', ttlMs, 1, MAX_TTL_MS);
+}
+
+function checkMinValidity(minValidityMs: unknown, ttl: number): number {
+  if (typeof minValidityMs === 'number' && Number.isSafeInteger(minValidityMs)
+    && (minValidityMs < 0 || minValidityMs > ttl)) {
+    throw new RangeError(`minValidityMs must be between 0 and ttlMs (${ttl}), got ${minValidityMs}`);
+  }
+  return checkInteger('minValidityMs', minValidityMs, 0, ttl);
+}
+
+function checkIdentity(identity: unknown): string {
+  if (typeof identity !== 'string' || !/^[0-9a-f]{32}$/.test(identity)) {
+    throw new TypeError('identity is not one an acquire returned: 32 lower-case hexadecimal digits, ' +
+      `got ${identity === null ? 'null' : typeof identity === 'string' ? JSON.stringify(identity) : typeof identity}`);
+  }
+  return identity;
+}
+
+function checkLeaseRef(lease: unknown): LeaseRef {
+  if (lease === null || typeof lease !== 'object') {
+    throw new TypeError('a lease is an object with resource and identity');
+  }
+  const l = lease as LeaseRef;
+  checkResource(l.resource);
+  checkIdentity(l.identity);
+  return l;
+}
+
+/** A generation key's value as the acquire script stores it: decimal digits, no leading zero, a bigint. */
+function parseStoredGeneration(s: unknown): bigint | null {
+  if (typeof s !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(s)) return null;
+  const g = BigInt(s);
+  return g <= INT64_MAX ? g : null;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/** ms in [ms/2, ms]: pollers do not stay in step. */
+const jittered = (ms: number) => (ms < 2 ? ms : Math.floor(ms / 2) + Math.floor(Math.random() * (ms / 2 + 1)));
+
+type Sent =
+  | { kind: 'reply'; value: unknown }
+  | { kind: 'error'; err: unknown }
+  | { kind: 'timeout' };
+
+/** A script's run: an answer, certainly not applied, or unknown; reason says why for the last two. */
+type Ran =
+  | { kind: 'applied'; value: unknown }
+  | { kind: 'not_applied'; reason: string }
+  | { kind: 'unknown'; reason: string };
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** An error reply from Redis itself (ioredis' ReplyError), not one of the client's. */
+function isReplyError(err: unknown): boolean {
+  return err instanceof Error && err.name === 'ReplyError';
+}
+
+/** What an error of ioredis means for a script that was, or may have been, sent. */
+function classifyError(err: unknown): Ran {
+  const msg = errorMessage(err);
+  if (isReplyError(err)) {
+    const code = msg.split(' ', 1)[0];
+    if (NOT_APPLIED.includes(code)) return { kind: 'not_applied', reason: `Redis answered: ${msg}` };
+    return { kind: 'unknown', reason: `Redis answered: ${msg}` };
+  }
+  // ioredis refuses this one before writing anything (enableOfflineQueue: false)
+  if (/^Stream isn't writeable/.test(msg)) return { kind: 'not_applied', reason: `not sent: ${msg}` };
+  // "Connection is closed.", "Command timed out", MaxRetriesPerRequestError
+  // (a written command is re-sent after a reconnect), anything else: it may
+  // have been written, and may yet be applied
+  return { kind: 'unknown', reason: `no answer: ${msg}` };
+}
+
+/**
+ * Leases taken by the application in Redis (ioredis), with generations drawn
+ * from the database:
+ *
+ *   const leases = new RedisLeases(new Redis(), { keyPrefix: 'lease_fence:' });
+ *   const lease = await leases.acquire(pool, 'account:1', { ttlMs: 30000 });
+ *   await withFence(pool, lease, (client) => client.query('UPDATE ...'));
+ *   await leases.release(lease);
+ *
+ * The same Lease, statuses and errors as acquire / renew / release of the
+ * in-database mode. `db` (a pg.Client outside a transaction, or a pg.Pool)
+ * is used only to draw generations: SELECT lease_fence.next_generation(),
+ * and next_generation(above) to heal a stale answer (portable edition).
+ */
+export class RedisLeases {
+  readonly redis: RedisClientLike;
+  readonly keyPrefix: string;
+  readonly genKeyTtlS: number;
+  readonly timeoutMs: number;
+  readonly connectTimeoutMs: number;
+  readonly cleanupTimeoutMs: number;
+  readonly publish: 'PUBLISH' | 'SPUBLISH';
+  readonly #scripts: Record<ScriptName, Script>;
+
+  constructor(redis: RedisClientLike, options: RedisLeasesOptions = {}) {
+    if (redis === null || typeof redis !== 'object' || typeof redis.evalsha !== 'function'
+      || typeof redis.eval !== 'function' || typeof redis.status !== 'string') {
+      throw new TypeError('RedisLeases needs an ioredis client (new Redis(...))');
+    }
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('RedisLeases options are an object');
+    }
+    // ioredis' own keyPrefix would prepend itself to the scripts' KEYS: the
+    // keys would no longer be the ones the C library names
+    const own = (redis as { options?: { keyPrefix?: unknown } }).options?.keyPrefix;
+    if (typeof own === 'string' && own !== '') {
+      throw new RangeError(`the ioredis client has its own keyPrefix (${JSON.stringify(own)}): ` +
+        'give RedisLeases the keyPrefix instead, and the client none');
+    }
+    const {
+      keyPrefix = 'lease_fence:', genKeyTtlS = 604800, timeoutMs = 1000, connectTimeoutMs = 1000,
+      cleanupTimeoutMs = 1000, publish = 'PUBLISH',
+    } = options;
+    if (typeof keyPrefix !== 'string') throw new TypeError(`keyPrefix must be a string, got ${typeof keyPrefix}`);
+    if (/[{}]/.test(keyPrefix)) {
+      throw new RangeError(`keyPrefix must not contain '{' or '}' (the resource in braces is the ` +
+        `keys' hash tag), got ${JSON.stringify(keyPrefix)}`);
+    }
+    if (publish !== 'PUBLISH' && publish !== 'SPUBLISH') {
+      throw new RangeError(`publish must be 'PUBLISH' or 'SPUBLISH', got ${JSON.stringify(publish)}`);
+    }
+    this.redis = redis;
+    this.keyPrefix = keyPrefix;
+    this.genKeyTtlS = checkInteger('genKeyTtlS', genKeyTtlS, 0, 2147483647);
+    this.timeoutMs = checkInteger('timeoutMs', timeoutMs, 1, 600000);
+    this.connectTimeoutMs = checkInteger('connectTimeoutMs', connectTimeoutMs, 0, 600000);
+    this.cleanupTimeoutMs = checkInteger('cleanupTimeoutMs', cleanupTimeoutMs, 1, 600000);
+    this.publish = publish;
+    this.#scripts = scripts();
+  }
+
+  /** The lease key of a resource: <keyPrefix>{<resource>} (or <keyPrefix>{<hex>}#lease for one starting with '}'). */
+  leaseKey(resource: string): string {
+    checkResource(resource);
+    if (resource[0] !== '}') return `${this.keyPrefix}{${resource}}`;
+    return `${this.keyPrefix}{${Buffer.from(resource, 'utf8').toString('hex')}}#lease`;
+  }
+
+  /** The generation key of a resource: <keyPrefix>{<resource>}:gen (or <keyPrefix>{<hex>}#gen). */
+  generationKey(resource: string): string {
+    checkResource(resource);
+    if (resource[0] !== '}') return `${this.keyPrefix}{${resource}}:gen`;
+    return `${this.keyPrefix}{${Buffer.from(resource, 'utf8').toString('hex')}}#gen`;
+  }
+
+  /**
+   * null once the client is ready to send; else why not (nothing sent).
+   * A lazyConnect client is connected; one that is connecting is waited for,
+   * up to connectTimeoutMs; one that has ended is not reopened.
+   */
+  async #ready(): Promise<string | null> {
+    const redis = this.redis;
+    if (redis.status === 'ready') return null;
+    if (redis.status === 'end') return 'the Redis client has ended (quit or disconnect); nothing was sent';
+    if (redis.status === 'wait') redis.connect().catch(() => {});
+    if (redis.status !== 'ready' && this.connectTimeoutMs > 0) {
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          clearTimeout(timer);
+          redis.removeListener('ready', done);
+          redis.removeListener('end', done);
+          resolve();
+        };
+        const timer = setTimeout(done, this.connectTimeoutMs);
+        redis.once('ready', done);
+        redis.once('end', done);
+      });
+    }
+    return redis.status === 'ready' ? null
+      : `Redis is not connected (client status ${redis.status}); nothing was sent`;
+  }
+
+  /** Send one command now (sync), and wait for its answer up to ms. */
+  #send(method: 'evalsha' | 'eval', first: string | Buffer, keys: string[], args: string[],
+    ms: number): Promise<Sent> {
+    let p: Promise<unknown>;
+    try {
+      p = method === 'evalsha'
+        ? this.redis.evalsha(first, keys.length, ...keys, ...args)
+        : this.redis.eval(first, keys.length, ...keys, ...args);
+    } catch (err) {
+      return Promise.resolve({ kind: 'error', err });
+    }
+    return new Promise<Sent>((resolve) => {
+      const timer = setTimeout(() => resolve({ kind: 'timeout' }), ms);
+      Promise.resolve(p).then(
+        (value) => { clearTimeout(timer); resolve({ kind: 'reply', value }); },
+        (err) => { clearTimeout(timer); resolve({ kind: 'error', err }); });
+    });
+  }
+
+  /**
+   * Run a script: EVALSHA, and EVAL of the same bytes on NOSCRIPT, both
+   * within timeoutMs. checkReady: false sends even when the client is not
+   * connected (ioredis' offline queue, if enabled, sends it after what is
+   * queued already): for the cleanup of an unknown acquire.
+   */
+  async #run(name: ScriptName, keys: string[], args: string[], timeoutMs: number,
+    checkReady = true): Promise<Ran> {
+    if (checkReady) {
+      const why = await this.#ready();
+      if (why !== null) return { kind: 'not_applied', reason: why };
+      if (this.redis.status !== 'ready') {
+        return { kind: 'not_applied', reason: `Redis is not connected (client status ${this.redis.status}); nothing was sent` };
+      }
+    }
+    const script = this.#scripts[name];
+    const start = Date.now();
+    let sent = await this.#send('evalsha', script.sha1, keys, args, timeoutMs);
+    if (sent.kind === 'error' && isReplyError(sent.err) && /^NOSCRIPT/.test(errorMessage(sent.err))) {
+      const left = timeoutMs - (Date.now() - start);
+      if (left <= 0) return { kind: 'not_applied', reason: 'timed out before the script could be loaded' };
+      sent = await this.#send('eval', script.body, keys, args, left);
+    }
+    if (sent.kind === 'reply') return { kind: 'applied', value: sent.value };
+    if (sent.kind === 'timeout') {
+      return { kind: 'unknown', reason: `no answer within ${timeoutMs} ms: Redis may apply it yet` };
+    }
+    return classifyError(sent.err);
+  }
+
+  /** One bounded conditional release (release.lua with that identity): confirmed or not. */
+  async #cleanup(resource: string, identity: string): Promise<CleanupStatus> {
+    const r = await this.#run('release', [this.leaseKey(resource)], [identity, this.publish],
+      this.cleanupTimeoutMs, false);
+    return r.kind === 'applied' && (r.value === 1 || r.value === 0) ? 'confirmed' : 'unconfirmed';
+  }
+
+  async #draw(db: Queryable, above: bigint | null): Promise<bigint> {
+    const { rows } = above === null
+      ? await (db as ClientBase).query<{ g: string }>('SELECT lease_fence.next_generation()::text AS g')
+      : await (db as ClientBase).query<{ g: string }>(
+        'SELECT lease_fence.next_generation($1::bigint)::text AS g', [above.toString()]);
+    return BigInt(rows[0].g);
+  }
+
+  async #acquire(db: Queryable, resource: string, options: ClientSideAcquireOptions,
+    maxStale: number): Promise<Lease> {
+    if (options === null || typeof options !== 'object') {
+      throw new TypeError('acquire needs options: { ttlMs }');
+    }
+    checkResource(resource);
+    const ttl = checkTtl(options.ttlMs);
+    const minv = checkMinValidity(options.minValidityMs ?? 0, ttl);
+    const waitMs = checkInteger('waitMs', options.waitMs ?? 0, 0, MAX_WAIT_MS);
+    if (db === null || typeof db !== 'object' || typeof (db as ClientBase).query !== 'function') {
+      throw new TypeError('acquire needs a pg.Client or pg.Pool to draw generations from');
+    }
+    const keys = [this.leaseKey(resource), this.generationKey(resource)];
+    const deadline = Date.now() + waitMs;
+    const none = (status: string, reason: string | null = null, validityMs: number | null = null,
+      extra: Partial<Lease> = {}): Lease => ({
+      acquired: false, status, resource, identity: null, generation: null, validityMs, reason, ...extra,
+    });
+    let spare: bigint | null = null;    // a generation a busy answer left unused
+    let stale = 0;
+    let poll = 10;
+    for (;;) {
+      // validity is measured from before the request is sent (connecting included)
+      const start = Date.now();
+      // not connected: unavailable before a generation is drawn
+      const notReady = await this.#ready();
+      let r: Ran;
+      let generation: bigint = 0n;
+      let identity = '';
+      if (notReady !== null) {
+        r = { kind: 'not_applied', reason: notReady };
+      } else {
+        generation = spare ?? await this.#draw(db, null);
+        spare = null;
+        identity = randomBytes(16).toString('hex');
+        r = await this.#run('acquire', keys,
+          [identity, String(ttl), generation.toString(), String(this.genKeyTtlS)], this.timeoutMs);
+      }
+      const elapsed = Date.now() - start;
+
+      if (r.kind === 'not_applied') {
+        // nothing held: while waiting, try again after a backoff
+        if (Date.now() < deadline) {
+          await sleep(Math.max(1, Math.min(deadline - Date.now(), jittered(poll))));
+          poll = Math.min(poll * 2, 250);
+          continue;
+        }
+        return none('unavailable', r.reason);
+      }
+      const answer = r.kind === 'applied' ? r.value : null;
+      const valid = Array.isArray(answer) && answer.length === 2 && typeof answer[0] === 'number'
+        && typeof answer[1] === 'string';
+      if (r.kind === 'unknown' || !valid) {
+        const reason = r.kind === 'unknown' ? r.reason : 'unexpected reply to the acquire script';
+        const cleanup = await this.#cleanup(resource, identity);
+        return {
+          acquired: null, status: 'unknown', resource, identity, generation, validityMs: null,
+          reason, cleanup,
+        };
+      }
+      const [code, value] = answer as [number, string];
+      if (code === 1) {
+        const validity = validityAfter(ttl, elapsed);
+        if (validity < minv) {
+          const cleanup = await this.#cleanup(resource, identity);
+          return none('insufficient_validity', null, validity, { cleanup });
+        }
+        return {
+          acquired: true, status: 'acquired', resource, identity, generation, validityMs: validity,
+          reason: null,
+        };
+      }
+      if (code === 0) {
+        // busy: nothing stored, so the same generation may be tried again
+        const now = Date.now();
+        if (now >= deadline) return none('busy');
+        const pttl = Number(value);
+        let wake = Math.min(deadline, now + jittered(poll));
+        if (Number.isSafeInteger(pttl) && pttl >= 0) wake = Math.min(wake, now + pttl + 1);
+        poll = Math.min(poll * 2, 250);
+        spare = generation;
+        await sleep(Math.max(1, wake - now));
+        continue;
+      }
+      if (code === 2) {
+        const stored = parseStoredGeneration(value);
+        if (stored === null) {
+          throw new Error(`lease_fence: the generation key of resource ${JSON.stringify(resource)} ` +
+            `does not hold a generation (${JSON.stringify(value)}): something other than lease_fence ` +
+            'wrote that key; delete it');
+        }
+        // heal: a generation above the stored one (the database's error, e.g.
+        // XX001 beyond its bound, surfaces as is)
+        const healed = await this.#draw(db, stored);
+        if (++stale > maxStale) return none('stale');
+        spare = healed;
+        continue;
+      }
+      throw new Error(`lease_fence: unexpected code ${code} from the acquire script`);
+    }
+  }
+
+  /**
+   * Take a lease; never rejects for an outcome: acquired true (granted),
+   * false (busy, stale, unavailable, insufficient_validity: a definite no)
+   * or null (unknown: it may be granted; lease.cleanup says whether the
+   * release that followed was confirmed). A stale answer is healed and tried
+   * again, up to 3 times. Rejects for bad arguments (before anything is
+   * drawn or sent) and with the database's error when a generation cannot
+   * be drawn.
+   */
+  async tryAcquire(db: Queryable, resource: string, options: ClientSideAcquireOptions): Promise<Lease> {
+    return this.#acquire(db, resource, options, MAX_STALE);
+  }
+
+  /**
+   * Take a lease: resolves to it, or rejects with LeaseBusy /
+   * LeaseUnavailable / LeaseDenied (stale, insufficient_validity: a definite
+   * no) or LeaseUnknown (maybe granted: do not proceed; err.lease has its
+   * identity and err.lease.cleanup).
+   */
+  async acquire(db: Queryable, resource: string,
+    options: ClientSideAcquireCheckedOptions): Promise<AcquiredLease> {
+    const retryStale = options?.retryStale ?? true;
+    const lease = await this.#acquire(db, resource, options, retryStale ? MAX_STALE : 0);
+    if (lease.acquired !== true) {
+      throw leaseError(lease.status, lease, 'acquire', resource, lease.reason);
+    }
+    return lease as AcquiredLease;
+  }
+
+  /**
+   * Extend a lease if it still holds lease.identity (never recreated);
+   * resolves to the validity in ms. Rejects with LeaseLost, LeaseDenied
+   * (insufficient_validity), LeaseUnavailable or LeaseUnknown.
+   */
+  async renew(lease: LeaseRef, options: RenewOptions): Promise<number> {
+    checkLeaseRef(lease);
+    if (options === null || typeof options !== 'object') throw new TypeError('renew needs options: { ttlMs }');
+    const ttl = checkTtl(options.ttlMs);
+    const minv = checkMinValidity(options.minValidityMs ?? 0, ttl);
+    const start = Date.now();
+    const r = await this.#run('renew', [this.leaseKey(lease.resource)],
+      [lease.identity as string, String(ttl)], this.timeoutMs);
+    const validity = validityAfter(ttl, Date.now() - start);
+    let status: string;
+    let reason: string | null = null;
+    if (r.kind === 'not_applied') {
+      status = 'unavailable'; reason = r.reason;
+    } else if (r.kind === 'unknown') {
+      status = 'unknown'; reason = r.reason;
+    } else if (r.value === 1) {
+      if (validity >= minv) return validity;
+      status = 'insufficient_validity';
+    } else if (r.value === 0) {
+      status = 'lost';
+    } else {
+      status = 'unknown'; reason = 'unexpected reply to the renew script';
+    }
+    throw leaseError(status, lease as Lease, 'renew', lease.resource, reason);
+  }
+
+  /**
+   * Release a lease if it still holds lease.identity: { released, status,
+   * reason }, status 'released', 'not_held', 'unavailable' (nothing sent or
+   * applied) or 'unknown' (no answer: it then expires by its TTL, calling
+   * again is safe). Never rejects for an outcome.
+   */
+  async releaseOutcome(lease: LeaseRef): Promise<ReleaseOutcome> {
+    checkLeaseRef(lease);
+    const r = await this.#run('release', [this.leaseKey(lease.resource)],
+      [lease.identity as string, this.publish], this.timeoutMs);
+    if (r.kind === 'not_applied') return { released: false, status: 'unavailable', reason: r.reason };
+    if (r.kind === 'unknown') return { released: null, status: 'unknown', reason: r.reason };
+    if (r.value === 1) return { released: true, status: 'released', reason: null };
+    if (r.value === 0) return { released: false, status: 'not_held', reason: null };
+    return { released: null, status: 'unknown', reason: 'unexpected reply to the release script' };
+  }
+
+  /** releaseOutcome's status: 'released', 'not_held', 'unavailable' or 'unknown'. */
+  async release(lease: LeaseRef): Promise<ReleaseStatus> {
+    return (await this.releaseOutcome(lease)).status;
+  }
+}
