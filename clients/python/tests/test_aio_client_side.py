@@ -95,6 +95,7 @@ async def test_async_unknown_outcome_stays_unknown():
     leases = AsyncClientSideLeases(client, cleanup_timeout_ms=150)
     res = resource_name("aio_client_side_unknown")
     try:
+        await client.ping()   # connected before the pause (see test_client_side.py)
         redis("CLIENT", "PAUSE", 3000, "ALL")
         try:
             with pytest.raises(LeaseUnknown) as info:

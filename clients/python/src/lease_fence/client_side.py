@@ -326,6 +326,18 @@ async def _arun_on(conn: Any, script: Script, keys: Sequence[bytes],
     return _after_eval(await _aexchange(conn, eval_)) if out.kind == _NOSCRIPT else out
 
 
+def _get_connection(pool: Any) -> Any:
+    """pool.get_connection(): redis-py before 5.3 wants a command name, later
+    ones deprecate it."""
+    try:
+        param = inspect.signature(pool.get_connection).parameters.get("command_name")
+    except (TypeError, ValueError):
+        param = None
+    if param is not None and param.default is inspect.Parameter.empty:
+        return pool.get_connection("EVALSHA")
+    return pool.get_connection()
+
+
 def _as_int(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -565,7 +577,7 @@ class ClientSideLeases(_Settings):
             return _run_on(own, script, keys, args)
         pool = self.client.connection_pool
         try:
-            conn = pool.get_connection("EVALSHA")      # connects: nothing sent yet
+            conn = _get_connection(pool)                # connects: nothing of ours sent yet
         except Exception as e:
             return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
         try:
@@ -698,7 +710,7 @@ class AsyncClientSideLeases(_Settings):
             return await _arun_on(own, script, keys, args)
         pool = self.client.connection_pool
         try:
-            conn = await pool.get_connection("EVALSHA")
+            conn = await _get_connection(pool)
         except Exception as e:
             return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
         try:
@@ -707,15 +719,23 @@ class AsyncClientSideLeases(_Settings):
             await pool.release(conn)
 
     async def _cleanup(self, resource: str, identity: str) -> str:
+        import asyncio
+
         pool = self.client.connection_pool
         try:
             conn = pool.connection_class(**_fresh_kwargs(pool, self.cleanup_timeout_ms))
         except Exception:
             return "unconfirmed"
         try:
-            return _cleanup_result(await _arun_on(conn, SCRIPTS["release"],
-                                                  self._keys(resource)[:1],
-                                                  (identity.encode(), b"PUBLISH")))
+            # bounded as a whole: redis.asyncio's connection set-up (the
+            # CLIENT SETINFO of redis-py 5 and later) does not always honour
+            # the socket timeouts
+            return _cleanup_result(await asyncio.wait_for(
+                _arun_on(conn, SCRIPTS["release"], self._keys(resource)[:1],
+                         (identity.encode(), b"PUBLISH")),
+                self.cleanup_timeout_ms / 1000.0))
+        except asyncio.TimeoutError:
+            return "unconfirmed"
         finally:
             try:
                 await conn.disconnect()
