@@ -156,7 +156,7 @@ done
 # file name, as any role may.
 check_timeline() {
 	local sb=$LF_WORK/standby port=5434 out hi g1 g2 tl
-	lf_as_user "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$sb" -R -X stream \
+	lf_as_user "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$sb" -R -X stream --checkpoint=fast \
 		>"$LF_WORK/basebackup.log" 2>&1 || { cat "$LF_WORK/basebackup.log"; return 1; }
 	echo "port = $port" | lf_as_user tee -a "$sb/postgresql.conf" >/dev/null
 	lf_as_user "$PG_BIN/pg_ctl" -D "$sb" -l "$LF_WORK/standby.log" -w -t 60 start >/dev/null ||
