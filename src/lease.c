@@ -1279,7 +1279,7 @@ lf_renew(PG_FUNCTION_ARGS)
 		o.validity = lf_validity_after(ttl, lf_now_ms() - start);
 	}
 	if (e)
-		e->expires_at = GetCurrentTimestamp() + (o.validity > 0 ? o.validity : 0) * 1000;
+		lf_lease_validity_set(e, o.validity);
 	o.have_validity = true;
 	if (o.validity < minv)
 		o.status = LF_C_RENEW_INSUFFICIENT_VALIDITY;

@@ -47,6 +47,7 @@ typedef struct LeaseEntry
 	LeaseState	state;
 	TimestampTz acquired_at;
 	TimestampTz expires_at;		/* local estimate: acquired_at + validity */
+	int64		valid_until_ms; /* the same on lf_now_ms()'s clock */
 	int64		ttl_ms;
 	int64		min_validity_ms;
 	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
@@ -66,6 +67,16 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 
 extern void lf_registry_init(void);
+
+/* lease_fence.commit_check: when PRE_COMMIT asks Redis (lease_registry.c) */
+typedef enum LfCommitCheck
+{
+	LF_COMMIT_CHECK_NEAR_EXPIRY,
+	LF_COMMIT_CHECK_ALWAYS
+} LfCommitCheck;
+
+extern int	lf_commit_check;
+extern void lf_lease_validity_set(LeaseEntry *e, int64 validity);
 
 /* keepalive.c: how many leases the cluster can keep alive at once */
 #define LF_KEEPALIVE_SLOTS 1024

@@ -188,6 +188,19 @@ maybe_trim(LeaseEntry *keep)
 }
 
 /* Record a new lease of this session. */
+/*
+ * A lease was granted or renewed with validity ms left (lf_validity_after:
+ * measured from before the request was sent, drift taken off).
+ */
+void
+lf_lease_validity_set(LeaseEntry *e, int64 validity)
+{
+	if (validity < 0)
+		validity = 0;
+	e->expires_at = GetCurrentTimestamp() + validity * 1000;
+	e->valid_until_ms = lf_now_ms() + validity;
+}
+
 LeaseEntry *
 lf_add_lease(const char *resource, const char *identity, int64 generation,
 		  LeaseScope scope, LeaseState state, int64 ttl, int64 minv, int64 validity)
@@ -212,8 +225,8 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->generation = generation;
 	e->scope = scope;
 	e->state = state;
+	lf_lease_validity_set(e, validity);
 	e->acquired_at = GetCurrentTimestamp();
-	e->expires_at = e->acquired_at + (validity > 0 ? validity : 0) * 1000;
 	e->ttl_ms = ttl;
 	e->min_validity_ms = minv;
 	e->keepalive_slot = -1;
@@ -231,6 +244,18 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
  * shutdown, wait longer than this.
  */
 static int	lf_exit_timeout_ms = 1000;
+
+/*
+ * When PRE_COMMIT asks Redis whether a transaction-scoped lease is still
+ * ours (see commit_check_needed).
+ */
+int			lf_commit_check = LF_COMMIT_CHECK_NEAR_EXPIRY;
+
+static const struct config_enum_entry commit_check_options[] = {
+	{"near_expiry", LF_COMMIT_CHECK_NEAR_EXPIRY, false},
+	{"always", LF_COMMIT_CHECK_ALWAYS, false},
+	{NULL, 0, false}
+};
 
 /* the deadline of the cleanups at this backend's exit, once it is known */
 static int64 exit_deadline = 0;
@@ -467,10 +492,31 @@ lf_session_leases(PG_FUNCTION_ARGS)
  */
 
 /*
+ * Must PRE_COMMIT ask Redis about e?  Not when more than min_validity_ms +
+ * ttl_ms / 2 of it are left by this backend's own clock (the validity of its
+ * grant or last renewal, measured from before that request was sent, with
+ * the clock drift already taken off), unless lease_fence.commit_check is
+ * 'always' or the lease is kept alive (the worker renews it; its state is
+ * what is checked).  The lease then cannot have expired by the commit, so
+ * the question would only find a key lost in other ways (deleted by hand,
+ * or lost in a Redis failover), and the fence still holds without it: the
+ * acquire fenced the resource, so a newer holder's acquire waits for this
+ * commit and is ordered after it (README, "Design: the commit check").
+ */
+static bool
+commit_check_needed(const LeaseEntry *e)
+{
+	if (lf_commit_check == LF_COMMIT_CHECK_ALWAYS || e->keepalive_slot >= 0)
+		return true;
+	return e->valid_until_ms - lf_now_ms() < e->min_validity_ms + e->ttl_ms / 2;
+}
+
+/*
  * PRE_COMMIT: every transaction-scoped lease must still be ours, with at
- * least min_validity_ms left, or the commit fails with LF010.  One round
- * trip per lease.  A lease acquired in a subtransaction fences its resource
- * again first (LF001 if a newer holder fenced it meanwhile).
+ * least min_validity_ms left, or the commit fails with LF010: one round
+ * trip per lease, unless its own validity shows that (commit_check_needed).
+ * A lease acquired in a subtransaction fences its resource again first
+ * (LF001 if a newer holder fenced it meanwhile).
  */
 static void
 verify_at_commit(void)
@@ -496,6 +542,11 @@ verify_at_commit(void)
 		/* a fence a rolled-back subtransaction took with it: again, first */
 		if (e->fenced_in_subxact)
 			(void) lf_fence_resource_at(e->resource, e->generation);
+		if (!commit_check_needed(e))
+		{
+			lf_count(LF_C_COMMIT_CHECK_LOCAL_VALIDITY);
+			continue;
+		}
 		key = lf_lease_key(e->resource);
 		keys[0] = key;
 		args[0] = e->identity;
@@ -677,5 +728,10 @@ lf_registry_init(void)
 							"A session's lease_fence.cleanup_timeout_ms applies when it is lower; 0 releases nothing at exit.",
 							&lf_exit_timeout_ms, 1000, 0, 60000,
 							PGC_SUSET, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomEnumVariable("lease_fence.commit_check",
+							 "When COMMIT asks Redis whether a transaction-scoped lease is still held: near_expiry or always.",
+							 "near_expiry asks only when less than min_validity_ms plus half the TTL is left by this backend's clock.",
+							 &lf_commit_check, LF_COMMIT_CHECK_NEAR_EXPIRY, commit_check_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
 	RegisterXactCallback(lease_xact_callback, NULL);
 }

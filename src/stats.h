@@ -40,6 +40,7 @@
 	X(CLEANUP_SKIPPED, "cleanup", "skipped") \
 	X(COMMIT_CHECK_VERIFIED, "commit_check", "verified") \
 	X(COMMIT_CHECK_LF010, "commit_check", "LF010") \
+	X(COMMIT_CHECK_LOCAL_VALIDITY, "commit_check", "local_validity") \
 	X(FENCE_ACCEPTED, "fence", "accepted") \
 	X(FENCE_LF001, "fence", "LF001") \
 	X(FENCE_LF002, "fence", "LF002") \

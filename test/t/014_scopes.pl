@@ -57,7 +57,11 @@ $node->safe_psql('postgres',
 	sql_ok($t, 'ROLLBACK');
 	is($redis->cli('EXISTS', lkey('r-tx-rb')), '0', 'transaction scope: ROLLBACK released the key');
 
-	# lost before COMMIT: an admin DELetes the key
+	# lost before COMMIT: an admin DELetes the key.  COMMIT asks Redis when
+	# commit_check is 'always', or (the default, near_expiry) when less than
+	# min_validity_ms + ttl_ms / 2 is left; 096_one_round_trip_job.pl tests
+	# the young lease that is not asked about
+	sql_ok($t, "SET lease_fence.commit_check = 'always'");
 	sql_ok($t, 'BEGIN');
 	$r = acquire($t, 'r-tx-lost', 10000, 0, 'transaction');
 	is($r->{status}, 'acquired', 'LF010 (key deleted): acquired in the transaction');
@@ -82,6 +86,20 @@ $node->safe_psql('postgres',
 	is($redis->cli('GET', lkey('r-tx-other')), $other,
 		"LF010: the release at abort left someone else's key alone");
 	$redis->cli('DEL', lkey('r-tx-other'));
+	sql_ok($t, 'RESET lease_fence.commit_check');
+
+	# the default asks too once half the TTL is gone: ttl 2000, 1.1 s later
+	sql_ok($t, 'BEGIN');
+	$r = acquire($t, 'r-tx-half', 2000, 0, 'transaction');
+	is($r->{status}, 'acquired', 'LF010 (near expiry): acquired with ttl_ms 2000');
+	sql_ok($t, 'INSERT INTO tx_t VALUES (5)');
+	$redis->cli('DEL', lkey('r-tx-half'));
+	sleep(1.1);
+	(undef, $cerr) = run_sql($t, 'COMMIT');
+	is(sqlstate($cerr), 'LF010',
+		'LF010 (near expiry): with half the TTL gone, COMMIT asks Redis and finds the key deleted');
+	is(sql_ok($t, 'SELECT count(*) FROM tx_t WHERE id = 5'), '0',
+		'LF010 (near expiry): the transaction was rolled back');
 
 	# too little validity left at COMMIT: ttl 3000, min 2000, 1.2 s later
 	sql_ok($t, 'BEGIN');

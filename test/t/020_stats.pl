@@ -34,7 +34,7 @@ my @all = qw(
   renew/renewed renew/lost renew/insufficient_validity renew/unavailable renew/unknown
   release/released release/not_held release/unavailable release/unknown
   cleanup/confirmed cleanup/unconfirmed
-  commit_check/verified commit_check/LF010
+  commit_check/verified commit_check/LF010 commit_check/local_validity
   fence/accepted fence/LF001 fence/LF002 fence/LF003 fence/LF004
   repair/repaired
   resource_fence/accepted resource_fence/LF001 resource_fence/LF002 resource_fence/LF004);
@@ -180,11 +180,13 @@ counters_are('unavailable',
 #
 reset_stats();
 $node->safe_psql('postgres', q{
+SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT lease_fence.acquire('c1', 60000, 0, 'transaction');
 COMMIT;
 });
 my ($cout, $cerr) = try_sql(q{
+SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT 1 FROM lease_fence.acquire('c2', 60000, 0, 'transaction');
 \! redis-cli -s } . $sock . q{ DEL 'lease_fence:{c2}' > /dev/null
@@ -199,6 +201,19 @@ counters_are('commit checks',
 	'cleanup/confirmed' => 2,
 	# a transaction-scoped lease fences its resource
 	'resource_fence/accepted' => 2);
+
+# near_expiry (the default): a young lease is not asked about
+reset_stats();
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT lease_fence.acquire('c3', 60000, 0, 'transaction');
+COMMIT;
+});
+counters_are('commit checks (near_expiry)',
+	'acquire/acquired' => 1,
+	'commit_check/local_validity' => 1,
+	'cleanup/confirmed' => 1,
+	'resource_fence/accepted' => 1);
 
 #
 # fence writes, from two sessions at once; rejections roll back but count

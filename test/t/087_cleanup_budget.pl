@@ -114,7 +114,8 @@ for my $how ('disconnect', 'pg_terminate_backend')
 # a failed commit check: the release after it is bounded by cleanup_timeout_ms
 #
 {
-	my ($s) = holder('cc', 1, 'transaction', 'SET lease_fence.command_timeout_ms = 300',
+	my ($s) = holder('cc', 1, 'transaction', "SET lease_fence.commit_check = 'always'",
+		'SET lease_fence.command_timeout_ms = 300',
 		'SET lease_fence.connect_timeout_ms = 60000', 'SET lease_fence.cleanup_timeout_ms = 300', 'BEGIN');
 	my $id = sql_ok($s, "SELECT identity FROM lease_fence.leases WHERE resource = 'cc-1'");
 	my $before = cleanups();

@@ -1,0 +1,229 @@
+# 096_one_round_trip_job.pl — the fenced job in one round trip and two
+# Redis commands, and its edges (README, "Design: the commit check").
+#
+#   BEGIN; SELECT ... FROM lease_fence.acquire(r, ttl, scope => 'transaction');
+#   UPDATE ...; COMMIT
+#
+# sends the acquire and, after COMMIT, the release: under
+# lease_fence.commit_check = near_expiry (the default) COMMIT asks Redis
+# nothing while more than min_validity_ms + ttl_ms / 2 of the lease is left
+# by the backend's own clock; 'always' asks every time.  Then, at the edges:
+#   - a commit that fails after the point where the check would run (a
+#     serialization failure at COMMIT): nothing is written, the lease is
+#     released at abort, the next holder's generation is higher;
+#   - a crash around the commit (the backend killed while COMMIT waits on
+#     Redis): before the commit record nothing is written, after it the
+#     write survives; either way the key expires by its TTL and the next
+#     holder's generation is higher, and it sees whatever was committed;
+#   - an unknown release after COMMIT: the commit stands, the key expires
+#     by its TTL, the next holder waits for that and sees the write.
+# A newer holder racing the commit is 063_transaction_lease_resource_fence.pl.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+my $redis = LeaseFenceRedis->new;
+my $node = $redis->node('job', 'restart_after_crash = on');
+$node->safe_psql('postgres', q{
+CREATE TABLE item (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, fence bigint);
+INSERT INTO item (id) SELECT generate_series(1, 10);
+SELECT lease_fence.protect('item');
+});
+
+# Redis commands of each kind so far
+sub calls
+{
+	my ($cmd) = @_;
+	my $info = $redis->cli('INFO', 'commandstats');
+	return $info =~ /^cmdstat_\Q$cmd\E:calls=(\d+),/m ? $1 : 0;
+}
+
+sub item
+{
+	my ($id) = @_;
+	return $node->safe_psql('postgres', "SELECT v || ':' || coalesce(fence::text, '') FROM item WHERE id = $id");
+}
+
+# the job, in one session: BEGIN; acquire; UPDATE; COMMIT
+sub job
+{
+	my ($s, $res, $id, $ttl, $min) = @_;
+	sql_ok($s, 'BEGIN');
+	my $r = acquire($s, $res, $ttl, $min // 0, 'transaction');
+	sql_ok($s, "UPDATE item SET v = v + 1 WHERE id = $id");
+	my (undef, $err) = run_sql($s, 'COMMIT');
+	return ($r, $err);
+}
+
+#
+# two Redis commands a job under near_expiry, three under 'always'
+#
+{
+	my $s = session($node);
+	# the connection, its owner check, and each script loaded once
+	sql_ok($s, "SET lease_fence.commit_check = 'always'");
+	job($s, 'warm', 1, 5000);
+	sql_ok($s, 'RESET lease_fence.commit_check');
+	my $before = calls('evalsha') + calls('eval');
+	my ($r, $err) = job($s, 'job:1', 1, 5000);
+	is($r->{status}, 'acquired', 'near_expiry: the job acquired');
+	is($err, '', 'near_expiry: its COMMIT succeeded');
+	is(calls('evalsha') + calls('eval') - $before, 2,
+		'near_expiry: the job sent two scripts to Redis (acquire, release): no commit check');
+	is(item(1), "2:$r->{generation}", "near_expiry: the job's write committed under its generation");
+	is($redis->cli('EXISTS', lkey('job:1')), '0', 'near_expiry: the lease was released after COMMIT');
+
+	sql_ok($s, "SET lease_fence.commit_check = 'always'");
+	$before = calls('evalsha') + calls('eval');
+	($r, $err) = job($s, 'job:1', 1, 5000);
+	is($err, '', "always: the job's COMMIT succeeded");
+	is(calls('evalsha') + calls('eval') - $before, 3,
+		'always: the job sent three scripts to Redis (acquire, commit check, release)');
+	sql_ok($s, 'RESET lease_fence.commit_check');
+
+	# min_validity_ms close to the TTL: asked even when young
+	$before = calls('evalsha') + calls('eval');
+	($r, $err) = job($s, 'job:1', 1, 5000, 3000);
+	is($err, '', 'near_expiry, min_validity_ms 3000 of 5000: COMMIT succeeded');
+	is(calls('evalsha') + calls('eval') - $before, 3,
+		'near_expiry, min_validity_ms 3000 of 5000: the commit check asked Redis (less than 3000 + 2500 left)');
+
+	# the young lease whose key was deleted by hand commits (not detected);
+	# the resource fence still orders the next holder after it (063)
+	sql_ok($s, 'BEGIN');
+	$r = acquire($s, 'job:lost', 60000, 0, 'transaction');
+	sql_ok($s, 'UPDATE item SET v = v + 1 WHERE id = 2');
+	$redis->cli('DEL', lkey('job:lost'));
+	(undef, $err) = run_sql($s, 'COMMIT');
+	is($err, '', 'near_expiry: a young lease whose key was deleted by hand is not asked about: COMMIT succeeds');
+	is(item(2), "1:$r->{generation}", 'near_expiry: that write committed under its generation');
+	my $n = acquire($node, 'job:lost', 5000);
+	cmp_ok($n->{generation}, '>', $r->{generation}, 'near_expiry: the next holder has a higher generation');
+	$node->safe_psql('postgres',
+		"BEGIN; SET LOCAL lease_fence.generation = $n->{generation}; UPDATE item SET v = v + 1 WHERE id = 2; COMMIT;");
+	my ($ret, $out, $ferr) = $node->psql('postgres',
+		"BEGIN; SET LOCAL lease_fence.generation = $r->{generation}; UPDATE item SET v = v + 1 WHERE id = 2; COMMIT;",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($ferr, qr/LF001/, "once the next holder wrote the row, the old generation is refused (LF001)");
+	release($node, 'job:lost', $n->{identity});
+	$s->quit;
+}
+
+#
+# a commit that fails late: a serialization failure at COMMIT, after the
+# point where the commit check runs
+#
+{
+	$node->safe_psql('postgres', 'CREATE TABLE acct (id int PRIMARY KEY, v int); INSERT INTO acct VALUES (1, 0), (2, 0)');
+	my $t1 = session($node);
+	my $t2 = session($node);
+	sql_ok($t1, 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+	my $r = acquire($t1, 'job:late', 60000, 0, 'transaction');
+	is($r->{status}, 'acquired', 'late failure: the job acquired');
+	sql_ok($t1, 'SELECT sum(v) FROM acct WHERE id = 2');
+	sql_ok($t2, 'BEGIN ISOLATION LEVEL SERIALIZABLE');
+	sql_ok($t2, 'SELECT sum(v) FROM acct WHERE id = 1');
+	sql_ok($t1, 'UPDATE acct SET v = v + 1 WHERE id = 1');
+	sql_ok($t1, 'UPDATE item SET v = v + 1 WHERE id = 3');
+	sql_ok($t2, 'UPDATE acct SET v = v + 1 WHERE id = 2');
+	sql_ok($t2, 'COMMIT');
+	my (undef, $err) = run_sql($t1, 'COMMIT');
+	is(sqlstate($err), '40001', 'late failure: the job\'s COMMIT fails with a serialization failure');
+	like($err, qr/during commit attempt/, 'late failure: found during the commit, after the commit check');
+	is(item(3), '0:', "late failure: the job's write was not committed");
+	is($redis->cli('EXISTS', lkey('job:late')), '0', 'late failure: the lease was released at abort');
+	my $n = acquire($node, 'job:late', 5000);
+	is($n->{status}, 'acquired', 'late failure: the next holder acquires at once');
+	cmp_ok($n->{generation}, '>', $r->{generation}, 'late failure: with a higher generation');
+	release($node, 'job:late', $n->{identity});
+	$t1->quit;
+	$t2->quit;
+}
+
+#
+# a crash around the commit: the backend is killed while COMMIT waits on a
+# paused Redis -- in the commit check ('always', before the commit record)
+# or in the release (near_expiry, after it)
+#
+for my $check ('always', 'near_expiry')
+{
+	my $res = "job:crash-$check";
+	my $id = $check eq 'always' ? 4 : 5;
+	my $s = session($node);
+	my $pid = sql_ok($s, 'SELECT pg_backend_pid()');
+	sql_ok($s, "SET lease_fence.commit_check = '$check'");
+	sql_ok($s, 'SET lease_fence.command_timeout_ms = 20000');
+	sql_ok($s, 'SET lease_fence.cleanup_timeout_ms = 20000');
+	sql_ok($s, 'BEGIN');
+	my $r = acquire($s, $res, 8000, 0, 'transaction');
+	is($r->{status}, 'acquired', "crash ($check): the job acquired");
+	sql_ok($s, "UPDATE item SET v = v + 1 WHERE id = $id");
+	pause_redis($redis, 5000);
+	$s->query_until(qr/lf-sent/, "\\echo lf-sent\nCOMMIT;\n");
+	ok( $node->poll_query_until('postgres',
+			"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
+		"crash ($check): COMMIT waits on Redis");
+	my $visible = $node->safe_psql('postgres', "SELECT v FROM item WHERE id = $id");
+	is($visible, $check eq 'always' ? '0' : '1',
+		"crash ($check): the write is " . ($check eq 'always' ? 'not yet committed (the commit check comes first)'
+			: 'committed and visible (the release comes after the commit)'));
+	kill 'KILL', $pid;
+	eval { $s->quit; };
+	# the server restarts after the crash
+	ok($node->poll_query_until('postgres', 'SELECT 1', '1'), "crash ($check): the server is back");
+	is($node->safe_psql('postgres', "SELECT v FROM item WHERE id = $id"), $check eq 'always' ? '0' : '1',
+		"crash ($check): after recovery the write is " . ($check eq 'always' ? 'absent' : 'there'));
+	wait_pause_over($redis);
+	is($redis->cli('GET', lkey($res)), $r->{identity},
+		"crash ($check): the key still holds the killed holder's identity");
+	my $b = acquire($node, $res, 5000);
+	is($b->{status}, 'busy', "crash ($check): the next holder finds it busy until its TTL");
+	my $deadline = time() + 30;
+	my $n;
+	do { sleep(0.2); $n = acquire($node, $res, 5000); } while ($n->{status} eq 'busy' && time() < $deadline);
+	is($n->{status}, 'acquired', "crash ($check): once the TTL is over the next holder acquires");
+	cmp_ok($n->{generation}, '>', $r->{generation}, "crash ($check): with a higher generation");
+	release($node, $res, $n->{identity});
+}
+
+#
+# an unknown release after COMMIT: the commit stands
+#
+{
+	my $s = session($node);
+	sql_ok($s, 'BEGIN');
+	my $r = acquire($s, 'job:unknown-release', 3000, 0, 'transaction');
+	sql_ok($s, 'UPDATE item SET v = v + 1 WHERE id = 6');
+	pause_redis($redis, 1500);
+	my (undef, $err) = run_sql($s, 'COMMIT');
+	unlike($err, qr/ERROR/, 'unknown release: COMMIT succeeds');
+	like($err, qr/WARNING/, 'unknown release: a WARNING says the release was not confirmed');
+	is(item(6), "1:$r->{generation}", 'unknown release: the write committed under its generation');
+	wait_pause_over($redis);
+	is($redis->cli('GET', lkey('job:unknown-release')), $r->{identity},
+		'unknown release: the key still holds the identity (left to its TTL)');
+	my $v = lease_view($s, $r->{identity});
+	is($v ? $v->{state} : 'none', 'unconfirmed', 'unknown release: the lease is unconfirmed in lease_fence.leases');
+	my $deadline = time() + 30;
+	my $n;
+	do { $n = acquire($node, 'job:unknown-release', 5000); sleep(0.2) if $n->{status} eq 'busy'; }
+	  while ($n->{status} eq 'busy' && time() < $deadline);
+	is($n->{status}, 'acquired', 'unknown release: the next holder acquires once the TTL is over');
+	cmp_ok($n->{generation}, '>', $r->{generation}, 'unknown release: with a higher generation');
+	release($node, 'job:unknown-release', $n->{identity});
+	$s->quit;
+}
+
+generations_increase();
+$node->stop;
+done_testing();
