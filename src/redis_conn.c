@@ -82,7 +82,17 @@ typedef struct LfConn
 	uint64		serial;			/* lf_conn_serial() */
 	uint64		role_epoch;		/* the endpoint's role_epoch at its last ROLE */
 	int64		role_checked_at;	/* lf_now_ms() of its last ROLE */
+	int64		answered_at;	/* lf_now_ms() of its last reply, 0: none */
 } LfConn;
+
+/*
+ * A connection that answered this recently is used without looking at its
+ * socket first (connection_looks_alive): the look is a system call on every
+ * command, and what it finds (a Redis that closed the connection, after a
+ * restart or a stop) is found as well by the command itself, as "unknown"
+ * instead of "unavailable" -- never as a success.
+ */
+#define LF_RECENT_ANSWER_MS 1000
 
 static HTAB *connections = NULL;
 static uint64 last_serial = 0;
@@ -212,6 +222,7 @@ close_conn(LfConn *c)
 		redisReaderFree(c->reader);
 	c->reader = NULL;
 	c->serial = 0;
+	c->answered_at = 0;
 }
 
 /* Close the connection an error left in the middle of an exchange, if any. */
@@ -608,6 +619,13 @@ connection_looks_alive(LfConn *c)
 	if (pfd.revents != POLLIN || c->tls == NULL)
 		return false;
 	return lf_tls_idle_ok(c->tls);
+}
+
+/* Did c answer a command within the last LF_RECENT_ANSWER_MS? */
+static bool
+answered_recently(const LfConn *c)
+{
+	return c->answered_at != 0 && lf_now_ms() - c->answered_at < LF_RECENT_ANSWER_MS;
 }
 
 /*
@@ -1033,6 +1051,7 @@ lookup_conn(const LfEndpoint *ep)
 			c->serial = 0;
 			c->role_epoch = 0;
 			c->role_checked_at = 0;
+			c->answered_at = 0;
 		}
 		last_conn = c;
 		last_conn_version = lf_redis_settings_version();
@@ -1042,7 +1061,7 @@ lookup_conn(const LfEndpoint *ep)
 		if (strlen(ep->kind != LF_EP_SETTINGS ? ep->host : "") >= sizeof(last_ep_host))
 			last_conn = NULL;	/* too long to remember: look it up each time */
 	}
-	if (c->fd != PGINVALID_SOCKET && !connection_looks_alive(c))
+	if (c->fd != PGINVALID_SOCKET && !answered_recently(c) && !connection_looks_alive(c))
 		close_conn(c);
 	return c;
 }
@@ -1096,7 +1115,8 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	else if (flags & LF_SAME_CONN)
 	{
 		c = last_used;
-		if (c == NULL || c->fd == PGINVALID_SOCKET || !connection_looks_alive(c))
+		if (c == NULL || c->fd == PGINVALID_SOCKET ||
+			(!answered_recently(c) && !connection_looks_alive(c)))
 		{
 			if (c != NULL)
 				close_conn(c);
@@ -1153,8 +1173,12 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 					  interruptible, reply, err);
 	if (r != LF_REPLY)
 		close_conn(c);			/* dead or timed out: never reuse */
-	else if (c != &subscriber)
-		last_used = c;
+	else
+	{
+		c->answered_at = lf_now_ms();
+		if (c != &subscriber)
+			last_used = c;
+	}
 	return r;
 }
 

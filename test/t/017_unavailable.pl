@@ -7,7 +7,10 @@
 # Once over the unix socket, once over TCP: on a unix socket a write to a
 # closed peer fails at once, but on TCP it succeeds and only the read fails,
 # so there only the check of the cached connection *before* sending keeps a
-# stopped Redis "unavailable" rather than "unknown".
+# stopped Redis "unavailable" rather than "unknown".  That check is skipped
+# on a connection that answered less than a second ago (a system call saved
+# on every command): there a stopped Redis reads as "unknown", never as a
+# success.
 
 use strict;
 use warnings;
@@ -21,6 +24,7 @@ use LeaseFenceTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('unavailable');
@@ -39,11 +43,28 @@ for my $transport ('unix socket', 'TCP')
 	my $u = session($node);
 	my $before = acquire($u, 'r-restart', 60000);
 	is($before->{status}, 'acquired', "before the restart $t: acquired (cached connection)");
+	my $w = session($node);
+	my $wl = acquire($w, 'r-window', 60000);
+	is($wl->{status}, 'acquired', "before the restart $t: a second session acquired");
 	my $max_before = max(generations());
 
 	$redis->stop;
 
-	my $r = acquire($u, 'r-unavail', 30000);
+	# A connection that answered less than a second ago is used without a
+	# look at its socket first: the stopped Redis is found by the command
+	# itself, as unknown where the request may have been sent (TCP) -- never
+	# as acquired.  (The second may be over by now on a slow machine: then
+	# it is unavailable, as below.)
+	my $r = acquire($w, 'r-window-2', 30000);
+	like($r->{status}, qr/^(unavailable|unknown)$/,
+		"right after the stop $t: acquire on a connection that just answered is unavailable or unknown");
+	ok(!defined $r->{acquired} || tf($r->{acquired}) eq 'false',
+		"right after the stop $t: acquired is false or NULL, never true");
+	$w->quit;
+
+	# idle for more than a second: the look before sending finds it closed
+	sleep(1.1);
+	$r = acquire($u, 'r-unavail', 30000);
 	is($r->{status}, 'unavailable',
 		"unavailable $t: acquire on a cached connection to a stopped Redis is unavailable, not unknown");
 	is(tf($r->{acquired}), 'false', "unavailable $t: acquired is false");
@@ -79,9 +100,11 @@ for my $transport ('unix socket', 'TCP')
 	is($old->{status}, 'lost', "after the restart $t: the old holder has lost the lease");
 	release($u, 'r-restart', $r->{identity});
 
-	# a restart while the session is idle: its cached connection is dead
+	# a restart while the session is idle: its cached connection is dead,
+	# found so before sending once it has been idle for a second
 	$redis->stop;
 	$redis->start;
+	sleep(1.1);
 	$r = acquire($u, 'r-restart-idle', 30000);
 	is($r->{status}, 'acquired',
 		"after a restart while the session was idle $t: acquired on a new connection");
