@@ -83,7 +83,7 @@ src/lua_scripts.h: scripts/embed.sh $(LUA_SCRIPTS)
 src/redis_script.o src/redis_script.bc: src/lua_scripts.h
 
 # make bench: throwaway servers, interleaved runs, a table of ratios and a plot
-# in test/bench/results/ (about 11 minutes on 2 CPUs)
+# in test/bench/results/ (about 19 minutes on 2 CPUs, 8 of them section 7)
 .PHONY: bench
 bench:
 	bash test/bench/run.sh

@@ -329,6 +329,62 @@ def main():
         out("   flat = RssAnon grows by less than 1 MB from 10% of the run to its end.")
         out()
 
+    # -- 7 --
+    if not any(sec.startswith("job_c") for sec, v in rep.data):
+        out("7. (not run)")
+        out()
+    else:
+        modes = [("a", "lease_fence, 3 round trips ¹"),
+                 ("job", "lease_fence, 1 round trip (transaction scope) ²"),
+                 ("job_simple", "lease_fence, 1 round trip, one simple-query string"),
+                 ("b", "Redis alone: SET NX PX, INCR, UPDATE, EVALSHA ³")]
+        out(f"7. a fenced job: lease on a resource of the client's own, one fenced single-row UPDATE, release")
+        out(f"   (test/bench/job.c, one thread + connection per client, {meta.get('job_rounds', '?')} round(s) of "
+            f"{meta.get('job_seconds', '?')} s each; synchronous_commit=on, fsync=on)")
+        out(f"   {'':<11} {'':<52} {'':>12}  {'':<16} {'backend':>9} {'backend':>8} {'Redis':>9}")
+        out(f"   {'':<11} {'':<52} {'jobs/s':>12}  {'':<16} {'CPU/job':>9} {'ctx/job':>8} {'CPU/job':>9}")
+        for c in (1, 4, 16):
+            sec = f"job_c{c}"
+            if not any(s_ == sec for s_, v in rep.data):
+                continue
+            cl = f"{c} client{'s' if c > 1 else ''}"
+            for v, label in modes:
+                if (sec, v) not in rep.data:
+                    continue
+                lo, hi = rep.rng(sec, v)
+                rcpu = rep.med(f"job_redis_cpu_c{c}", v)
+                out(f"   {cl:<11} {label:<52} {fmt(rep.med(sec, v), 'tps')}  [{lo:.0f}..{hi:.0f}]".ljust(96)
+                    + f"{rep.med(f'job_cpu_c{c}', v):6.0f} µs {rep.med(f'job_ctx_c{c}', v):8.2f} "
+                    + (f"{rcpu:6.0f} µs" if rcpu >= 0 else "       ?"))
+            j = lambda v: rep.series(sec, v)
+            # the issue's targets: the one-round-trip job at least as fast as
+            # Redis alone with one client, and within 20% of it at 16
+            for v in ("job", "job_simple", "a"):
+                if (sec, v) not in rep.data or (sec, "b") not in rep.data:
+                    continue
+                target = {1: 1.0, 16: 0.8}.get(c) if v == "job" else None
+                value = rep.ratio(f"7  {v} / b, {cl} (jobs/s)", j(v), j("b"),
+                                  target, "min" if target else None)
+                lo, hi = rep.ratios[-1][2], rep.ratios[-1][3]
+                verdict = "" if target is None else (
+                    f"   target >= {target}: {'target met' if value >= target else 'target missed'}")
+                out(f"   {'':<11} {v} ÷ b = {value:.3f} [{lo:.3f}..{hi:.3f}]{verdict}")
+        ran = {v for sec_, v in rep.data if sec_.startswith("job_c")}
+        if "a" in ran:
+            out("   ¹ acquire($1, 5000); \"BEGIN; SELECT set_config('lease_fence.generation', g, true); UPDATE; COMMIT\"")
+            out("     (one string); release($1, identity): three client round trips, prepared where parameterised.")
+        if "job" in ran:
+            out("   ² BEGIN; acquire($1, 5000, scope => 'transaction'); UPDATE; COMMIT in libpq's pipeline mode (prepared,")
+            out("     one sync): one round trip; the lease is the transaction's generation, checked at COMMIT and")
+            out("     released by the server after it.")
+        if "b" in ran:
+            out("   ³ SET job:<i> <random> NX PX 5000; INCR job:<i>:token; UPDATE ... SET fence = token WHERE id = i AND")
+            out("     fence <= token (prepared, autocommit); EVALSHA compare-and-delete: one SQL and three Redis round trips.")
+        out("   CPU/job and ctx/job: all the clients' backends (/proc/<pid>/stat and status, voluntary + involuntary")
+        out("   switches) over the timed window, per job; Redis CPU/job: redis-server's, which b uses for what the")
+        out("   backend does for lease_fence.  Each job.c run checks every job: lease granted, one row, released.")
+        out()
+
     out("RATIOS (median of per-round ratios [their range])              value                target   met")
     for label, value, lo, hi, target, sense, met in rep.ratios:
         t = "" if target is None else (f"<= {target}" if sense == "max" else f">= {target}")

@@ -28,12 +28,18 @@
 #      updates;
 #   6. the cycle at 1, 4 and 16 clients against the floor at the same
 #      concurrency, system calls per cycle (strace), and instructions per
-#      cycle (callgrind, a single-user backend).
+#      cycle (callgrind, a single-user backend);
+#   7. a fenced job (lease, one fenced row UPDATE, release) at 1, 4 and 16
+#      clients, three ways (test/bench/job.c): lease_fence in three round
+#      trips, lease_fence in one (a transaction-scoped acquire, pipelined),
+#      and Redis alone (SET NX PX, a token, a compare-and-delete): jobs per
+#      second, and the backends' CPU time and context switches per job.
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 11 minutes on 2 CPUs.
+# servers as the postgres user, like test/run.sh.  About 19 minutes on 2 CPUs
+# (section 7 alone: about 8).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -47,6 +53,10 @@
 #                              counted under callgrind
 #   LF_BENCH_CG_CYCLES=3000    acquire + release cycles counted under callgrind
 #   LF_BENCH_CLIENT_ROUNDS=3   interleaved rounds of section 6's throughput
+#   LF_BENCH_JOB_ROUNDS=5      interleaved rounds of section 7
+#   LF_BENCH_JOB_SECONDS=10    seconds per section 7 run (one mode, one client count)
+#   LF_BENCH_JOB_MODES="a job b"  section 7's modes (also job_simple: the
+#                              one-round-trip job as one simple-query string)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
@@ -69,10 +79,14 @@ CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
 CG_TXNS=${LF_BENCH_CG_TXNS:-2000}
 CG_CYCLES=${LF_BENCH_CG_CYCLES:-3000}
 CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
+JOB_ROUNDS=${LF_BENCH_JOB_ROUNDS:-5}
+JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
+JOB_MODES=${LF_BENCH_JOB_MODES:-a job b}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
-lf_need_packages gnuplot-nox python3-redis valgrind strace || exit 1
+# (libpq-dev and libhiredis-dev: section 7 builds a client, test/bench/job.c)
+lf_need_packages gnuplot-nox python3-redis valgrind strace libpq-dev libhiredis-dev || exit 1
 
 started=$(date +%s)
 # the commit measured: the tree is copied now
@@ -475,6 +489,58 @@ psql_u -F ' ' -f "$raw/bulk_mem.sql" >"$raw/rss_bulk.dat" 2>&1 || { cat "$raw/rs
 fi
 
 # ---------------------------------------------------------------------
+# 7. a fenced job, three ways, at 1, 4 and 16 clients
+# ---------------------------------------------------------------------
+# The job an application does with a lease: take it, write one row under its
+# token, give it back.  test/bench/job.c runs it in threads, one PostgreSQL
+# connection each, each client on a resource and a row of its own (no
+# contention: what a job costs, not who waits):
+#   a    lease_fence as applications use it today, three round trips:
+#        acquire(); BEGIN; set the generation; UPDATE; COMMIT (one string);
+#        release()
+#   job  lease_fence in one round trip: BEGIN; acquire(scope =>
+#        'transaction'); UPDATE; COMMIT, pipelined (libpq's pipeline mode,
+#        one sync); the server releases the lease after the COMMIT
+#   b    Redis alone, as an application team writes it: SET NX PX, INCR of
+#        a token key, UPDATE ... SET fence = token WHERE fence <= token,
+#        EVALSHA of a compare-and-delete
+# The backends' CPU time and context switches per job are read from /proc
+# around the timed window (all the clients' backends; Redis' CPU time apart:
+# b does in redis-server what lease_fence does in the backend).  Every job
+# must succeed, or job.c stops the run.  The commits wait for their WAL
+# flush in every mode: fsync and synchronous_commit are on (checked, since
+# they are what a real job pays).
+if want 7; then
+lf_log "7. a fenced job: lease_fence in 3 round trips, in 1 (transaction scope), Redis alone; 1, 4, 16 clients"
+[ "$(psql_u -c "SHOW fsync")" = on ] && [ "$(psql_u -c "SHOW synchronous_commit")" = on ] ||
+	die "section 7 needs fsync and synchronous_commit on"
+job=$LF_WORK/job
+# the headers and the library of the installation under test, when it has
+# its own (LF_PG_ROOT); Debian's copy has neither, and -lpq finds Debian's
+pg_inc=$("$PG_CONFIG" --includedir)
+pg_lib=$("$PG_CONFIG" --libdir)
+lf_as_user gcc -O2 -Wall -Wextra -Werror -I"$pg_inc" -o "$job" "$LF_SRC/test/bench/job.c" \
+	-L"$pg_lib" -Wl,-rpath,"$pg_lib" -lpq -lhiredis -lpthread >"$raw/job_build.log" 2>&1 ||
+	{ cat "$raw/job_build.log"; die "test/bench/job.c did not build"; }
+redis_pid=$(cat "$LF_WORK/redis.pid")
+for ((r = 1; r <= JOB_ROUNDS; r++)); do
+	for c in 1 4 16; do
+		for v in $(rotate "$r" $JOB_MODES); do
+			out=$(lf_as_user "$job" "$v" "$c" "$JOB_SECS" "$LF_REDIS_SOCK" "$redis_pid" 2>&1) ||
+				{ echo "$out" >&2; die "job $v at $c clients failed"; }
+			echo "round=$r $out" >>"$raw/job.out"
+			field() { echo "$out" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+			[ -n "$(field jobs_per_s)" ] || { echo "$out" >&2; die "job $v at $c clients printed no result"; }
+			sample "job_c$c" "$v" "$r" "$(field jobs_per_s)" tps
+			sample "job_cpu_c$c" "$v" "$r" "$(field cpu_us_per_job)" us
+			sample "job_ctx_c$c" "$v" "$r" "$(field ctx_per_job)" switches
+			sample "job_redis_cpu_c$c" "$v" "$r" "$(field redis_cpu_us_per_job)" us
+		done
+	done
+done
+fi
+
+# ---------------------------------------------------------------------
 # 1, again: instructions per row, counted by callgrind
 # ---------------------------------------------------------------------
 # Wall and CPU times move with whatever else runs on the machine; the number
@@ -564,6 +630,8 @@ elapsed=$(( $(date +%s) - started ))
 	echo "cg_rows=$CG_ROWS"
 	echo "cg_txns=$CG_TXNS"
 	echo "cg_cycles=$CG_CYCLES"
+	echo "job_rounds=$JOB_ROUNDS"
+	echo "job_seconds=$JOB_SECS"
 } >"$raw/meta.txt"
 
 mkdir -p "$OUT"

@@ -103,5 +103,15 @@ COMMIT;
 -- section 4: a plain sequence, as lease_fence.generation_seq is made
 CREATE SEQUENCE bench_seq AS bigint MINVALUE 1 NO CYCLE;
 
+-- section 7, the fenced job: one row per client (client i writes row i),
+-- fenced by lease_fence for the job done with its leases, and a plain table
+-- with a token column for the job done with Redis alone (the UPDATE itself
+-- compares the token: fence <= token)
+CREATE TABLE bench_job_item (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, fence bigint);
+SELECT lease_fence.protect('bench_job_item');
+INSERT INTO bench_job_item (id, fence) SELECT i, 0 FROM generate_series(1, 64) i;
+CREATE TABLE bench_job_item2 (id int PRIMARY KEY, v bigint NOT NULL DEFAULT 0, fence bigint NOT NULL DEFAULT 0);
+INSERT INTO bench_job_item2 (id) SELECT i FROM generate_series(1, 64) i;
+
 VACUUM ANALYZE;
 CHECKPOINT;
