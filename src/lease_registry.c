@@ -270,8 +270,8 @@ static int64 exit_deadline = 0;
  * the batch.
  */
 static bool
-cleanup_release(const char *resource, const char *identity, bool fresh, int64 deadline,
-				bool *skipped)
+cleanup_release(const char *resource, const char *identity, bool fresh, bool defer,
+				int64 deadline, bool *skipped)
 {
 	char	   *key;
 	const char *keys[1];
@@ -293,7 +293,13 @@ cleanup_release(const char *resource, const char *identity, bool fresh, int64 de
 	args[0] = identity;
 	args[1] = lf_release_publish();
 	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
-					  (fresh ? LF_FRESH : 0) | LF_WITHIN, &reply, err);
+					  (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN, &reply, err);
+	if (r == LF_SENT)
+	{
+		/* its reply is read (and counted) before the connection's next command */
+		pfree(key);
+		return true;
+	}
 	if (r == LF_APPLIED)
 	{
 		confirmed = (reply->type == REDIS_REPLY_INTEGER);
@@ -315,13 +321,25 @@ cleanup_release(const char *resource, const char *identity, bool fresh, int64 de
  * Settle an entry by deadline: stop its keep-alive, release it, bounded.
  * Returns 1 when the deadline had passed before it could be tried, else 0.
  */
+static int	settle_deferring(LeaseEntry *e, bool fresh, bool defer, int64 deadline);
+
 static int
 settle_by(LeaseEntry *e, bool fresh, int64 deadline)
+{
+	return settle_deferring(e, fresh, false, deadline);
+}
+
+/*
+ * settle_by, where defer lets the release go without waiting for its reply
+ * (the releases after COMMIT): the entry is "released" once it is sent.
+ */
+static int
+settle_deferring(LeaseEntry *e, bool fresh, bool defer, int64 deadline)
 {
 	bool		skipped;
 
 	lf_keepalive_stop(e);
-	e->state = cleanup_release(e->resource, e->identity, fresh, deadline, &skipped) ?
+	e->state = cleanup_release(e->resource, e->identity, fresh, defer, deadline, &skipped) ?
 		STATE_RELEASED : STATE_UNCONFIRMED;
 	return skipped ? 1 : 0;
 }
@@ -501,7 +519,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
  * the question would only find a key lost in other ways (deleted by hand,
  * or lost in a Redis failover), and the fence still holds without it: the
  * acquire fenced the resource, so a newer holder's acquire waits for this
- * commit and is ordered after it (README, "Design: the commit check").
+ * commit and is ordered after it (README, "The commit check").
  */
 static bool
 commit_check_needed(const LeaseEntry *e)
@@ -606,10 +624,15 @@ verify_at_commit(void)
  * End of transaction: release transaction-scoped leases, and settle leases
  * whose outcome an interrupt left unknown, all within one cleanup_timeout_ms
  * (within the exit budget when the transaction ends because the backend
- * exits).  Must not throw.
+ * exits).  Must not throw.  After a COMMIT the releases of its leases are
+ * sent without waiting for their replies (LF_DEFER, where the connection
+ * allows it): the commit is durable and visible by then, nothing the
+ * transaction did depends on the answer, and the reply is read, counted and
+ * (if the release failed) warned about before the connection's next
+ * command.
  */
 static void
-release_at_xact_end(void)
+release_at_xact_end(bool committed)
 {
 	ListCell   *lc;
 	int64		deadline = proc_exit_inprogress ? exit_cleanup_deadline() :
@@ -622,7 +645,8 @@ release_at_xact_end(void)
 
 		if ((e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD) ||
 			e->state == STATE_UNKNOWN)
-			skipped += settle_by(e, e->state == STATE_UNKNOWN, deadline);
+			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
+				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
 	}
 	report_skipped(skipped, proc_exit_inprogress ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
 				   proc_exit_inprogress ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
@@ -668,7 +692,7 @@ lease_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			lf_keepalive_xact_end();
-			release_at_xact_end();
+			release_at_xact_end(event == XACT_EVENT_COMMIT);
 			break;
 		default:
 			break;
@@ -676,8 +700,9 @@ lease_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * Backend exit: release session-scoped leases and settle the unsure ones,
- * all within one budget (exit_cleanup_deadline).  A backend terminated
+ * Backend exit: read the answers to the releases sent after COMMIT, release
+ * session-scoped leases and settle the unsure ones, all within one budget
+ * (exit_cleanup_deadline).  A backend terminated
  * while the server shuts down tries none: a fast shutdown must not wait on
  * a Redis that does not answer, and every such lease expires by its TTL.
  */
@@ -687,7 +712,11 @@ release_at_exit(int code, Datum arg)
 	ListCell   *lc;
 	int			pending = 0;
 	int			skipped = 0;
-	bool		shutting_down;
+	bool		shutting_down = code != 0 && server_stopping();
+
+	/* the answers to the releases sent after a COMMIT, within the budget */
+	if (!shutting_down)
+		lf_redis_read_deferred(exit_cleanup_deadline());
 
 	foreach(lc, leases)
 	{
@@ -700,7 +729,6 @@ release_at_exit(int code, Datum arg)
 	if (pending == 0)
 		return;
 
-	shutting_down = code != 0 && server_stopping();
 	if (shutting_down)
 		exit_deadline = lf_now_ms();	/* nothing is tried */
 	foreach(lc, leases)

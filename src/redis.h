@@ -111,7 +111,8 @@ typedef enum LfSendResult
 	LF_REPLY,					/* a reply arrived (it may be an error reply) */
 	LF_NOT_SENT,				/* not one byte of it left this backend */
 	LF_NO_REPLY,				/* it may have reached Redis; no reply came */
-	LF_SEND_INTERRUPTED			/* as LF_NO_REPLY, with an interrupt pending */
+	LF_SEND_INTERRUPTED,		/* as LF_NO_REPLY, with an interrupt pending */
+	LF_SENT_UNREAD				/* LF_DEFER: sent whole; its reply is read later */
 } LfSendResult;
 
 /* flags of lf_redis_command and lf_conn_command */
@@ -120,6 +121,7 @@ typedef enum LfSendResult
 #define LF_WITHIN			0x04	/* a new connection's connect shares the timeout */
 #define LF_SAME_CONN		0x08	/* on the connection of the previous command */
 #define LF_SUBSCRIBER		0x10	/* on a new subscription connection (a wait) */
+#define LF_DEFER			0x20	/* the release after COMMIT: send, read the reply later */
 
 /* one server to talk to */
 typedef enum LfEndpointKind
@@ -148,6 +150,7 @@ extern int	lf_subscriber_wait(int64 deadline);
 extern void lf_subscriber_close(void);
 extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern void lf_redis_disconnect_all(void);
+extern void lf_redis_read_deferred(int64 deadline);
 
 /* ---------------------------------------------------------------------
  * redis_watch.c: the Sentinel watch's answer (a background worker)
@@ -210,7 +213,8 @@ typedef enum LfRedisOutcome
 	LF_APPLIED,					/* it ran: its answer is *reply */
 	LF_NOT_APPLIED,				/* it certainly did not run */
 	LF_UNKNOWN,					/* it may have run; nobody can tell */
-	LF_INTERRUPTED				/* as LF_UNKNOWN, with an interrupt pending */
+	LF_INTERRUPTED,				/* as LF_UNKNOWN, with an interrupt pending */
+	LF_SENT						/* LF_DEFER: sent; redis_conn.c reads its reply */
 } LfRedisOutcome;
 
 typedef enum LfScript

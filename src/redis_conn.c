@@ -60,12 +60,16 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "redis.h"
+#include "stats.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
+
+/* requests sent with LF_DEFER and not yet answered, at most, per connection */
+#define LF_MAX_DEFERRED 16
 
 /* longest password we read from redis_password_file */
 #define LF_MAX_PASSWORD 512
@@ -83,6 +87,9 @@ typedef struct LfConn
 	uint64		role_epoch;		/* the endpoint's role_epoch at its last ROLE */
 	int64		role_checked_at;	/* lf_now_ms() of its last ROLE */
 	int64		answered_at;	/* lf_now_ms() of its last reply, 0: none */
+	/* requests sent with LF_DEFER whose replies are still to be read */
+	int			ndeferred;
+	char	   *deferred_key[LF_MAX_DEFERRED];	/* their keys (TopMemoryContext) */
 } LfConn;
 
 /*
@@ -212,6 +219,32 @@ close_socket(LfConn *c)
 	c->fd = PGINVALID_SOCKET;
 }
 
+/*
+ * The replies of c's deferred requests will never be read (the connection
+ * is closed, or was lost): each counts as an unconfirmed cleanup.  No
+ * WARNING here: this runs on error paths too.  A request already sent is
+ * still run by Redis unless Redis finds the connection closed before it
+ * reads it; either way its key expires by its TTL.
+ */
+static bool exiting = false;	/* on_proc_exit: shared memory is gone */
+
+static bool drain_deferred_by(LfConn *c, int64 deadline);
+
+static void
+forget_deferred(LfConn *c)
+{
+	int			i;
+
+	for (i = 0; i < c->ndeferred; i++)
+	{
+		if (!exiting)
+			lf_count(LF_C_CLEANUP_UNCONFIRMED);
+		pfree(c->deferred_key[i]);
+		c->deferred_key[i] = NULL;
+	}
+	c->ndeferred = 0;
+}
+
 static void
 close_conn(LfConn *c)
 {
@@ -223,6 +256,7 @@ close_conn(LfConn *c)
 	c->reader = NULL;
 	c->serial = 0;
 	c->answered_at = 0;
+	forget_deferred(c);
 }
 
 /* Close the connection an error left in the middle of an exchange, if any. */
@@ -251,10 +285,31 @@ lf_redis_disconnect_all(void)
 		close_conn(c);
 }
 
+/*
+ * Backend exit (before shared memory goes): read the replies of the
+ * requests sent without waiting, by deadline, so that they are counted.
+ * Those not read by then count as unconfirmed; Redis runs each request it
+ * has read, whatever becomes of its reply.
+ */
+void
+lf_redis_read_deferred(int64 deadline)
+{
+	HASH_SEQ_STATUS seq;
+	LfConn	   *c;
+
+	if (connections == NULL)
+		return;
+	hash_seq_init(&seq, connections);
+	while ((c = hash_seq_search(&seq)) != NULL)
+		if (c->ndeferred > 0)
+			(void) drain_deferred_by(c, deadline);
+}
+
 /* on_proc_exit: free what OpenSSL and hiredis malloc'd */
 static void
 disconnect_at_exit(int code, Datum arg)
 {
+	exiting = true;
 	lf_redis_disconnect_all();
 }
 
@@ -393,13 +448,15 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
 
 /*
  * The system calls of one command on a cached connection, each needed:
- *	poll()			the idle-connection check before sending (lookup_conn):
- *					a Redis that closed the connection (restart, stop) is
- *					seen here, and the command goes on a new connection or
- *					is "unavailable".  Without it, a write to a closed TCP
- *					peer succeeds and only the read fails, which would make a
- *					stopped Redis "unknown".  A cheaper tell does not exist:
- *					the kernel alone knows the peer has gone.
+ *	poll()			the idle-connection check before sending (lookup_conn),
+ *					on a connection that has not answered for a second
+ *					(LF_RECENT_ANSWER_MS): a Redis that closed the
+ *					connection (restart, stop) is seen here, and the command
+ *					goes on a new connection or is "unavailable".  Without
+ *					it, a write to a closed TCP peer succeeds and only the
+ *					read fails, which makes a stopped Redis "unknown".  A
+ *					cheaper tell does not exist: the kernel alone knows the
+ *					peer has gone.
  *	send()			the request, whole in one call (it is small);
  *	epoll_wait()	the wait for the reply, on the latch too (cancel,
  *					terminate, postmaster death), bounded by the deadline;
@@ -407,36 +464,26 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
  * No read is tried before the wait (the reply cannot be there before it is
  * sent), and the wait event set is kept while the socket lives.
  *
- * Send one formatted command on c and wait for its reply until deadline.
- * On anything but LF_REPLY the connection is in an unknown state: the caller
- * closes it.  On LF_REPLY *out is a malloc'd hiredis reply.
+ * A release after COMMIT (LF_DEFER) is only sent: its reply is read before
+ * the connection's next command (drain_deferred), by when it has usually
+ * arrived, so that no backend sleeps waiting for it.
+ *
+ * exchange() sends one formatted command on c and waits for its reply until
+ * deadline.  On anything but LF_REPLY (or LF_SENT_UNREAD, when out is NULL)
+ * the connection is in an unknown state: the caller closes it.  On LF_REPLY
+ * *out is a malloc'd hiredis reply.
  */
-static LfSendResult
-exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
-			  bool interruptible, redisReply **out, char *err);
 
+/* Write all of cmd to c: LF_REPLY once it is all sent. */
 static LfSendResult
-exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
-		 bool interruptible, redisReply **out, char *err)
-{
-	LfSendResult r;
-
-	in_flight = c;
-	r = exchange_once(c, cmd, len, deadline, interruptible, out, err);
-	in_flight = NULL;
-	return r;
-}
-
-static LfSendResult
-exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
-			  bool interruptible, redisReply **out, char *err)
+send_request(LfConn *c, const char *cmd, size_t len, int64 deadline,
+			 bool interruptible, char *err)
 {
 	size_t		off = 0;
 	char		why[LF_ERRLEN];
 	int			want = LF_WANT_WRITE;
 	int			w;
 
-	*out = NULL;
 	while (off < len)
 	{
 		ssize_t		n = conn_write(c, cmd + off, len - off, &want, why);
@@ -460,21 +507,46 @@ exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
 			return w < 0 ? LF_SEND_INTERRUPTED : LF_NO_REPLY;
 		}
 	}
+	return LF_REPLY;
+}
 
-	/*
-	 * Wait, then read what arrived, until the reader has a whole reply.
-	 * Waiting first saves a read that would only say "not yet" (the reply
-	 * cannot be there before it is sent): one system call per command.  The
-	 * wait is skipped when TLS holds decrypted bytes already, which the
-	 * socket would not announce.
-	 */
-	want = LF_WANT_READ;
+/*
+ * Wait, then read what arrived, until the reader has a whole reply.
+ * Waiting first saves a read that would only say "not yet" (the reply
+ * cannot be there before it is sent): one system call per command.  The
+ * wait is skipped when the reader or TLS holds bytes already, which the
+ * socket would not announce.
+ */
+static LfSendResult
+read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char *err)
+{
+	char		why[LF_ERRLEN];
+	int			want = LF_WANT_READ;
+	int			w;
+
+	*out = NULL;
 	for (;;)
 	{
 		void	   *reply = NULL;
 		char		buf[16384];
 		ssize_t		n;
 
+		/* a reply that arrived with an earlier one's bytes (deferred replies) */
+		if (c->ndeferred > 0)
+		{
+			if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+			{
+				snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
+				if (reply)
+					freeReplyObject(reply);
+				return LF_NO_REPLY;
+			}
+			if (reply != NULL)
+			{
+				*out = (redisReply *) reply;
+				return LF_REPLY;
+			}
+		}
 		if (c->tls == NULL || !lf_tls_pending(c->tls))
 		{
 			w = wait_socket(c->fd, want, deadline, interruptible);
@@ -512,6 +584,90 @@ exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
 			return LF_REPLY;
 		}
 	}
+}
+
+/* Send cmd and read its reply; with out NULL, only send it (LF_DEFER). */
+static LfSendResult
+exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
+			  bool interruptible, redisReply **out, char *err)
+{
+	LfSendResult r = send_request(c, cmd, len, deadline, interruptible, err);
+
+	if (r != LF_REPLY)
+	{
+		if (out)
+			*out = NULL;
+		return r;
+	}
+	if (out == NULL)
+		return LF_SENT_UNREAD;
+	return read_reply(c, deadline, interruptible, out, err);
+}
+
+static LfSendResult
+exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
+		 bool interruptible, redisReply **out, char *err)
+{
+	LfSendResult r;
+
+	in_flight = c;
+	r = exchange_once(c, cmd, len, deadline, interruptible, out, err);
+	in_flight = NULL;
+	return r;
+}
+
+/*
+ * Read the replies of c's deferred requests (the releases after COMMIT),
+ * before anything else is sent on it, within command_timeout_ms: each
+ * counts as a cleanup confirmed or not, and one that failed is a WARNING,
+ * as a release at the end of a transaction is.  False when the connection
+ * had to be closed (a reply did not come, or did not parse).
+ */
+static bool
+drain_deferred(LfConn *c)
+{
+	return drain_deferred_by(c, lf_now_ms() + lf_command_timeout_ms);
+}
+
+static bool
+drain_deferred_by(LfConn *c, int64 deadline)
+{
+	while (c->ndeferred > 0)
+	{
+		redisReply *reply = NULL;
+		char		err[LF_ERRLEN];
+		char	   *key = c->deferred_key[0];
+		LfSendResult r;
+		bool		confirmed;
+
+		in_flight = c;
+		r = read_reply(c, deadline, false, &reply, err);
+		in_flight = NULL;
+		confirmed = (r == LF_REPLY && reply->type == REDIS_REPLY_INTEGER);
+		if (r == LF_REPLY && !confirmed)
+			snprintf(err, LF_ERRLEN, "Redis answered: %s",
+					 reply->type == REDIS_REPLY_ERROR ? reply->str : "an unexpected reply");
+		if (reply)
+			freeReplyObject(reply);
+		lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
+		if (!confirmed)
+			ereport(WARNING,
+					errmsg("lease_fence: could not confirm the release of key \"%s\" sent after COMMIT", key),
+					errdetail("%s", err),
+					errhint("The lease expires by its TTL; writes under its generation are still fenced."));
+		/* the next one moves up */
+		c->ndeferred--;
+		memmove(&c->deferred_key[0], &c->deferred_key[1], sizeof(char *) * c->ndeferred);
+		c->deferred_key[c->ndeferred] = NULL;
+		pfree(key);
+		if (r != LF_REPLY)
+		{
+			close_conn(c);		/* the rest count as unconfirmed */
+			return false;
+		}
+		c->answered_at = lf_now_ms();
+	}
+	return true;
 }
 
 /* Is reply an error reply whose code (first word) is code? */
@@ -1052,6 +1208,7 @@ lookup_conn(const LfEndpoint *ep)
 			c->role_epoch = 0;
 			c->role_checked_at = 0;
 			c->answered_at = 0;
+			c->ndeferred = 0;
 		}
 		last_conn = c;
 		last_conn_version = lf_redis_settings_version();
@@ -1061,7 +1218,9 @@ lookup_conn(const LfEndpoint *ep)
 		if (strlen(ep->kind != LF_EP_SETTINGS ? ep->host : "") >= sizeof(last_ep_host))
 			last_conn = NULL;	/* too long to remember: look it up each time */
 	}
-	if (c->fd != PGINVALID_SOCKET && !answered_recently(c) && !connection_looks_alive(c))
+	/* (replies to read make a socket readable: lf_conn_command reads them) */
+	if (c->fd != PGINVALID_SOCKET && c->ndeferred == 0 && !answered_recently(c) &&
+		!connection_looks_alive(c))
 		close_conn(c);
 	return c;
 }
@@ -1115,6 +1274,8 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	else if (flags & LF_SAME_CONN)
 	{
 		c = last_used;
+		if (c != NULL && c->ndeferred > 0)
+			(void) drain_deferred(c);
 		if (c == NULL || c->fd == PGINVALID_SOCKET ||
 			(!answered_recently(c) && !connection_looks_alive(c)))
 		{
@@ -1127,6 +1288,9 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	else
 	{
 		c = lookup_conn(ep);
+		if (c->ndeferred > 0 && drain_deferred(c) && !fresh &&
+			!answered_recently(c) && !connection_looks_alive(c))
+			close_conn(c);
 		if (fresh && c->fd != PGINVALID_SOCKET)
 			close_conn(c);
 	}
@@ -1167,6 +1331,28 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 		}
 		c->role_epoch = ep->role_epoch;
 		c->role_checked_at = lf_now_ms();
+	}
+
+	/*
+	 * LF_DEFER: on a connection that answered within the last second, send
+	 * it and return; drain_deferred reads its reply before the connection's
+	 * next command.  Not over TLS, nor on a connection just made.
+	 */
+	if ((flags & LF_DEFER) && c != &subscriber && c->tls == NULL &&
+		c->ndeferred < LF_MAX_DEFERRED && answered_recently(c) && argc > 3)
+	{
+		r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,
+						  interruptible, NULL, err);
+		if (r == LF_SENT_UNREAD)
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			c->deferred_key[c->ndeferred++] = pnstrdup(argv[3], argvlen[3]);
+			MemoryContextSwitchTo(old);
+			return r;
+		}
+		close_conn(c);
+		return r;
 	}
 
 	r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,

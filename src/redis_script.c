@@ -143,6 +143,8 @@ classify(LfSendResult r, redisReply **reply, char *err)
 			return LF_UNKNOWN;
 		case LF_SEND_INTERRUPTED:
 			return LF_INTERRUPTED;
+		case LF_SENT_UNREAD:
+			return LF_SENT;
 	}
 	return LF_UNKNOWN;			/* keep compiler quiet */
 }
@@ -169,8 +171,9 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	pg_ltoa(nkeys, numkeys);
-	argv[argc++] = "EVALSHA";
-	argv[argc++] = s->sha1;
+	/* a request whose reply is read later cannot be sent again: EVAL */
+	argv[argc++] = (flags & LF_DEFER) ? "EVAL" : "EVALSHA";
+	argv[argc++] = (flags & LF_DEFER) ? s->text : s->sha1;
 	argv[argc++] = numkeys;
 	for (i = 0; i < nkeys; i++)
 		argv[argc++] = keys[i];
@@ -180,7 +183,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 		argvlen[i] = strlen(argv[i]);
 
 	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, reply, err);
-	if (r == LF_REPLY && lf_redis_is_error(*reply, "NOSCRIPT"))
+	if (r == LF_REPLY && !(flags & LF_DEFER) && lf_redis_is_error(*reply, "NOSCRIPT"))
 	{
 		int			left = timeout_ms - (int) (lf_now_ms() - start);
 

@@ -631,7 +631,10 @@ lf_redis_command(const char *route_key, int argc, const char **argv,
 				 redisReply **reply, char *err)
 {
 	if (flags & LF_SAME_CONN)
-		return lf_conn_command(NULL, argc, argv, argvlen, timeout_ms, flags, reply, err);
+		return lf_conn_command(NULL, argc, argv, argvlen, timeout_ms, flags & ~LF_DEFER, reply, err);
+	/* a deferred reply could be a redirect or a demoted master: wait for it */
+	if (lf_cluster || sentinel_mode())
+		flags &= ~LF_DEFER;
 	if (lf_cluster && sentinel_mode())
 	{
 		*reply = NULL;

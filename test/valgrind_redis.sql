@@ -189,7 +189,8 @@ RESET lease_fence.command_timeout_ms;
 -- ------------------------------------------------ transaction scope
 SELECT vg_step('tx_outside_block', a.status, '-', a::text) FROM lease_fence.acquire('vg:tx-none', 30000, 0, 'transaction') a;
 SELECT vg_step('tx_outside_block', :'SQLSTATE', '25P01');
--- COMMIT: verified, released
+-- COMMIT: not asked about (a young lease), released without waiting for the
+-- answer, which the next command (the ROLLBACK case's acquire) reads
 BEGIN;
 SELECT vg_step('tx_commit_acquired', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:tx-commit', 30000, 0, 'transaction') a;
@@ -206,7 +207,14 @@ SELECT vg_step('tx_rollback_acquired', a.status, 'acquired', a::text)
 ROLLBACK;
 SELECT vg_step('tx_rollback_state', string_agg(state, ','), 'released') FROM lease_fence.leases WHERE resource = 'vg:tx-rollback';
 \! redisctl expect tx_rollback_key_gone 0 EXISTS 'lease_fence:{vg:tx-rollback}'
--- LF010: the key was deleted behind our back
+-- LF010: the key was deleted behind our back (a young lease is asked about
+-- only with commit_check = always)
+SET lease_fence.commit_check = 'always';
+BEGIN;
+SELECT vg_step('tx_verified_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-verified', 30000, 0, 'transaction') a;
+COMMIT;
+SELECT vg_step('tx_verified', :'SQLSTATE', '00000');
 BEGIN;
 SELECT vg_step('tx_lost_acquired', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:tx-lost', 30000, 0, 'transaction') a;
@@ -231,6 +239,7 @@ SELECT vg_step('tx_lf010_unverified', :'SQLSTATE', 'LF010');
 SELECT vg_step('tx_lf010_unverified_state', string_agg(state, ','), 'unconfirmed')
 	FROM lease_fence.leases WHERE resource = 'vg:tx-pause';
 \! redisctl wait
+RESET lease_fence.commit_check;
 
 -- ------------------------------------------------ session scope: released when this backend exits
 SELECT vg_step('session_acquired', a.status, 'acquired', a::text)

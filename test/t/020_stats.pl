@@ -76,6 +76,22 @@ sub try_sql
 	return ($out, $err);
 }
 
+# Run SQL in a session of its own and wait until its backend has exited:
+# the answer to a release sent after COMMIT without waiting is read (and
+# counted) before the session's next Redis command, or at its exit.
+sub sql_until_exit
+{
+	my ($sql) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	my ($out) = $s->query($sql);
+	my $err = $s->{stderr};
+	$s->quit;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	sleep(0.05) while kill(0, $pid) && time() < $deadline;
+	return ($out, $err);
+}
+
 # wait until a CLIENT PAUSE is over (redis-cli blocks until then)
 sub pause_over { $redis->cli('PING'); }
 
@@ -179,7 +195,7 @@ counters_are('unavailable',
 # commit checks of transaction-scoped leases
 #
 reset_stats();
-$node->safe_psql('postgres', q{
+sql_until_exit(q{
 SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT lease_fence.acquire('c1', 60000, 0, 'transaction');
@@ -204,7 +220,7 @@ counters_are('commit checks',
 
 # near_expiry (the default): a young lease is not asked about
 reset_stats();
-$node->safe_psql('postgres', q{
+sql_until_exit(q{
 BEGIN;
 SELECT lease_fence.acquire('c3', 60000, 0, 'transaction');
 COMMIT;

@@ -155,11 +155,14 @@ sub connections
 	$a->cli('SCRIPT', 'FLUSH');
 	$a->cli('CONFIG', 'RESETSTAT');
 	# one session: the owner check (claim), acquire, renew, release, a
-	# transaction-scope lease (check at PRE_COMMIT; released at commit),
+	# transaction-scope lease (checked at PRE_COMMIT under commit_check =
+	# always; released after commit, without waiting: always as EVAL, since
+	# a request whose NOSCRIPT would come back later could not be resent),
 	# the takeover of the key_prefix
 	my $all = sub {
 		my ($round) = @_;
 		my $s = session($node);
+		sql_ok($s, "SET lease_fence.commit_check = 'always'");
 		my $r = acquire($s, "r-lua-$round", 30000);
 		need($r->{status}, 'acquired', "round $round: acquire");
 		need(renew($s, "r-lua-$round", $r->{identity}, 30000)->{status}, 'renewed', "round $round: renew");
@@ -172,11 +175,13 @@ sub connections
 		$s->quit;
 	};
 	$all->(1);
-	is(calls($a, 'eval'), 6, 'after SCRIPT FLUSH: each of the six scripts sent with EVAL once');
+	is(calls($a, 'eval'), 6 + 1,
+		'after SCRIPT FLUSH: each of the six scripts sent with EVAL once, and the release after COMMIT');
 	is($a->cli('SCRIPT', 'EXISTS', map { $sha{$_} } @names), join("\n", (1) x @names),
 		'Redis knows each script by the SHA1 of its file: the extension sent the files\' texts');
 	$all->(2);
-	is(calls($a, 'eval'), 6, 'then every call an EVALSHA of the files\' SHA1s: no EVAL more');
+	is(calls($a, 'eval'), 6 + 2,
+		'then every call an EVALSHA of the files\' SHA1s: no EVAL more but the release after COMMIT');
 	$a->cli('FLUSHALL');
 }
 

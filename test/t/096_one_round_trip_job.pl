@@ -1,5 +1,5 @@
 # 096_one_round_trip_job.pl — the fenced job in one round trip and two
-# Redis commands, and its edges (README, "Design: the commit check").
+# Redis commands, and its edges (README, "The commit check").
 #
 #   BEGIN; SELECT ... FROM lease_fence.acquire(r, ttl, scope => 'transaction');
 #   UPDATE ...; COMMIT
@@ -12,11 +12,13 @@
 #     serialization failure at COMMIT): nothing is written, the lease is
 #     released at abort, the next holder's generation is higher;
 #   - a crash around the commit (the backend killed while COMMIT waits on
-#     Redis): before the commit record nothing is written, after it the
-#     write survives; either way the key expires by its TTL and the next
+#     Redis in the commit check, or after a COMMIT whose release Redis has
+#     not run yet): before the commit record nothing is written, after it
+#     the write survives; either way the key expires by its TTL and the next
 #     holder's generation is higher, and it sees whatever was committed;
-#   - an unknown release after COMMIT: the commit stands, the key expires
-#     by its TTL, the next holder waits for that and sees the write.
+#   - the release after COMMIT is sent without waiting for its answer, read
+#     before the session's next Redis command; an unknown one leaves the
+#     commit standing, the key to its TTL, and the next holder waits.
 # A newer holder racing the commit is 063_transaction_lease_resource_fence.pl.
 
 use strict;
@@ -120,6 +122,25 @@ sub job
 }
 
 #
+# a job whose acquire is busy writes nothing: its write names the fence as
+# current_generation(), NULL without a lease (LF002)
+#
+{
+	my $holder = acquire($node, 'job:busy', 60000);
+	my $s = session($node);
+	sql_ok($s, 'BEGIN');
+	my $r = acquire($s, 'job:busy', 5000, 0, 'transaction');
+	is($r->{status}, 'busy', 'busy job: the acquire answers busy');
+	my (undef, $err) = run_sql($s,
+		'UPDATE item SET v = v + 1, fence = lease_fence.current_generation() WHERE id = 8');
+	is(sqlstate($err), 'LF002', 'busy job: its write, with no current generation, is refused (LF002)');
+	run_sql($s, 'COMMIT');
+	is(item(8), '0:', 'busy job: nothing was written');
+	release($node, 'job:busy', $holder->{identity});
+	$s->quit;
+}
+
+#
 # a commit that fails late: a serialization failure at COMMIT, after the
 # point where the commit check runs
 #
@@ -152,8 +173,8 @@ sub job
 
 #
 # a crash around the commit: the backend is killed while COMMIT waits on a
-# paused Redis -- in the commit check ('always', before the commit record)
-# or in the release (near_expiry, after it)
+# paused Redis in the commit check ('always', before the commit record), or
+# after a COMMIT whose release the paused Redis has not run (near_expiry)
 #
 for my $check ('always', 'near_expiry')
 {
@@ -169,10 +190,19 @@ for my $check ('always', 'near_expiry')
 	is($r->{status}, 'acquired', "crash ($check): the job acquired");
 	sql_ok($s, "UPDATE item SET v = v + 1 WHERE id = $id");
 	pause_redis($redis, 5000);
-	$s->query_until(qr/lf-sent/, "\\echo lf-sent\nCOMMIT;\n");
-	ok( $node->poll_query_until('postgres',
-			"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
-		"crash ($check): COMMIT waits on Redis");
+	if ($check eq 'always')
+	{
+		$s->query_until(qr/lf-sent/, "\\echo lf-sent\nCOMMIT;\n");
+		ok( $node->poll_query_until('postgres',
+				"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
+			"crash ($check): COMMIT waits on Redis in the commit check");
+	}
+	else
+	{
+		# the release is sent, not waited for: Redis holds it while paused
+		my (undef, $cerr) = run_sql($s, 'COMMIT');
+		is($cerr, '', "crash ($check): COMMIT returns; its release waits in the paused Redis");
+	}
 	my $visible = $node->safe_psql('postgres', "SELECT v FROM item WHERE id = $id");
 	is($visible, $check eq 'always' ? '0' : '1',
 		"crash ($check): the write is " . ($check eq 'always' ? 'not yet committed (the commit check comes first)'
@@ -197,25 +227,47 @@ for my $check ('always', 'near_expiry')
 }
 
 #
-# an unknown release after COMMIT: the commit stands
+# the release after COMMIT is sent without waiting for its answer, which is
+# read before the session's next Redis command
 #
 {
 	my $s = session($node);
+	my $counter = sub {
+		my ($outcome) = @_;
+		return sql_ok($s, "SELECT count FROM lease_fence.stats WHERE operation = 'cleanup' AND outcome = '$outcome'");
+	};
+	job($s, 'warm', 1, 5000);
+	my ($r, $err) = job($s, 'job:deferred', 7, 5000);
+	is($err, '', 'deferred release: COMMIT succeeded');
+	# read only now: the COMMIT did not wait for the answer
+	my $confirmed = $counter->('confirmed');
+	is($redis->cli('EXISTS', lkey('job:deferred')), '0', 'deferred release: Redis ran the release');
+	is(lease_view($s, $r->{identity})->{state}, 'released', 'deferred release: the lease is released in lease_fence.leases');
+	my $n = acquire($s, 'job:deferred-next', 5000);
+	is($n->{status}, 'acquired', "deferred release: the session's next acquire is not confused by the answer before it");
+	is($counter->('confirmed'), $confirmed + 1,
+		"deferred release: its answer was read before the next command, and counted then as a confirmed cleanup");
+	release($s, 'job:deferred-next', $n->{identity});
+
+	# an unknown release after COMMIT: the commit stands
+	my $unconfirmed = $counter->('unconfirmed');
 	sql_ok($s, 'BEGIN');
-	my $r = acquire($s, 'job:unknown-release', 3000, 0, 'transaction');
+	$r = acquire($s, 'job:unknown-release', 3000, 0, 'transaction');
 	sql_ok($s, 'UPDATE item SET v = v + 1 WHERE id = 6');
 	pause_redis($redis, 1500);
-	my (undef, $err) = run_sql($s, 'COMMIT');
-	unlike($err, qr/ERROR/, 'unknown release: COMMIT succeeds');
-	like($err, qr/WARNING/, 'unknown release: a WARNING says the release was not confirmed');
+	(undef, $err) = run_sql($s, 'COMMIT');
+	is($err, '', 'unknown release: COMMIT succeeds without waiting for the release');
 	is(item(6), "1:$r->{generation}", 'unknown release: the write committed under its generation');
+	# the next command waits command_timeout_ms for the answer, in vain
+	my ($out, $nerr) = run_sql($s, "SELECT status FROM lease_fence.acquire('job:after-pause', 1000)");
+	like($nerr, qr/could not confirm the release of key "lease_fence:\{job:unknown-release\}" sent after COMMIT/,
+		"unknown release: the session's next Redis command warns that the release was not confirmed");
+	isnt($out, 'acquired', 'unknown release: that next acquire is not granted while Redis is paused');
+	is($counter->('unconfirmed'), $unconfirmed + 1, 'unknown release: counted as an unconfirmed cleanup');
 	wait_pause_over($redis);
 	is($redis->cli('GET', lkey('job:unknown-release')), $r->{identity},
 		'unknown release: the key still holds the identity (left to its TTL)');
-	my $v = lease_view($s, $r->{identity});
-	is($v ? $v->{state} : 'none', 'unconfirmed', 'unknown release: the lease is unconfirmed in lease_fence.leases');
 	my $deadline = time() + 30;
-	my $n;
 	do { $n = acquire($node, 'job:unknown-release', 5000); sleep(0.2) if $n->{status} eq 'busy'; }
 	  while ($n->{status} eq 'busy' && time() < $deadline);
 	is($n->{status}, 'acquired', 'unknown release: the next holder acquires once the TTL is over');
