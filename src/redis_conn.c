@@ -514,8 +514,9 @@ send_request(LfConn *c, const char *cmd, size_t len, int64 deadline,
  * Wait, then read what arrived, until the reader has a whole reply.
  * Waiting first saves a read that would only say "not yet" (the reply
  * cannot be there before it is sent): one system call per command.  The
- * wait is skipped when the reader or TLS holds bytes already, which the
- * socket would not announce.
+ * reader is asked first (no system call: a deferred request's reply may
+ * have come with the one before it), and the wait is skipped when TLS holds
+ * decrypted bytes already, which the socket would not announce.
  */
 static LfSendResult
 read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char *err)
@@ -531,21 +532,21 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char
 		char		buf[16384];
 		ssize_t		n;
 
-		/* a reply that arrived with an earlier one's bytes (deferred replies) */
-		if (c->ndeferred > 0)
+		/*
+		 * A whole reply in what was read so far?  (Replies to deferred
+		 * requests may arrive together; the first look finds nothing.)
+		 */
+		if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
 		{
-			if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
-			{
-				snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
-				if (reply)
-					freeReplyObject(reply);
-				return LF_NO_REPLY;
-			}
-			if (reply != NULL)
-			{
-				*out = (redisReply *) reply;
-				return LF_REPLY;
-			}
+			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
+			if (reply)
+				freeReplyObject(reply);
+			return LF_NO_REPLY;
+		}
+		if (reply != NULL)
+		{
+			*out = (redisReply *) reply;
+			return LF_REPLY;
 		}
 		if (c->tls == NULL || !lf_tls_pending(c->tls))
 		{
@@ -570,18 +571,10 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char
 		if (n == 0)
 			continue;			/* nothing yet: wait for what conn_read said */
 		want = LF_WANT_READ;
-		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK ||
-			redisReaderGetReply(c->reader, &reply) != REDIS_OK)
+		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
 		{
 			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
-			if (reply)
-				freeReplyObject(reply);
 			return LF_NO_REPLY;
-		}
-		if (reply != NULL)
-		{
-			*out = (redisReply *) reply;
-			return LF_REPLY;
 		}
 	}
 }
