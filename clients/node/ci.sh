@@ -13,9 +13,10 @@
 #   3. test/ copied into the app and run there with node --test (TAP), one
 #      file at a time (a test pauses Redis: nothing may run beside it), so
 #      that they load the installed lease-fence
-#   4. examples/node copied, installed with the tarball; two-holders.js run
-#      against appdb, client-side.js against the portable edition's server
-#      (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2, without the C library)
+#   4. examples/node copied, installed with the tarball; two-holders.js and
+#      job.js run against appdb, client-side.js against the portable
+#      edition's server (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2,
+#      without the C library)
 #
 # The last line is "node: N passed, N failed" (N: test cases + the examples);
 # a file that crashes or prints no count counts as failed. Exits non-zero on
@@ -90,7 +91,7 @@ count_tap() {	# name, tap output, exit code
 	passed=$((passed + ok)); failed=$((failed + bad))
 	log "$name: $ok passed, $bad failed"
 }
-for t in test/client.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs \
+for t in test/client.test.js test/job.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs \
 	test/types.test.js test/client-side.test.js; do
 	out=$work/$(basename "$t").tap
 	log "node --test $t"
@@ -102,18 +103,18 @@ for t in test/client.test.js test/knex.test.js test/pool.test.js test/esm.test.m
 done
 
 # 4. the example programs, installed from the tarball, each counted as one:
-#    two-holders.js against appdb (the C edition), client-side.js (the lease
-#    taken with ioredis) against the portable edition's portabledb
+#    two-holders.js and job.js against appdb (the C edition), client-side.js
+#    (the lease taken with ioredis) against the portable edition's portabledb
 example=$work/example
 rm -rf "$example" && cp -R "$src/examples/node" "$example" || exit 1
 rm -rf "$example/node_modules" "$example/package-lock.json"
-run_example() {	# name, env...
-	local name=$1 rc; shift
+run_example() {	# name, the line it must print, env...
+	local name=$1 line=$2 rc; shift 2
 	log "example: node $name"
 	(cd "$example" && env "$@" timeout -k 5 120 node "$name") >"$work/example-$name.out" 2>&1
 	rc=$?
 	cat "$work/example-$name.out"
-	if [ "$rc" -eq 0 ] && grep -q '^ok: the stale holder was fenced off$' "$work/example-$name.out"; then
+	if [ "$rc" -eq 0 ] && grep -qxF "$line" "$work/example-$name.out"; then
 		passed=$((passed + 1)); log "example $name: passed"
 	else
 		failed=$((failed + 1)); log "example $name: failed (exit $rc)"
@@ -121,15 +122,16 @@ run_example() {	# name, env...
 }
 if step "example: npm install $(basename "$tgz") (examples/node)" "$work/example-install.log" \
 	bash -c 'cd "$1" && npm install --no-audit --no-fund "$2"' _ "$example" "$tgz"; then
-	run_example two-holders.js
+	run_example two-holders.js 'ok: the stale holder was fenced off'
+	run_example job.js 'ok: the jobs excluded each other'
 	if [ -n "${LF_PORTABLE_PGPORT:-}" ]; then
-		run_example client-side.js PGPORT="$LF_PORTABLE_PGPORT" \
+		run_example client-side.js 'ok: the stale holder was fenced off' PGPORT="$LF_PORTABLE_PGPORT" \
 			PGDATABASE="${LF_PORTABLE_DB:-portabledb}" REDIS_URL="${LF_REDIS_SOCK:-}"
 	else
 		failed=$((failed + 1)); log "example client-side.js: LF_PORTABLE_PGPORT is not set"
 	fi
 else
-	failed=$((failed + 2))
+	failed=$((failed + 3))
 fi
 
 finish

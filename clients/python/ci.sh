@@ -107,8 +107,9 @@ if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
 fi
 
 # 4. the example programs, with the installed package (client_side.py: on
-#    the portable edition's database, LF_PORTABLE_PGPORT / LF_PORTABLE_DB)
-for name in two_holders.py client_side.py; do
+#    the portable edition's database, LF_PORTABLE_PGPORT / LF_PORTABLE_DB;
+#    job.py: the fenced job)
+for name in two_holders.py client_side.py job.py; do
 	example=$src_top/examples/python/$name
 	echo "== python: example $example"
 	if [ -f "$example" ] && (cd "$work" && timeout -k 5 60 "$VPY" "$example"); then

@@ -23,7 +23,7 @@ import {
 } from './errors.js';
 import type {
   AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions,
-  Generation, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, Queryable,
+  Generation, JobOptions, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, Queryable,
   ReleaseOutcome, ReleaseStatus, RenewOptions, TransactionLeaseOptions,
 } from './types.js';
 
@@ -40,8 +40,8 @@ export type {
 } from './client-side.js';
 export type {
   AcquireCheckedOptions, AcquireOptions, AcquiredLease, CleanupStatus, ClientOf, Fence, FenceOptions,
-  Generation, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, LeaseStatus, Queryable, ReleaseOutcome,
-  ReleaseStatus, RenewOptions, TransactionLeaseOptions,
+  Generation, JobOptions, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, LeaseStatus, Queryable,
+  ReleaseOutcome, ReleaseStatus, RenewOptions, TransactionLeaseOptions,
 } from './types.js';
 
 /**
@@ -240,6 +240,109 @@ export async function withTransactionLease<C extends Queryable, T>(db: C, resour
         'transaction', retryStale, waitMs, keepalive);
       return fn(lease, client);
     });
+}
+
+/** A number that can be written into SQL text as it is: a safe integer. */
+function sqlInteger(name: string, value: unknown): string {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+    throw new TypeError(`${name} is an integer (ms), got ${String(value)}`);
+  }
+  return String(value);
+}
+
+/** A string literal for SQL text (pg's escapeLiteral: E'...' when it has a backslash). */
+function sqlLiteral(client: ClientBase, value: string): string {
+  const esc = (client as { escapeLiteral?: (s: string) => string }).escapeLiteral;
+  if (typeof esc === 'function') return esc.call(client, value);
+  const hasBackslash = value.includes('\\');
+  const body = value.replace(/'/g, "''").replace(/\\/g, '\\\\');
+  return `${hasBackslash ? ' E' : ''}'${body}'`;
+}
+
+/**
+ * The job's first message: BEGIN and the transaction-scoped acquire in one
+ * simple-query string (no bind parameters there: the resource is a quoted
+ * literal, the numbers validated integers). One Query message, one round trip.
+ */
+function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minValidityMs: number,
+  waitMs: number): string {
+  return 'BEGIN; SELECT acquired, status, resource, identity, generation, validity_ms, reason ' +
+    `FROM lease_fence.acquire(CAST(${sqlLiteral(client, resource)} AS text), ` +
+    `CAST(${sqlInteger('ttlMs', ttlMs)} AS bigint), ` +
+    `CAST(${sqlInteger('minValidityMs', minValidityMs)} AS bigint), 'transaction', ` +
+    `CAST(${sqlInteger('waitMs', waitMs)} AS bigint), false)`;
+}
+
+/**
+ * A fenced job: withTransactionLease's guarantees in the fewest round trips.
+ *
+ * fn(lease, client) runs in one transaction holding a transaction-scoped
+ * lease on `resource`: its generation fences every write fn makes through
+ * `client`, and COMMIT verifies the lease and releases it. BEGIN and
+ * lease_fence.acquire(..., scope => 'transaction') go out as one
+ * simple-query string, `BEGIN; SELECT ... FROM lease_fence.acquire(...)`
+ * (the resource as a literal made by client.escapeLiteral, the numbers
+ * checked to be integers): one round trip before fn, on any pg client,
+ * pipelined or not; then fn's statements; then COMMIT.
+ *
+ * Outcomes, as withTransactionLease: a failed acquire rejects with
+ * LeaseBusy / LeaseUnavailable / LeaseDenied / LeaseUnknown before fn runs,
+ * after a ROLLBACK ('stale' is retried once, in the same transaction); fn's
+ * error rolls back (the lease is released) and rejects unchanged, SQLSTATE
+ * LF001-LF004 as FenceError subclasses; a lease lost before COMMIT rejects
+ * with LeaseLostAtCommit (LF010), rolled back. waitMs > 0 waits up to that
+ * long for a busy lease.
+ *
+ * Given a pool, one client is checked out for the job and given back after
+ * it; it is destroyed instead when the job failed otherwise than by a
+ * definite no (LeaseDenied) that rolled back cleanly.
+ */
+export async function job<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
+  fn: (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T,
+  options: JobOptions = {}): Promise<T> {
+  if (typeof resource !== 'string') throw new TypeError(`a resource is a string, got ${typeof resource}`);
+  if (typeof fn !== 'function') throw new TypeError('job needs a function to run');
+  const { minValidityMs = 0, waitMs = 0 } = options || {};
+  // validated before a client is checked out: nothing is sent for bad input
+  sqlInteger('ttlMs', ttlMs);
+  sqlInteger('minValidityMs', minValidityMs);
+  sqlInteger('waitMs', waitMs);
+  const pooled = isPool(db);
+  const client = (pooled ? await (db as Pool).connect() : db) as unknown as ClientOf<C>;
+  const c = client as unknown as ClientBase;
+  let clean = false;       // the connection is outside any transaction, fit for reuse
+  try {
+    let lease: AcquiredLease;
+    try {
+      const answer = await c.query(jobStartSql(c, resource, ttlMs, minValidityMs, waitMs)) as
+        unknown as QueryResult<LeaseRow> | QueryResult<LeaseRow>[];
+      const selected = Array.isArray(answer) ? answer[answer.length - 1] : answer;
+      // stale: the transaction is fine (the acquire answered a row); the retry runs in it
+      lease = await checkAcquired(c, toLease(selected.rows[0]), resource, ttlMs, minValidityMs,
+        'transaction', true, waitMs, false);
+    } catch (err) {
+      const rolledBack = await c.query('ROLLBACK').then(() => true, () => false);
+      clean = rolledBack && err instanceof LeaseDenied;
+      throw translateError(err);
+    }
+    let result: T;
+    try {
+      result = await fn(lease, client);
+    } catch (err) {
+      await rollbackQuietly(c);
+      throw translateError(err);
+    }
+    try {
+      await c.query('COMMIT');
+    } catch (err) {
+      await rollbackQuietly(c);
+      throw translateError(err);
+    }
+    clean = true;
+    return result;
+  } finally {
+    if (pooled) (client as unknown as PoolClient).release(clean ? undefined : true);
+  }
 }
 
 /**

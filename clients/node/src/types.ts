@@ -81,6 +81,14 @@ export interface TransactionLeaseOptions extends AcquireCheckedOptions {
   keepalive?: boolean;
 }
 
+/** The options of job (its ttlMs is an argument of its own). */
+export interface JobOptions {
+  /** Deny (insufficient_validity) when less than this is left once granted. Default 0. */
+  minValidityMs?: number;
+  /** While the lease is busy, wait up to this long (ms) for its release; default 0. */
+  waitMs?: number;
+}
+
 export interface KeptAliveLeaseOptions extends AcquireCheckedOptions {
   /** How often (ms) keepalive_state is polled on another pool connection; default max(50, ttlMs / 3). */
   pollMs?: number;

@@ -15,7 +15,7 @@ import * as lfNamespace from 'lease-fence';
 const require = createRequire(import.meta.url);
 const installed = process.env.LF_EXPECT_INSTALLED === '1';
 const API = [
-  'acquire', 'tryAcquire', 'withTransactionLease', 'withKeptAliveLease', 'withFence', 'inTransaction',
+  'acquire', 'tryAcquire', 'withTransactionLease', 'job', 'withKeptAliveLease', 'withFence', 'inTransaction',
   'renew', 'release', 'releaseOutcome', 'keepaliveState', 'translateError', 'isPool',
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',

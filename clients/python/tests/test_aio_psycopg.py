@@ -74,9 +74,10 @@ async def test_transaction_lease_commits_and_lost_at_commit():
         assert redis("EXISTS", lease_key(res)) == "0"
 
         with pytest.raises(LeaseLostAtCommit) as info:
-            async with aio.transaction_lease(conn, res, ttl_ms=10000):
+            async with aio.transaction_lease(conn, res, ttl_ms=2000):
                 await conn.execute("UPDATE account SET owner = 'lost' WHERE id = %s", (row_id,))
                 redis("DEL", lease_key(res))
+                await asyncio.sleep(1.1)       # past ttl/2: COMMIT asks Redis
         assert isinstance(info.value, FenceError)
         assert read_row(check, row_id) == ("tx", 100, lease.generation)
 

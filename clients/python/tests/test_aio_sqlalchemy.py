@@ -93,10 +93,11 @@ async def test_async_connection_transaction_lease(driver):
             assert read_row(check, row_id) == ("sa tx", 100, lease.generation)
             assert redis("EXISTS", lease_key(res)) == "0"
             with pytest.raises(LeaseLostAtCommit):
-                async with aio.transaction_lease(conn, res, ttl_ms=10000):
+                async with aio.transaction_lease(conn, res, ttl_ms=2000):
                     await conn.execute(text("UPDATE account SET owner = 'lost' WHERE id = :id"),
                                        {"id": row_id})
                     redis("DEL", lease_key(res))
+                    await asyncio.sleep(1.1)          # past ttl/2: COMMIT asks Redis
             assert read_row(check, row_id) == ("sa tx", 100, lease.generation)
             with pytest.raises(MissingGeneration) as info:
                 async with aio.fence_errors():

@@ -253,9 +253,10 @@ class DjangoHelperTests(unittest.TestCase):
         from lf_testlib import lease_key, redis
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
         with self.assertRaises(LeaseLostAtCommit) as cm:
-            with lf_django.transaction_lease(res, ttl_ms=10000):
+            with lf_django.transaction_lease(res, ttl_ms=2000):
                 DjangoItem.objects.filter(pk=item.pk).update(qty=8)
                 redis("DEL", lease_key(res))
+                time.sleep(1.1)                   # past ttl/2: COMMIT asks Redis
         self.assertIsInstance(cm.exception, FenceError)
         self.assertEqual(read_item(self.check, "django_item", item.pk),
                          ("tx", 7, lease.generation))
@@ -263,6 +264,38 @@ class DjangoHelperTests(unittest.TestCase):
         self.addCleanup(release, self.check, holder)
         with self.assertRaises(LeaseBusy):
             lf_django.acquire(res, ttl_ms=10000)
+
+    def test_job_through_django(self):
+        """lf_django.job (Django: BEGIN and the acquire one after the other):
+        the write commits under the lease's generation and the lease is
+        released; busy raises before the block; the key deleted before
+        COMMIT is LeaseLostAtCommit, nothing committed."""
+        from lf_testlib import lease_key, redis
+        item = DjangoItem.objects.create(name="job")
+        res = resource_name(self)
+        with lf_django.job(res, ttl_ms=10000) as lease:
+            self.assertTrue(connection.in_atomic_block)
+            DjangoItem.objects.filter(pk=item.pk).update(qty=3)
+        self.assertEqual(read_item(self.check, "django_item", item.pk),
+                         ("job", 3, lease.generation))
+        self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+        holder = acquire(self.check, res, ttl_ms=10000)
+        ran = []
+        with self.assertRaises(LeaseBusy):
+            with lf_django.job(res, ttl_ms=10000):
+                ran.append(True)
+        self.assertEqual(ran, [])
+        self.assertFalse(connection.in_atomic_block)
+        self.assertEqual(release(self.check, holder), "released")
+
+        with self.assertRaises(LeaseLostAtCommit):
+            with lf_django.job(res, ttl_ms=2000):
+                DjangoItem.objects.filter(pk=item.pk).update(qty=4)
+                redis("DEL", lease_key(res))
+                time.sleep(1.1)               # past ttl/2: COMMIT asks Redis
+        self.assertEqual(read_item(self.check, "django_item", item.pk),
+                         ("job", 3, lease.generation))
 
 
 def test_django_helper_needs_a_known_alias():

@@ -98,9 +98,10 @@ class PgBouncerTests(unittest.TestCase):
         self.assertEqual(read_row(self.direct, row_id), ("tx", 100, lease.generation))
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
         with self.assertRaises(LeaseLostAtCommit):
-            with transaction_lease(a, res, ttl_ms=10000):
+            with transaction_lease(a, res, ttl_ms=2000):
                 a.execute("UPDATE account SET owner = 'lost' WHERE id = %s", (row_id,))
                 redis("DEL", lease_key(res))
+                time.sleep(1.1)                   # past ttl/2: COMMIT asks Redis
         self.assertEqual(read_row(self.direct, row_id), ("tx", 100, lease.generation))
 
     def test_session_level_generation_leaks_into_another_client(self):

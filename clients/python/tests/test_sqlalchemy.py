@@ -14,7 +14,7 @@ from sqlalchemy.orm.attributes import flag_modified
 
 from lease_fence import (
     LeaseBusy, LeaseLostAtCommit, MissingGeneration, StaleGeneration, acquire,
-    fence_errors, fenced, kept_alive_lease, release, transaction_lease)
+    fence_errors, fenced, job, kept_alive_lease, release, transaction_lease)
 from lf_testlib import (engine_for, read_item, resource_fence, connect, lease_key,
                         new_row, read_row, redis, resource_name)
 
@@ -71,6 +71,48 @@ class SQLAlchemyTests(unittest.TestCase):
         self.assertEqual(read_row(self.check, row_id), ("sa", 99, lease.generation))
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
 
+    def test_job_falls_back_to_the_plain_sequence(self):
+        """job() over a SQLAlchemy Connection (BEGIN and the acquire one
+        after the other): the write commits under the lease's generation and
+        the lease is released; busy raises before the block, nothing
+        written; the block's exception rolls back and propagates; the key
+        deleted before COMMIT is LeaseLostAtCommit."""
+        row_id = new_row(self.check)
+        res = resource_name(self)
+        with self.engine.connect() as conn:
+            with job(conn, res, ttl_ms=10000) as lease:
+                conn.execute(text("UPDATE account SET owner = 'sa job' WHERE id = :id"),
+                             {"id": row_id})
+            self.assertEqual(read_row(self.check, row_id), ("sa job", 100, lease.generation))
+            self.assertEqual(release(self.check, acquire(self.check, res, ttl_ms=10000)),
+                             "released")
+
+            holder = acquire(self.check, res, ttl_ms=10000)
+            ran = []
+            with self.assertRaises(LeaseBusy):
+                with job(conn, res, ttl_ms=10000):
+                    ran.append(True)
+            self.assertEqual(ran, [])
+            self.assertFalse(conn.in_transaction())
+            self.assertEqual(release(self.check, holder), "released")
+
+            with self.assertRaises(KeyError):
+                with job(conn, res, ttl_ms=10000):
+                    conn.execute(text("UPDATE account SET owner = 'gone' WHERE id = :id"),
+                                 {"id": row_id})
+                    raise KeyError("the block's own")
+            self.assertEqual(read_row(self.check, row_id), ("sa job", 100, lease.generation))
+            self.assertEqual(redis("EXISTS", lease_key(res)), "0")
+
+            with self.assertRaises(LeaseLostAtCommit):
+                with job(conn, res, ttl_ms=2000):
+                    conn.execute(text("UPDATE account SET owner = 'doomed' WHERE id = :id"),
+                                 {"id": row_id})
+                    redis("DEL", lease_key(res))
+                    time.sleep(1.1)           # past ttl/2: COMMIT asks Redis
+            self.assertEqual(read_row(self.check, row_id), ("sa job", 100, lease.generation))
+            self.assertFalse(conn.in_transaction())
+
     def test_orm_stale_write_raises_stale_generation(self):
         """ORM Session, explicit scope: B takes over after A's lease expired;
         A's flush under its old generation raises StaleGeneration, wrapping
@@ -121,10 +163,11 @@ class SQLAlchemyTests(unittest.TestCase):
         res = resource_name(self)
         with Session(self.engine) as session:
             with self.assertRaises(LeaseLostAtCommit):
-                with transaction_lease(session, res, ttl_ms=10000):
+                with transaction_lease(session, res, ttl_ms=2000):
                     session.get(Account, row_id).balance = 0
                     session.flush()
                     redis("DEL", lease_key(res))
+                    time.sleep(1.1)               # past ttl/2: COMMIT asks Redis
         self.assertEqual(read_row(self.check, row_id), ("nobody", 100, 0))
 
     def test_orm_kept_alive_lease_and_waiting(self):

@@ -3,11 +3,11 @@
 // it, and misuse the types must refuse (@ts-expect-error).
 import pg = require('pg');
 import {
-  acquire, tryAcquire, withFence, withTransactionLease, withKeptAliveLease, renew, release,
+  acquire, tryAcquire, withFence, withTransactionLease, job, withKeptAliveLease, renew, release,
   releaseOutcome, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
 } from 'lease-fence';
-import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf } from 'lease-fence';
+import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions } from 'lease-fence';
 
 export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   let lease: AcquiredLease;
@@ -59,6 +59,23 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
       return Number(g);
     });
   void total;
+
+  // job: ttlMs an argument, the options last; given a pool, fn gets the PoolClient
+  const jobOptions: JobOptions = { minValidityMs: 500, waitMs: 100 };
+  const sent: bigint = await job(pool, 'invoice:42', 5000, async (l, c) => {
+    const pc: pg.PoolClient = c;
+    await pc.query("UPDATE invoice SET state = 'sent' WHERE id = 42");
+    return l.generation;
+  }, jobOptions);
+  void sent;
+  await job(client, 'invoice:43', 5000, (l, c) => {
+    const same: pg.Client = c;
+    void same;
+  });
+  // @ts-expect-error the options come last: ttlMs is a number argument
+  await job(pool, 'x', { ttlMs: 1000 }, async () => 1);
+  // @ts-expect-error keepalive is withTransactionLease's, not the job's
+  await job(pool, 'x', 1000, async () => 1, { keepalive: true });
 
   const kept: string = await withKeptAliveLease(pool, 'report', { ttlMs: 3000, pollMs: 500 },
     async (c, l, signal) => {

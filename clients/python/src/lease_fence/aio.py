@@ -25,11 +25,11 @@ from typing import (Any, AsyncContextManager, AsyncIterator, Awaitable, Dict, Ma
 from ._errors import (Lease, LeaseLost, ReleaseStatus, _lease_error,
                       _lease_from_row, fence_error_from)
 from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
-                    SET_GENERATION_SQL, _acquire_params, _fence_args, _is_psycopg,
+                    SET_GENERATION_SQL, _acquire_params, _begin_sql, _fence_args, _is_psycopg,
                     _one_server_session, _sa_text)
 
 __all__ = [
-    "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "kept_alive_lease",
+    "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
     "keepalive_state", "fenced", "renew", "release", "fence_errors",
 ]
 
@@ -64,6 +64,13 @@ class _AsyncAdapter:
         async with self.begin():
             await self.query_one(SET_GENERATION_SQL, args)
             yield
+
+    @asynccontextmanager
+    async def lease_tx(self, params: Mapping[str, Any],
+                       retry_stale: bool) -> AsyncIterator[Lease]:
+        """BEGIN; the checked acquire; the block; COMMIT, one after the other."""
+        async with self.begin():
+            yield await _acquire_row_checked(self, params, retry_stale)
 
 
 class _AsyncPsycopg(_AsyncAdapter):
@@ -115,6 +122,47 @@ class _AsyncPsycopg(_AsyncAdapter):
             return
         await self.conn.rollback()
 
+    @asynccontextmanager
+    async def lease_tx(self, params: Mapping[str, Any],
+                       retry_stale: bool) -> AsyncIterator[Lease]:
+        """BEGIN and the acquire in one pipeline (one round trip), as the
+        sync adapter does (autocommit switched on for the job if it was
+        off, and restored)."""
+        import psycopg
+        self._check_idle()
+        if not psycopg.AsyncPipeline.is_supported():
+            async with super().lease_tx(params, retry_stale) as lease:
+                yield lease
+            return
+        conn = self.conn
+        restore = not conn.autocommit
+        begin = _begin_sql(conn)
+        if restore:
+            await conn.set_autocommit(True)
+        try:
+            try:
+                async with conn.pipeline():
+                    await conn.execute(begin)
+                    cur = await conn.execute(ACQUIRE_SQL, params)
+                row = await cur.fetchone()
+                first = _lease_from_row(dict(zip([c.name for c in cur.description], row)))
+                lease = await _check_acquired(self, first, params, retry_stale)
+            except BaseException:
+                await self._rollback()
+                raise
+            try:
+                yield lease
+            except BaseException:
+                await self._rollback()
+                raise
+            await conn.commit()
+        finally:
+            if restore and not (conn.closed or conn.broken):
+                try:
+                    await conn.set_autocommit(False)
+                except psycopg.Error:
+                    pass
+
 
 class _AsyncSQLAlchemy(_AsyncAdapter):
     def __init__(self, conn: Any) -> None:
@@ -144,16 +192,26 @@ def _adapter(conn: Any) -> _AsyncAdapter:
                     f"AsyncConnection/AsyncSession, got {type(conn).__name__}")
 
 
+async def _check_acquired(db: _AsyncAdapter, lease: Lease, params: Mapping[str, Any],
+                          retry_stale: bool) -> Lease:
+    if lease.status == "stale" and retry_stale:
+        lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
+    if lease.acquired is not True:
+        raise _lease_error(lease.status, lease, "acquire", params["resource"], lease.reason)
+    return lease
+
+
+async def _acquire_row_checked(db: _AsyncAdapter, params: Mapping[str, Any],
+                               retry_stale: bool) -> Lease:
+    return await _check_acquired(db, _lease_from_row(await db.query_one(ACQUIRE_SQL, params)),
+                                 params, retry_stale)
+
+
 async def _acquire_checked(db: _AsyncAdapter, resource: str, ttl_ms: int, min_validity_ms: int,
                            scope: str, retry_stale: bool, wait_ms: int = 0,
                            keepalive: bool = False) -> Lease:
     params = _acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
-    lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
-    if lease.status == "stale" and retry_stale:
-        lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
-    if lease.acquired is not True:
-        raise _lease_error(lease.status, lease, "acquire", resource, lease.reason)
-    return lease
+    return await _acquire_row_checked(db, params, retry_stale)
 
 
 async def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
@@ -187,6 +245,23 @@ async def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_
         async with db.begin():
             yield await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
                                          retry_stale, wait_ms, keepalive)
+
+
+@asynccontextmanager
+async def job(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+              wait_ms: int = 0) -> AsyncIterator[Lease]:
+    """``async with``: ``lease_fence.job`` for async connections (see there).
+
+    With psycopg's AsyncConnection BEGIN and the transaction-scoped acquire
+    go out in one pipeline (one round trip); SQLAlchemy's AsyncConnection /
+    AsyncSession run them one after the other, as ``transaction_lease``.
+    The same outcomes and exceptions as ``transaction_lease``.
+    """
+    db = _adapter(conn)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False)
+    async with fence_errors():
+        async with db.lease_tx(params, True) as lease:
+            yield lease
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Iterator, Optional, Union
 from . import _sync
 from ._errors import Lease, ReleaseStatus
 
-__all__ = ["fenced", "transaction_lease", "acquire", "try_acquire", "renew", "release",
+__all__ = ["fenced", "transaction_lease", "job", "acquire", "try_acquire", "renew", "release",
            "connection_for"]
 
 
@@ -59,6 +59,16 @@ def transaction_lease(resource: str, ttl_ms: int, min_validity_ms: int = 0,
     ``lease_fence.transaction_lease``)."""
     with _sync.transaction_lease(connection_for(using), resource, ttl_ms, min_validity_ms,
                                  retry_stale, wait_ms, keepalive) as lease:
+        yield lease
+
+
+@contextmanager
+def job(resource: str, ttl_ms: int, min_validity_ms: int = 0, wait_ms: int = 0,
+        using: str = "default") -> Iterator[Lease]:
+    """``lease_fence.job`` on the Django connection ``using``: Django runs
+    BEGIN and the acquire one after the other (no pipeline), so this is
+    ``transaction_lease`` with the job's arguments."""
+    with _sync.job(connection_for(using), resource, ttl_ms, min_validity_ms, wait_ms) as lease:
         yield lease
 
 

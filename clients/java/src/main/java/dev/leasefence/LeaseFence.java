@@ -36,6 +36,8 @@ import org.postgresql.util.ServerErrorMessage;
  *     fencing its resource too.</li>
  * <li>{@link #renew}, {@link #release}, {@link #releaseOutcome}.</li>
  * <li>{@link #transactionLease}: a transaction-scoped lease for one transaction.</li>
+ * <li>{@link #job}: the same, for a job that is one transaction, in the fewest
+ *     round trips.</li>
  * <li>{@link #translate} / {@link #fenceException}: any SQLException (or a
  *     framework's wrapper) to a {@link FenceException}, for code that writes
  *     outside {@link #fenced} (Spring, Hibernate, jOOQ).</li>
@@ -336,6 +338,45 @@ public final class LeaseFence {
         return inTransaction(conn, c -> {
             Lease lease = acquireChecked(c, resource, ttlMs, minValidityMs, "transaction",
                     waitMs, keepalive, true, false);
+            return work.run(lease, c);
+        });
+    }
+
+    /** {@link #job(Connection, String, long, long, long, LeaseWork)} with no minimum
+     * validity and no wait. */
+    public static <T> T job(Connection conn, String resource, long ttlMs, LeaseWork<T> work)
+            throws SQLException {
+        return job(conn, resource, ttlMs, 0, 0, work);
+    }
+
+    /**
+     * A fenced job: {@link #transactionLease}'s guarantees in the fewest round trips.
+     *
+     * <p>Runs {@code work} in one transaction that holds a transaction-scoped
+     * lease on {@code resource}: its generation fences every write of
+     * {@code work.run(lease, conn)}, and COMMIT verifies the lease and releases
+     * it. Autocommit is turned off for the job and restored afterwards. pgjdbc
+     * sends the {@code BEGIN} of a transaction in the same message as its first
+     * statement, {@code lease_fence.acquire(..., scope => 'transaction')}, with
+     * one Sync: one round trip before {@code work}, then {@code work}'s
+     * statements, then COMMIT.
+     *
+     * <p>Outcomes, as {@link #transactionLease}: a failed acquire throws
+     * {@link LeaseBusyException}, {@link LeaseUnavailableException},
+     * {@link LeaseDeniedException} or {@link LeaseUnknownException} before
+     * {@code work} runs, the transaction rolled back ({@code stale} is retried
+     * once, in the same transaction); an exception from {@code work} rolls back
+     * (releasing the lease) and is rethrown, SQLSTATE LF001-LF004 as
+     * {@link FenceException} subclasses and anything else unchanged; a lease
+     * lost before COMMIT throws {@link LeaseLostAtCommitException}, rolled back.
+     *
+     * @param waitMs while the lease is busy, wait up to this long (0: answer at once)
+     */
+    public static <T> T job(Connection conn, String resource, long ttlMs, long minValidityMs,
+                            long waitMs, LeaseWork<T> work) throws SQLException {
+        return inTransaction(conn, c -> {
+            Lease lease = acquireChecked(c, resource, ttlMs, minValidityMs, "transaction",
+                    waitMs, false, true, false);
             return work.run(lease, c);
         });
     }

@@ -28,11 +28,18 @@ import java.util.Optional;
 import java.util.Properties;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import java.util.logging.SimpleFormatter;
 
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
+import org.postgresql.core.BaseConnection;
+import org.postgresql.core.TransactionState;
 import org.postgresql.util.PSQLException;
 
 /**
@@ -493,13 +500,9 @@ class LeaseFenceTest {
         String res = resource("");
         int id = newRow(conn);
         LeaseLostAtCommitException e = assertThrows(LeaseLostAtCommitException.class,
-                () -> LeaseFence.transactionLease(conn, res, 10000, (l, c) -> {
+                () -> LeaseFence.transactionLease(conn, res, 2000, (l, c) -> {
                     setOwner(c, id, "doomed");
-                    try {
-                        assertEquals("1", redis("DEL", KEY_PREFIX + "{" + res + "}"));
-                    } catch (IOException | InterruptedException x) {
-                        throw new SQLException(x);
-                    }
+                    deleteKeyAndOutliveHalfTheTtl(res);
                     return null;
                 }));
         assertEquals("LF010", e.getSQLState());
@@ -581,6 +584,249 @@ class LeaseFenceTest {
         assertEquals(Boolean.FALSE, e.lease().acquired());
         assertNotNull(e.reason());
         assertTrue(e.getMessage().contains(e.reason()));
+        assertEquals("0", redis("EXISTS", KEY_PREFIX + "{" + res + "}"));
+    }
+
+    // ------------------------------------------------------------------
+    // job
+
+    /**
+     * Deletes the lease's key in Redis, then sleeps 1.1 s: past half of a
+     * 2 s TTL, so that a server that asks Redis at COMMIT only when less
+     * than min_validity_ms + ttl_ms / 2 is left asks (and one that always
+     * asks does too).
+     */
+    static void deleteKeyAndOutliveHalfTheTtl(String res) throws SQLException {
+        try {
+            assertEquals("1", redis("DEL", KEY_PREFIX + "{" + res + "}"));
+            Thread.sleep(1100);
+        } catch (IOException | InterruptedException x) {
+            throw new SQLException(x);
+        }
+    }
+
+    static TransactionState txState(Connection c) throws SQLException {
+        return c.unwrap(BaseConnection.class).getTransactionState();
+    }
+
+    /** Another session takes the resource at once (no wait): the job's lease is gone. */
+    long freeRightAway(String res) throws SQLException {
+        Lease next = LeaseFence.acquire(open(), res, 10000);   // LeaseBusyException if still held
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, next));
+        return next.generation();
+    }
+
+    @Test
+    void jobCommitsUnderItsGenerationAndReleases() throws Exception {
+        String res = resource("");
+        int id = newRow(conn);
+        Lease lease = LeaseFence.job(conn, res, 10000, 500, 0, (l, c) -> {
+            assertEquals(l.generation().longValue(),
+                    scalarLong(c, "SELECT lease_fence.current_generation()"));
+            setOwner(c, id, "job");
+            return l;
+        });
+        assertEquals(Boolean.TRUE, lease.acquired());
+        assertEquals("acquired", lease.status());
+        assertTrue(lease.validityMs() >= 500);
+        assertTrue(conn.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(conn));
+        assertEquals("job/100/" + lease.generation(), readRow(conn, id));
+        assertTrue(freeRightAway(res) > lease.generation(), "released at COMMIT");
+    }
+
+    @Test
+    void jobRestoresAutocommitOff() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        Connection c = open();
+        c.setAutoCommit(false);
+        Lease lease = LeaseFence.job(c, res, 10000, (l, cc) -> {
+            setOwner(cc, id, "job, autocommit off");
+            return l;
+        });
+        assertFalse(c.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(c));
+        assertEquals("job, autocommit off/100/" + lease.generation(), readRow(conn, id));
+    }
+
+    @Test
+    void jobBusyNeverRunsTheWork() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        Lease held = LeaseFence.acquire(conn, res, 10000);
+        Connection other = open();
+        boolean[] ran = {false};
+        LeaseBusyException e = assertThrows(LeaseBusyException.class,
+                () -> LeaseFence.job(other, res, 10000, (l, c) -> {
+                    ran[0] = true;
+                    return setOwner(c, id, "busy");
+                }));
+        assertFalse(ran[0]);
+        assertInstanceOf(LeaseDeniedException.class, e);
+        assertEquals(Boolean.FALSE, e.lease().acquired());
+        assertTrue(other.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(other));
+        assertEquals(1, scalarLong(other, "SELECT 1"));
+        assertEquals("nobody/100/0", readRow(conn, id));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+    }
+
+    @Test
+    void jobWorkExceptionRollsBackAndReleases() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        IllegalStateException boom = new IllegalStateException("the work failed");
+        long[] generation = {0};
+        IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> LeaseFence.job(conn, res, 10000, (l, c) -> {
+                    generation[0] = l.generation();
+                    setOwner(c, id, "rolled back");
+                    throw boom;
+                }));
+        assertSame(boom, e);
+        assertTrue(conn.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(conn));
+        assertEquals("nobody/100/0", readRow(conn, id));
+        assertTrue(freeRightAway(res) > generation[0], "released at ROLLBACK");
+    }
+
+    @Test
+    void jobStaleWriteIsStaleGeneration() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        int mine = newRow(conn);
+        Connection other = open();
+        long[] newer = {0};
+        StaleGenerationException e = assertThrows(StaleGenerationException.class,
+                () -> LeaseFence.job(conn, res, 10000, (l, c) -> {
+                    setOwner(c, mine, "job");
+                    newer[0] = scalarLong(other, "SELECT lease_fence.next_generation()");
+                    assertTrue(newer[0] > l.generation());
+                    LeaseFence.fenced(other, newer[0], null, o -> setOwner(o, id, "newer"));
+                    return setOwner(c, id, "stale");
+                }));
+        assertEquals("LF001", e.getSQLState());
+        assertEquals("account", e.table());
+        assertEquals("fence", e.column());
+        assertEquals("newer/100/" + newer[0], readRow(conn, id));
+        assertEquals("nobody/100/0", readRow(conn, mine));
+        assertTrue(conn.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(conn));
+        freeRightAway(res);
+    }
+
+    @Test
+    void jobLeaseLostIsLeaseLostAtCommit() throws Exception {
+        assumeRedisCli();
+        String res = resource("");
+        int id = newRow(conn);
+        LeaseLostAtCommitException e = assertThrows(LeaseLostAtCommitException.class,
+                () -> LeaseFence.job(conn, res, 2000, (l, c) -> {
+                    setOwner(c, id, "doomed");
+                    deleteKeyAndOutliveHalfTheTtl(res);
+                    return null;
+                }));
+        assertEquals("LF010", e.getSQLState());
+        assertInstanceOf(PSQLException.class, e.getCause());
+        assertTrue(conn.getAutoCommit());
+        assertEquals(TransactionState.IDLE, txState(conn));
+        assertEquals("nobody/100/0", readRow(conn, id));
+    }
+
+    /**
+     * The frontend messages pgjdbc logs (java.util.logging, FINEST: " FE=> Parse(...)",
+     * " FE=> Sync"): before the work runs there is one Sync, after the Parse of
+     * BEGIN and the Parse of the acquire — one round trip; then the work's
+     * UPDATE and COMMIT, one Sync each.
+     */
+    @Test
+    void jobSendsBeginWithTheAcquireInOneRoundTrip() throws SQLException {
+        String res = resource("");
+        int id = newRow(conn);
+        Connection c = open();
+        List<String> sent = new ArrayList<>();
+        SimpleFormatter fmt = new SimpleFormatter();
+        Handler capture = new Handler() {
+            @Override
+            public void publish(LogRecord r) {
+                String m = fmt.formatMessage(r);
+                if (m.contains("FE=>")) {
+                    synchronized (sent) {
+                        sent.add(m.strip());
+                    }
+                }
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        capture.setLevel(Level.ALL);
+        Logger pgjdbc = Logger.getLogger("org.postgresql");
+        Level level = pgjdbc.getLevel();
+        boolean parents = pgjdbc.getUseParentHandlers();
+        int[] beforeWork = {-1};
+        Lease lease;
+        pgjdbc.setUseParentHandlers(false);
+        pgjdbc.addHandler(capture);
+        pgjdbc.setLevel(Level.FINEST);
+        try {
+            lease = LeaseFence.job(c, res, 10000, (l, cc) -> {
+                synchronized (sent) {
+                    beforeWork[0] = sent.size();
+                }
+                return setOwner(cc, id, "one trip") == 1 ? l : null;
+            });
+        } finally {
+            pgjdbc.setLevel(level);
+            pgjdbc.removeHandler(capture);
+            pgjdbc.setUseParentHandlers(parents);
+        }
+        List<String> first = sent.subList(0, beforeWork[0]);
+        List<String> syncs = new ArrayList<>();
+        for (String m : first) {
+            if (m.startsWith("FE=> Sync")) {
+                syncs.add(m);
+            }
+        }
+        assertEquals(1, syncs.size(), "one Sync before the work: " + first);
+        assertTrue(first.get(first.size() - 1).startsWith("FE=> Sync"), first.toString());
+        int begin = -1;
+        int acquire = -1;
+        for (int i = 0; i < first.size(); i++) {
+            String m = first.get(i);
+            if (m.startsWith("FE=> Parse") && m.contains("query=\"BEGIN")) {
+                begin = i;
+            }
+            if (m.startsWith("FE=> Parse") && m.contains("lease_fence.acquire(")) {
+                acquire = i;
+            }
+        }
+        assertTrue(begin >= 0 && acquire > begin, "BEGIN, then the acquire: " + first);
+        long allSyncs = sent.stream().filter(m -> m.startsWith("FE=> Sync")).count();
+        assertEquals(3, allSyncs, "BEGIN + acquire, the UPDATE, COMMIT: " + sent);
+        assertNotNull(lease);
+        assertEquals("one trip/100/" + lease.generation(), readRow(conn, id));
+    }
+
+    @Test
+    void jobStaleIsRetriedInTheSameTransaction() throws Exception {
+        assumeRedisCli();
+        String res = resource("");
+        int id = newRow(conn);
+        long stored = scalarLong(conn, "SELECT lease_fence.next_generation()") + 1000;
+        redis("SET", KEY_PREFIX + "{" + res + "}:gen", Long.toString(stored));
+        Lease lease = LeaseFence.job(conn, res, 10000, (l, c) -> {
+            setOwner(c, id, "healed");
+            return l;
+        });
+        assertTrue(lease.generation() > stored);
+        assertEquals("healed/100/" + lease.generation(), readRow(conn, id));
         assertEquals("0", redis("EXISTS", KEY_PREFIX + "{" + res + "}"));
     }
 
