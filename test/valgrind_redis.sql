@@ -170,7 +170,9 @@ SELECT vg_step('timeout_release_state', string_agg(state, ','), 'unconfirmed')
 \! redisctl wait
 -- the check at COMMIT interrupted: statement_timeout is not armed there
 -- (PostgreSQL disarms it before it commits), so pg_cancel_backend() from a
--- second session: 57014, the transaction rolls back
+-- second session: 57014, the transaction rolls back (a young lease is asked
+-- about only with commit_check = always)
+SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT vg_step('cancel_commit_setup', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:tx-cancel', 60000, 0, 'transaction') a;
@@ -183,6 +185,7 @@ COMMIT;
 SELECT vg_step('cancel_commit', :'err', '57014');
 SELECT vg_step('cancel_commit_state', string_agg(state, ','), 'unconfirmed')
 	FROM lease_fence.leases WHERE resource = 'vg:tx-cancel';
+RESET lease_fence.commit_check;
 \! redisctl wait
 RESET lease_fence.command_timeout_ms;
 
@@ -349,6 +352,7 @@ SELECT vg_step('error_reply_release', r.status || '/' || coalesce(r.released::te
 	FROM lease_fence.release('vg:wrongtype-key', '0123456789abcdef0123456789abcdef') r;
 -- at COMMIT: LF010 "could not be verified"; its cleanup gets an error reply
 -- too (unconfirmed, retried at exit, unconfirmed again)
+SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT vg_step('error_reply_commit_setup', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:tx-wrongtype', 30000, 0, 'transaction') a;
@@ -358,6 +362,7 @@ COMMIT;
 SELECT vg_step('error_reply_commit', :'SQLSTATE', 'LF010');
 SELECT vg_step('error_reply_commit_state', string_agg(state, ','), 'unconfirmed')
 	FROM lease_fence.leases WHERE resource = 'vg:tx-wrongtype';
+RESET lease_fence.commit_check;
 
 SELECT 'LEASE|' || concat_ws('|', resource, scope, state, generation, expires_at IS NOT NULL)
 	FROM lease_fence.leases ORDER BY acquired_at, resource;
