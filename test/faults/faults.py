@@ -42,7 +42,7 @@
 #     and the row's fence and its resource's fence are the highest committed;
 #   - no two holders reported for one resource at one time: a holder holds
 #     from its acquire returning to the earlier of its release being sent
-#     and that moment + validity_ms; two such intervals of one resource with
+#     and its acquire's sending + validity_ms; two such intervals of one resource with
 #     different identities must not overlap at all (a release still in
 #     flight when the next holder's acquire returns is a handover: the
 #     release deleted the key and woke the waiter on Redis before its reply
@@ -908,7 +908,11 @@ def check(sc, records, faults, events, t0, t_end, final, problems, pts):
     # No two holders at one time.  A holder reports holding from its acquire
     # returning until it gives the lease up: when it sends the release (its
     # first attempt), or when the validity acquire returned runs out,
-    # whichever is earlier.  Not until the release *returns*: the release
+    # whichever is earlier.  validity_ms is what was left when the backend
+    # had Redis's reply, a moment the worker does not see: it counts it from
+    # when it sent the acquire (t0), which is no later (counted from t1, the
+    # worker would claim the time the answer spent on its way back through
+    # PostgreSQL, tens of ms on a loaded machine, as lease time).  Not until the release *returns*: the release
     # deletes the key, and publishes the message that wakes the waiters, on
     # Redis before its reply is back, so the next holder's acquire often
     # returns first — a handover, not two holders.  Those are counted apart
@@ -920,7 +924,7 @@ def check(sc, records, faults, events, t0, t_end, final, problems, pts):
     def overlapping(ends):
         intervals = collections.defaultdict(list)
         for r in got:
-            end = r['t1'] + r['validity_ms'] / 1000.0
+            end = r['t0'] + r['validity_ms'] / 1000.0
             rel = first_rel.get((r['res'], r['identity']))
             if rel is not None:
                 end = min(end, rel[ends])
