@@ -114,4 +114,29 @@ lf_simple_heap_update(Relation rel, ItemPointer tid, HeapTuple tuple)
 #endif
 }
 
+/*
+ * heap_update() of the row at tid, waiting for a transaction that is
+ * changing it; *index_it as for lf_simple_heap_update.  TM_Updated or
+ * TM_Deleted when that transaction changed it and committed.
+ */
+static inline TM_Result
+lf_heap_update_waiting(Relation rel, ItemPointer tid, HeapTuple tuple, bool *index_it)
+{
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	TM_Result	result;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes = TU_None;
+
+	result = heap_update(rel, tid, tuple, GetCurrentCommandId(true), InvalidSnapshot, true,
+						 &tmfd, &lockmode, &update_indexes);
+	*index_it = update_indexes == TU_All;
+#else
+	result = heap_update(rel, tid, tuple, GetCurrentCommandId(true), InvalidSnapshot, true,
+						 &tmfd, &lockmode);
+	*index_it = !HeapTupleIsHeapOnly(tuple);
+#endif
+	return result;
+}
+
 #endif							/* LEASE_FENCE_COMPAT_H */

@@ -133,11 +133,13 @@ open_resource_table(Relation *rel, Relation *pkey)
 /*
  * Find the resource's row: its newest committed version, or one a
  * transaction in progress inserted (then *inserter is that transaction),
- * or one of this transaction's own.  False when there is none.
+ * or one of this transaction's own; *changer is a transaction in progress
+ * that is updating or deleting the version found, and *stored its
+ * generation.  False when there is none.
  */
 static bool
 find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
-			  TransactionId *inserter)
+			  TransactionId *inserter, TransactionId *changer, int64 *stored)
 {
 	SnapshotData dirty;
 	ScanKeyData key;
@@ -153,8 +155,14 @@ find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
 	tuple = systable_getnext(scan);
 	if (HeapTupleIsValid(tuple))
 	{
+		bool		isnull;
+
 		*tid = tuple->t_self;
 		*inserter = dirty.xmin;
+		*changer = dirty.xmax;
+		*stored = DatumGetInt64(heap_getattr(tuple, Anum_rg_generation, RelationGetDescr(rel), &isnull));
+		if (isnull)
+			elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", text_to_cstring(resource));
 		found = true;
 	}
 	systable_endscan(scan);
@@ -174,25 +182,33 @@ index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
 }
 
 /*
- * Replace the row at tid (locked by us) with one holding generation g.
- * heap_update() reports a HOT update differently from 16 on.
+ * Replace the row at tid with one holding generation g, waiting for a
+ * transaction that is changing it: false when that one changed it and
+ * committed (the caller looks again).  heap_update() reports a HOT update
+ * differently from 16 on (compat.h).
  */
-static void
+static bool
 update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, int64 g)
 {
 	Datum		values[Natts_rg];
 	bool		nulls[Natts_rg] = {false, false, false};
 	HeapTuple	tuple;
 	bool		index_it;
+	TM_Result	result;
 
 	values[Anum_rg_resource - 1] = resource;
 	values[Anum_rg_generation - 1] = Int64GetDatum(g);
 	values[Anum_rg_updated_at - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-	index_it = lf_simple_heap_update(rel, tid, tuple);
-	if (index_it)
+	result = lf_heap_update_waiting(rel, tid, tuple, &index_it);
+	if (result == TM_Ok && index_it)
 		index_new_version(rel, pkey, tuple, resource);
 	heap_freetuple(tuple);
+	if (result == TM_Updated || result == TM_Deleted)
+		return false;
+	if (result != TM_Ok)
+		elog(ERROR, "lease_fence: could not update the fence of a resource (%d)", (int) result);
+	return true;
 }
 
 /* Insert the resource's first row, with generation g. */
@@ -238,7 +254,6 @@ lf_fence_resource_at(const char *resource, int64 g)
 	Relation	pkey;
 	text	   *name = cstring_to_text(resource);
 	Datum		namedatum = PointerGetDatum(name);
-	TupleTableSlot *slot;
 	Oid			lock_objid = DatumGetUInt32(hash_any((const unsigned char *) resource,
 													 strlen(resource)));
 	bool		insert_locked = false;
@@ -259,19 +274,15 @@ lf_fence_resource_at(const char *resource, int64 g)
 	}
 
 	open_resource_table(&rel, &pkey);
-	slot = table_slot_create(rel, NULL);
 	for (;;)
 	{
 		ItemPointerData tid;
 		TransactionId inserter = InvalidTransactionId;
-		SnapshotData dirty;
-		TM_FailureData tmfd;
-		TM_Result	result;
-		bool		isnull;
-		int64		stored;
+		TransactionId changer = InvalidTransactionId;
+		int64		stored = 0;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!find_resource(rel, pkey, name, &tid, &inserter))
+		if (!find_resource(rel, pkey, name, &tid, &inserter, &changer, &stored))
 		{
 			if (!insert_locked)
 			{
@@ -287,31 +298,20 @@ lf_fence_resource_at(const char *resource, int64 g)
 			UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
 			insert_locked = false;
 		}
-		if (TransactionIdIsValid(inserter))
+		if (TransactionIdIsValid(inserter) || TransactionIdIsValid(changer))
 		{
-			/* another holder's first fence, in progress: wait, look again */
-			XactLockTableWait(inserter, rel, &tid, XLTW_None);
+			/*
+			 * Another holder's fence in progress (a first one, or a newer
+			 * version of the row): wait for its transaction, look again.
+			 * The decision is made against what the newest holder
+			 * committed, whatever our snapshot.
+			 */
+			XactLockTableWait(TransactionIdIsValid(inserter) ? inserter : changer,
+							  rel, &tid, XLTW_None);
 			continue;
 		}
 
-		/*
-		 * Lock the newest version, waiting for a holder that has it locked,
-		 * whatever our snapshot (this is how the decision is made against
-		 * what the newest holder committed).
-		 */
-		InitDirtySnapshot(dirty);
-		result = table_tuple_lock(rel, &tid, &dirty, slot,
-								  GetCurrentCommandId(true), LockTupleNoKeyExclusive,
-								  LockWaitBlock, TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
-		if (result == TM_Deleted || result == TM_Updated)
-			continue;			/* removed under us (only its owner can): look again */
-		if (result != TM_Ok)
-			elog(ERROR, "lease_fence: could not lock the fence of resource \"%s\" (%d)",
-				 resource, (int) result);
-
-		stored = DatumGetInt64(slot_getattr(slot, Anum_rg_generation, &isnull));
-		if (isnull)
-			elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", resource);
+		/* the newest committed version: its generation decides */
 		if (stored > g)
 		{
 			lf_count(LF_C_RESOURCE_FENCE_LF001);
@@ -323,15 +323,22 @@ lf_fence_resource_at(const char *resource, int64 g)
 					errhint("A holder with a newer generation has fenced this resource; this holder's lease is gone. Stop, and acquire a new generation before working on it again."),
 					lf_errresource(resource));
 		}
-		update_resource(rel, pkey, &slot->tts_tid, namedatum, g);
-		break;
+
+		/*
+		 * Update it, which also keeps it locked to the end of the
+		 * transaction.  No tuple lock first: heap_update() waits for a
+		 * transaction that began to change the row since we looked, and
+		 * reports whether it committed a change, after which we look again
+		 * (one WAL record instead of two, and no lock to take).
+		 */
+		if (update_resource(rel, pkey, &tid, namedatum, g))
+			break;
 	}
 	if (insert_locked)
 		UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
 
 	/* a second fence of the same resource in this transaction sees ours */
 	CommandCounterIncrement();
-	ExecDropSingleTupleTableSlot(slot);
 	index_close(pkey, NoLock);
 	table_close(rel, NoLock);
 	if (pushed_snapshot)

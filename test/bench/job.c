@@ -288,9 +288,10 @@ job_pipeline(struct client *c, const char *resource, const char *id)
 
 	PQclear(pipeline_result(c, PGRES_COMMAND_OK, "BEGIN"));
 	/*
-	 * A lease that was not granted is an error here even though the
-	 * pipeline went on: its UPDATE ran without a generation (which the
-	 * fence refuses anyway).
+	 * A lease that was not granted stops the run although the pipeline
+	 * went on: its UPDATE ran without a generation, which this lenient
+	 * table lets through (an application would write the fence as
+	 * lease_fence.current_generation(), or protect the table strict).
 	 */
 	res = pipeline_result(c, PGRES_TUPLES_OK, "acquire");
 	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
