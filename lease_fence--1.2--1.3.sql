@@ -508,3 +508,33 @@ COMMENT ON FUNCTION @extschema@.release(text, text) IS
 'delete a lease only if it still holds this identity; status released, not_held, unavailable or unknown';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.release(text, text) FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- This backend's Redis connections
+------------------------------------------------------------------------------
+
+-- What postgres_fdw_get_connections() and postgres_fdw_disconnect_all() are
+-- for postgres_fdw: see the connections a session holds, and close them
+-- (after a change of the Redis settings, or before a pooler hands the
+-- session on).  Not granted to PUBLIC, as acquire is not: whoever may take
+-- leases is given these with it (README, "Set up").
+CREATE FUNCTION @extschema@.redis_connections(OUT endpoint text, OUT kind text, OUT tls boolean,
+                                              OUT age_ms bigint, OUT requests bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'lf_redis_connections_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.redis_connections() IS
+'this backend''s open Redis connections: endpoint (NULL unless superuser or pg_read_all_settings), kind server, master, cluster_node, sentinel or subscriber, TLS, age in ms, commands sent';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.redis_connections() FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.redis_disconnect()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'lf_redis_disconnect_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.redis_disconnect() IS
+'close every Redis connection of this backend, after reading the answers of releases sent after COMMIT; returns how many were open; releases no lease';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.redis_disconnect() FROM PUBLIC;

@@ -62,6 +62,9 @@ SELECT lease_fence.current_generation() IS NULL AS no_generation_without_lease;
 COMMIT;
 \set VERBOSITY default
 SELECT count(*) AS leases FROM lease_fence.leases;
+-- and no connection is left open by the failed attempts
+SELECT count(*) AS connections FROM lease_fence.redis_connections();
+SELECT lease_fence.redis_disconnect() AS closed;
 
 ------------------------------------------------------------------------------
 -- settings: where Redis is, and the password file, are superuser-only; the
@@ -101,6 +104,9 @@ SELECT try($$SELECT lease_fence.renew('r', repeat('a', 32), 1000)$$);
 SELECT try($$SELECT lease_fence.release('r', repeat('a', 32))$$);
 -- taking a key_prefix over is a superuser's decision: EXECUTE is not PUBLIC's
 SELECT try($$SELECT lease_fence.claim_key_prefix()$$);
+-- nor on the backend's Redis connections
+SELECT try($$SELECT * FROM lease_fence.redis_connections()$$);
+SELECT try($$SELECT lease_fence.redis_disconnect()$$);
 SELECT count(*) AS leases_view_is_public FROM lease_fence.leases;
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),

@@ -2,7 +2,8 @@
  *
  * lease.c
  *	  The SQL functions of the lease helper: acquire, renew and release a
- *	  Redis lease, with three-way outcomes, and claim_key_prefix.
+ *	  Redis lease, with three-way outcomes, claim_key_prefix, and the
+ *	  backend's Redis connections (redis_connections, redis_disconnect).
  *
  * Each function checks its arguments (an ERROR before anything is sent),
  * runs one script (redis_script.c), turns what became of it into a status,
@@ -32,6 +33,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fence.h"
 #include "funcapi.h"
@@ -39,6 +41,7 @@
 #include "miscadmin.h"
 #include "redis.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
@@ -48,6 +51,8 @@ PG_FUNCTION_INFO_V1(lf_renew);
 PG_FUNCTION_INFO_V1(lf_release);
 PG_FUNCTION_INFO_V1(lf_claim_key_prefix);
 PG_FUNCTION_INFO_V1(lf_keepalive_state);
+PG_FUNCTION_INFO_V1(lf_redis_connections_sql);
+PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 
 /* ---------------------------------------------------------------------
  * Outcomes
@@ -1357,4 +1362,55 @@ lf_keepalive_state(PG_FUNCTION_ARGS)
 	if (state == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
+}
+
+/*
+ * lease_fence.redis_connections(): this backend's open Redis connections,
+ * as postgres_fdw_get_connections() lists its own.  Where it connects is
+ * shown only to those who may read the where-to-connect settings
+ * (GUC_SUPERUSER_ONLY: superusers and pg_read_all_settings).
+ */
+Datum
+lf_redis_connections_sql(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		may_see = superuser() ||
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+	LfConnInfo *conns;
+	int			n;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	n = lf_redis_connections(&conns);
+	for (i = 0; i < n; i++)
+	{
+		Datum		values[5];
+		bool		nulls[5];
+
+		memset(nulls, 0, sizeof(nulls));
+		if (may_see)
+			values[0] = CStringGetTextDatum(conns[i].endpoint);
+		else
+			nulls[0] = true;
+		values[1] = CStringGetTextDatum(conns[i].kind);
+		values[2] = BoolGetDatum(conns[i].tls);
+		values[3] = Int64GetDatum(conns[i].age_ms);
+		values[4] = Int64GetDatum((int64) conns[i].requests);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	pfree(conns);
+	return (Datum) 0;
+}
+
+/*
+ * lease_fence.redis_disconnect(): close every Redis connection of this
+ * backend (postgres_fdw_disconnect_all() for Redis); returns how many were
+ * open.  The answers of releases sent after COMMIT are read first, within
+ * cleanup_timeout_ms.  No lease is released: the next request connects
+ * again.
+ */
+Datum
+lf_redis_disconnect_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32(lf_redis_disconnect(lf_now_ms() + lf_cleanup_timeout_ms));
 }

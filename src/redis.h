@@ -152,6 +152,24 @@ extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern void lf_redis_disconnect_all(void);
 extern void lf_redis_read_deferred(int64 deadline);
 
+/* one open connection, as lease_fence.redis_connections() shows it */
+#define LF_KIND_SERVER			"server"	/* redis_host/port/socket */
+#define LF_KIND_MASTER			"master"	/* the master the sentinels named */
+#define LF_KIND_CLUSTER_NODE	"cluster_node"
+#define LF_KIND_SENTINEL		"sentinel"
+#define LF_KIND_SUBSCRIBER		"subscriber"	/* a waiting acquire's subscription */
+typedef struct LfConnInfo
+{
+	char		endpoint[MAXPGPATH];	/* host:port, [v6]:port or a socket path */
+	const char *kind;			/* LF_KIND_* */
+	bool		tls;
+	int64		age_ms;			/* since it was opened */
+	uint64		requests;		/* commands sent on it, its setup's included */
+} LfConnInfo;
+
+extern int	lf_redis_connections(LfConnInfo **out);
+extern int	lf_redis_disconnect(int64 deadline);
+
 /* ---------------------------------------------------------------------
  * redis_watch.c: the Sentinel watch's answer (a background worker)
  * ---------------------------------------------------------------------

@@ -87,6 +87,11 @@ typedef struct LfConn
 	uint64		role_epoch;		/* the endpoint's role_epoch at its last ROLE */
 	int64		role_checked_at;	/* lf_now_ms() of its last ROLE */
 	int64		answered_at;	/* lf_now_ms() of its last reply, 0: none */
+	/* for lf_redis_connections(): set when it is opened */
+	int64		opened_at;		/* lf_now_ms() when it was opened */
+	uint64		requests;		/* commands sent on it since */
+	const char *kind;			/* LF_KIND_* */
+	char		endpoint[MAXPGPATH];	/* host:port, [v6]:port or a socket path */
 	/* requests sent with LF_DEFER whose replies are still to be read */
 	int			ndeferred;
 	char	   *deferred_key[LF_MAX_DEFERRED];	/* their keys (TopMemoryContext) */
@@ -305,6 +310,73 @@ lf_redis_read_deferred(int64 deadline)
 			(void) drain_deferred_by(c, deadline);
 }
 
+/* Put the description of c into *out when it is open; false if not. */
+static bool
+describe_conn(const LfConn *c, int64 now, LfConnInfo *out)
+{
+	if (c->fd == PGINVALID_SOCKET)
+		return false;
+	strlcpy(out->endpoint, c->endpoint, sizeof(out->endpoint));
+	out->kind = c->kind;
+	out->tls = c->tls != NULL;
+	out->age_ms = now - c->opened_at;
+	out->requests = c->requests;
+	return true;
+}
+
+/*
+ * This backend's open Redis connections, the subscription's included, into
+ * a palloc'd array (*out, in the current memory context); returns how many.
+ */
+int
+lf_redis_connections(LfConnInfo **out)
+{
+	HASH_SEQ_STATUS seq;
+	LfConn	   *c;
+	int64		now = lf_now_ms();
+	int			n = 0;
+	int			max = 1 + (connections ? (int) hash_get_num_entries(connections) : 0);
+
+	close_abandoned();
+	*out = palloc0(sizeof(LfConnInfo) * max);
+	if (describe_conn(&subscriber, now, &(*out)[n]))
+		n++;
+	if (connections == NULL)
+		return n;
+	hash_seq_init(&seq, connections);
+	while ((c = hash_seq_search(&seq)) != NULL)
+		if (n < max && describe_conn(c, now, &(*out)[n]))
+			n++;
+	return n;
+}
+
+/*
+ * Close every Redis connection of this backend and return how many were
+ * open.  The answers of releases sent after COMMIT are read first, within
+ * deadline, so that a deliberate disconnect does not leave them unconfirmed.
+ */
+int
+lf_redis_disconnect(int64 deadline)
+{
+	HASH_SEQ_STATUS seq;
+	LfConn	   *c;
+	int			n = 0;
+
+	close_abandoned();
+	lf_redis_read_deferred(deadline);
+	if (subscriber.fd != PGINVALID_SOCKET)
+		n++;
+	if (connections != NULL)
+	{
+		hash_seq_init(&seq, connections);
+		while ((c = hash_seq_search(&seq)) != NULL)
+			if (c->fd != PGINVALID_SOCKET)
+				n++;
+	}
+	lf_redis_disconnect_all();
+	return n;
+}
+
 /* on_proc_exit: free what OpenSSL and hiredis malloc'd */
 static void
 disconnect_at_exit(int code, Datum arg)
@@ -484,6 +556,7 @@ send_request(LfConn *c, const char *cmd, size_t len, int64 deadline,
 	int			want = LF_WANT_WRITE;
 	int			w;
 
+	c->requests++;
 	while (off < len)
 	{
 		ssize_t		n = conn_write(c, cmd + off, len - off, &want, why);
@@ -1085,6 +1158,18 @@ connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptibl
 	c->tls = NULL;
 	c->reader = NULL;
 	c->serial = 0;
+	c->requests = 0;
+	c->opened_at = lf_now_ms();
+	c->kind = c == &subscriber ? LF_KIND_SUBSCRIBER :
+		sentinel ? LF_KIND_SENTINEL :
+		ep->kind == LF_EP_SETTINGS ? LF_KIND_SERVER :
+		lf_cluster ? LF_KIND_CLUSTER_NODE : LF_KIND_MASTER;
+	if (unix_socket)
+		strlcpy(c->endpoint, lf_redis_socket, sizeof(c->endpoint));
+	else if (strchr(endpoint_host(ep), ':') != NULL)
+		snprintf(c->endpoint, sizeof(c->endpoint), "[%s]:%d", endpoint_host(ep), endpoint_port(ep));
+	else
+		snprintf(c->endpoint, sizeof(c->endpoint), "%s:%d", endpoint_host(ep), endpoint_port(ep));
 
 	if (user && user[0] != '\0' && !(pwfile && pwfile[0] != '\0'))
 	{
@@ -1202,6 +1287,9 @@ lookup_conn(const LfEndpoint *ep)
 			c->role_checked_at = 0;
 			c->answered_at = 0;
 			c->ndeferred = 0;
+			c->requests = 0;
+			c->kind = NULL;
+			c->endpoint[0] = '\0';
 		}
 		last_conn = c;
 		last_conn_version = lf_redis_settings_version();

@@ -210,6 +210,17 @@ SELECT vg_step('tx_rollback_acquired', a.status, 'acquired', a::text)
 ROLLBACK;
 SELECT vg_step('tx_rollback_state', string_agg(state, ','), 'released') FROM lease_fence.leases WHERE resource = 'vg:tx-rollback';
 \! redisctl expect tx_rollback_key_gone 0 EXISTS 'lease_fence:{vg:tx-rollback}'
+-- the backend's connections: listed, then closed by redis_disconnect(),
+-- which first reads the answer of a release sent after COMMIT
+SELECT vg_step('redis_connections', string_agg(kind || '/' || tls, ','), 'server/false')
+	FROM lease_fence.redis_connections();
+BEGIN;
+SELECT vg_step('disconnect_tx_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-disconnect', 30000, 0, 'transaction') a;
+COMMIT;
+SELECT vg_step('redis_disconnect', lease_fence.redis_disconnect()::text, '1');
+SELECT vg_step('redis_connections_none', count(*)::text, '0') FROM lease_fence.redis_connections();
+\! redisctl expect disconnect_tx_key_gone 0 EXISTS 'lease_fence:{vg:tx-disconnect}'
 -- LF010: the key was deleted behind our back (a young lease is asked about
 -- only with commit_check = always)
 SET lease_fence.commit_check = 'always';

@@ -105,6 +105,8 @@ sub refused
 	is(renew($s, 'r-held', $held->{identity}, 30000)->{status}, 'renewed', 'over TLS: renewed');
 	is(release($s, 'r-held', $held->{identity})->{status}, 'released', 'over TLS: released');
 	is($redis->cli('EXISTS', lkey('r-held')), '0', 'over TLS: the key is gone');
+	is(sql_ok($s, 'SELECT concat_ws(\' \', kind, tls, endpoint) FROM lease_fence.redis_connections()'),
+		'server t localhost:' . $redis->tls_port, 'redis_connections(): the session\'s one connection, over TLS');
 	$s->quit;
 
 	($r) = tls_acquire('r-ca', tls_to($wrong, redis_sslmode => 'verify-ca'));

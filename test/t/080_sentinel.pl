@@ -67,6 +67,10 @@ my $r = acquire($s, 'first', 600000);
 is($r->{status}, 'acquired', 'acquire through Sentinel');
 is($master->cli('GET', lkey('first')), $r->{identity}, 'the lease key is on the master');
 is(counter('sentinel', 'master_discovered'), '1', 'the master was discovered once');
+is(sql_ok($s, "SELECT string_agg(endpoint, ',') FROM lease_fence.redis_connections() WHERE kind = 'master'"),
+	'127.0.0.1:' . $master->port, 'redis_connections(): one connection of kind master, to the master the sentinels named');
+is(sql_ok($s, "SELECT count(*) FROM lease_fence.redis_connections() WHERE kind NOT IN ('master', 'sentinel')"), '0',
+	'redis_connections(): no connection of another kind (none to the redis_host/port settings)');
 
 # replication safety
 sql_ok($s, 'SET lease_fence.redis_min_replicas = 1; SET lease_fence.redis_replica_timeout_ms = 300');

@@ -53,6 +53,8 @@ sub keys_in_slot
 # 1,000 resources through one seed.  The first acquire loads the slot map
 # and claims the key_prefix (its owner key has a slot of its own).
 is(acquire($s, 'warm-up', 60000)->{status}, 'acquired', 'a first acquire through the seed');
+is(sql_ok($s, "SELECT string_agg(DISTINCT kind, ',') FROM lease_fence.redis_connections()"), 'cluster_node',
+	'redis_connections(): every connection is a Cluster node\'s');
 my $redirects = counter('cluster', 'redirect_followed');
 sql_ok($s, q{
 CREATE TABLE held AS
