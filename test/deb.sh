@@ -5,8 +5,10 @@
 # root, from a git checkout:
 #   1. `make dist` makes dist/lease_fence-VERSION.zip (the committed HEAD)
 #      with META.json, the control file, every install / upgrade script and
-#      the sources (with scripts/: the Lua scripts and embed.sh); META.json's
-#      version is the control file's default_version
+#      the sources (with scripts/: the Lua scripts and embed.sh), LICENSE,
+#      CHANGELOG.md and docs/; META.json's version is the control file's
+#      default_version, and it is what PGXN accepts (its prereqs name only
+#      PostgreSQL; resources; license; semantic versions; files present)
 #   2. the .deb is built from that archive with pg_buildext
 #      (dpkg-buildpackage -b, as the postgres user): postgresql-NN-lease-fence,
 #      after `pg_buildext updatecontrol` names this release's majors in
@@ -71,7 +73,7 @@ check "make dist makes dist/lease_fence-$version.zip" [ -s "$zip" ]
 src=$out/lease_fence-$version
 dist_complete() {
 	local f missing=0
-	for f in META.json README.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
+	for f in META.json README.md LICENSE CHANGELOG.md docs/reference.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
 		$(sed -nE 's/^DATA = //p' "$top/Makefile") scripts/embed.sh $(cd "$top" && echo scripts/*.lua) \
 		portable/lease_fence_portable.sql portable/README.md; do
 		[ -f "$src/$f" ] || { echo "missing from the archive: $f"; missing=1; }
@@ -79,7 +81,7 @@ dist_complete() {
 	[ ! -e "$src/.ci" ] || { echo ".ci is in the archive"; missing=1; }
 	[ "$missing" = 0 ]
 }
-check "the archive has META.json, the control file, every script, the sources and the portable edition" dist_complete
+check "the archive has META.json, LICENSE, CHANGELOG.md, the reference, the control file, every script, the sources and the portable edition" dist_complete
 meta_matches() {
 	local control
 	control=$(sed -nE "s/^default_version = '([^']+)'.*/\1/p" "$src/lease_fence.control")
@@ -92,13 +94,33 @@ meta_matches() {
 	    problems.append("META.json version %s is not the control file's %s" % (m.get("version"), sys.argv[2]))
 	if m.get("provides", {}).get("lease_fence", {}).get("version") != m.get("version"):
 	    problems.append("provides.lease_fence.version differs from version")
-	if "hiredis" not in m.get("prereqs", {}).get("runtime", {}).get("requires", {}):
-	    problems.append("hiredis is not a runtime prereq")
+	# PGXN resolves prereqs by name: only PostgreSQL and PGXN distributions
+	# belong there (hiredis and Redis are Debian packages: the README says so)
+	for phase, rels in m.get("prereqs", {}).items():
+	    for rel, names in rels.items():
+	        for name in names:
+	            if name != "PostgreSQL":
+	                problems.append("prereqs.%s.%s names %s, which is not on PGXN" % (phase, rel, name))
+	if not set(m.get("resources", {})) & {"homepage", "bugtracker", "repository"}:
+	    problems.append("META.json has no resources (homepage, bugtracker or repository)")
+	if m.get("license") != "postgresql":
+	    problems.append("license is not postgresql")
+	if m.get("release_status") not in ("stable", "testing", "unstable"):
+	    problems.append("release_status is not stable, testing or unstable")
+	if m.get("meta-spec", {}).get("version") != "1.0.0":
+	    problems.append("meta-spec.version is not 1.0.0")
+	import os, re
+	if not re.match(r"^\d+\.\d+\.\d+$", m.get("version", "")):
+	    problems.append("version is not a semantic version")
+	for ext, p in m.get("provides", {}).items():
+	    for key in ("file", "docfile"):
+	        if p.get(key) and not os.path.exists(os.path.join(os.path.dirname(sys.argv[1]), p[key])):
+	            problems.append("provides.%s.%s: %s is not in the archive" % (ext, key, p[key]))
 	if problems: print("\n".join(problems))
 	sys.exit(1 if problems else 0)
 	PY
 }
-check "META.json is complete and its version is the control file's default_version" meta_matches
+check "META.json is valid for PGXN and its version is the control file's default_version" meta_matches
 
 # 2. the .deb, from the archive, as the postgres user
 chown -R "$LF_USER" "$out"

@@ -7,6 +7,9 @@
 #   - layers       test/layers.sh on the objects just built: every call in
 #                  src/ goes down the layers (and the check itself refuses
 #                  each kind of violation, built on purpose)
+#   - docs         test/docs_check.py: docs/reference.md names every
+#                  function, view, setting and SQLSTATE of a fresh install,
+#                  as the catalog has them; every relative link resolves
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
@@ -31,7 +34,7 @@
 # "Supported PostgreSQL versions".
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
-#   LF_SUITES="regress tap"        run only these suites (of: layers
+#   LF_SUITES="regress tap"        run only these suites (of: layers docs
 #                                  regress isolation server tap portable
 #                                  clients demo valgrind faults logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
@@ -60,13 +63,15 @@ failed=0
 # valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
 # written for, and so does the brief fault-injection run (faults); on the
 # others only when LF_SUITES names them
-default_suites="layers regress isolation server tap portable clients demo logs"
+default_suites="layers docs regress isolation server tap portable clients demo logs"
 [ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind faults"
 suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
 # the fault-injection run's Python modules (Debian's python3-psycopg and
 # python3-redis)
 if want faults; then lf_need_packages python3-psycopg python3-redis || exit 1; fi
+# the documentation check is Python too
+if want docs; then lf_need_packages python3 || exit 1; fi
 # one test point: name, then a command whose success is the behaviour
 check() {
 	local name=$1; shift
@@ -108,6 +113,26 @@ if want layers; then
 	[ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
 	passed=$((passed + ok)); failed=$((failed + bad))
 	lf_log "layers: $ok passed, $bad failed"
+fi
+
+# the documentation: docs/reference.md against the catalog of a fresh
+# install (every function, view, setting and SQLSTATE), every relative link
+# of the Markdown files; and the check refuses each kind of drift
+if want docs; then
+	lf_log "docs"
+	lf_as_user "$PG_BIN/psql" -X -q -c 'CREATE DATABASE lf_docs' &&
+		lf_as_user "$PG_BIN/psql" -X -q -d lf_docs -c 'CREATE EXTENSION lease_fence' &&
+		/usr/bin/python3 "$LF_SRC/test/docs_check.py" --dump-sql |
+		lf_as_user "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -d lf_docs -f - | grep -v '^LOAD$' >"$LF_WORK/catalog.tsv"
+	/usr/bin/python3 "$LF_SRC/test/docs_check.py" --root "$LF_SRC" --catalog "$LF_WORK/catalog.tsv" \
+		--self-test >"$LF_WORK/docs.out" 2>&1
+	cat "$LF_WORK/docs.out"
+	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE lf_docs'
+	ok=$(grep -cE '^ok - ' "$LF_WORK/docs.out")
+	bad=$(grep -cE '^not ok - ' "$LF_WORK/docs.out")
+	[ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
+	passed=$((passed + ok)); failed=$((failed + bad))
+	lf_log "docs: $ok passed, $bad failed"
 fi
 
 # pg_regress

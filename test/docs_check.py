@@ -1,0 +1,419 @@
+#!/usr/bin/python3
+"""test/docs_check.py — the documentation cannot drift from the code.
+
+  docs_check.py --root DIR --catalog FILE          check the tree at DIR
+  docs_check.py --root DIR --catalog FILE --self-test
+                                                   ... and show that each
+                                                   kind of drift is refused
+
+FILE is what `--dump-sql` prints, run by psql in a database where lease_fence
+was just created, with the library loaded (test/run.sh, suite "docs"):
+
+  F <tab> name <tab> pg_get_function_arguments      every function
+  V <tab> name <tab> column,column,...              every view
+  R <tab> name                                      every other relation, type
+  G <tab> name <tab> context <tab> boot_val         every setting
+
+and the SQLSTATEs come from the sources (MAKE_SQLSTATE('L','F',...) in src/,
+'LFnnn' in the install scripts and the portable edition).  docs/reference.md
+must then hold, for each function, a heading "### lease_fence.NAME" and the
+text "lease_fence.NAME(ARGUMENTS)" exactly as the catalog prints them; for
+each view a heading and a table row "| `column` |" for each column; every
+other relation and type by name; for each setting, under "## Settings", a row
+"| `lease_fence.NAME` | `CONTEXT` | `DEFAULT`" (an empty default as `''`);
+for each SQLSTATE, under "## SQLSTATEs", a row "| `LFnnn` |".  And the other
+way: no heading or settings row for something the catalog does not have.
+
+Every relative link of every Markdown file of the tree must name a file
+that exists, and its #anchor a heading (GitHub's slugs) or an <a id> there.
+
+Prints one "ok - ..." / "not ok - ..." line per check, for test/run.sh.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+DUMP_SQL = r"""
+LOAD 'lease_fence';
+SELECT 'F' || E'\t' || p.proname || E'\t' || pg_get_function_arguments(p.oid)
+FROM pg_proc p JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'lease_fence'
+UNION ALL
+SELECT CASE WHEN c.relkind = 'v' THEN 'V' || E'\t' || c.relname || E'\t' ||
+         (SELECT string_agg(a.attname, ',' ORDER BY a.attnum) FROM pg_attribute a
+          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
+       ELSE 'R' || E'\t' || c.relname END
+FROM pg_class c JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'lease_fence'
+UNION ALL
+SELECT 'R' || E'\t' || t.typname
+FROM pg_type t JOIN pg_depend d ON d.classid = 'pg_type'::regclass AND d.objid = t.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'lease_fence'
+UNION ALL
+SELECT 'G' || E'\t' || name || E'\t' || context || E'\t' || boot_val
+FROM pg_settings WHERE name LIKE 'lease\_fence.%'
+ORDER BY 1;
+"""
+
+SKIP_DIRS = {'.git', 'node_modules', 'dist', 'tmp_check', 'target', 'build',
+             'results', 'output_iso', '__pycache__', '.venv', '.pytest_cache',
+             '.debhelper'}
+
+
+class Result:
+    def __init__(self):
+        self.ok = 0
+        self.bad = 0
+
+    def check(self, good, name, why=''):
+        if good:
+            self.ok += 1
+            print(f'ok - {name}')
+        else:
+            self.bad += 1
+            print(f'not ok - {name}' + (f': {why}' if why else ''))
+
+
+# ---------------------------------------------------------------- sources
+
+def read_catalog(path):
+    funcs, views, others, settings = {}, {}, set(), {}
+    with open(path, encoding='utf-8') as f:
+        for line in f:
+            parts = line.rstrip('\n').split('\t')
+            if parts[0] == 'F':
+                funcs.setdefault(parts[1], []).append(parts[2] if len(parts) > 2 else '')
+            elif parts[0] == 'V':
+                views[parts[1]] = parts[2].split(',') if len(parts) > 2 and parts[2] else []
+            elif parts[0] == 'R':
+                others.add(parts[1])
+            elif parts[0] == 'G':
+                settings[parts[1]] = (parts[2], parts[3] if len(parts) > 3 else '')
+    return funcs, views, others, settings
+
+
+def read_sqlstates(root):
+    codes = set()
+    src = os.path.join(root, 'src')
+    for name in os.listdir(src):
+        if name.endswith(('.c', '.h')):
+            with open(os.path.join(src, name), encoding='utf-8') as f:
+                for m in re.finditer(r"MAKE_SQLSTATE\('L',\s*'F',\s*'(\w)',\s*'(\w)',\s*'(\w)'\)", f.read()):
+                    codes.add('LF' + ''.join(m.groups()))
+    scripts = [os.path.join(root, n) for n in os.listdir(root) if re.match(r'lease_fence--.*\.sql$', n)]
+    portable = os.path.join(root, 'portable')
+    if os.path.isdir(portable):
+        scripts += [os.path.join(portable, n) for n in os.listdir(portable) if n.endswith('.sql')]
+    for path in scripts:
+        with open(path, encoding='utf-8') as f:
+            codes.update(re.findall(r"'(LF\d{3})'", f.read()))
+    return codes
+
+
+# ---------------------------------------------------------------- markdown
+
+def without_code(text):
+    """The lines of text outside fenced code blocks (others blanked)."""
+    out, fence = [], None
+    for line in text.split('\n'):
+        m = re.match(r'^\s*(```+|~~~+)', line)
+        if fence is None and m:
+            fence = m.group(1)[0] * 3
+            out.append('')
+        elif fence is not None:
+            if line.strip().startswith(fence):
+                fence = None
+            out.append('')
+        else:
+            out.append(line)
+    return out
+
+
+def slug(heading):
+    """GitHub's anchor for a heading's text."""
+    t = re.sub(r'!?\[([^\]]*)\]\([^)]*\)', r'\1', heading)     # links: their text
+    t = re.sub(r'<[^>]+>', '', t)                               # inline HTML
+    t = t.replace('`', '').replace('*', '')
+    t = t.strip().lower()
+    t = re.sub(r'[^\w\- ]', '', t)
+    return t.replace(' ', '-')
+
+
+def anchors(path, cache={}):
+    if path not in cache:
+        with open(path, encoding='utf-8') as f:
+            lines = without_code(f.read())
+        seen, found = {}, set()
+        for line in lines:
+            m = re.match(r'^#{1,6}\s+(.*?)\s*#*\s*$', line)
+            if m:
+                s = slug(m.group(1))
+                n = seen.get(s, 0)
+                seen[s] = n + 1
+                found.add(s if n == 0 else f'{s}-{n}')
+            for a in re.findall(r'<a\s+(?:id|name)="([^"]+)"', line):
+                found.add(a)
+        cache[path] = found
+    return cache[path]
+
+
+def markdown_files(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS
+                             and not (os.path.basename(dirpath) == 'debian' and d.startswith('postgresql-')))
+        for n in sorted(filenames):
+            if n.endswith('.md'):
+                yield os.path.join(dirpath, n)
+
+
+def check_links(root, res):
+    broken = []
+    count = 0
+    for path in markdown_files(root):
+        with open(path, encoding='utf-8') as f:
+            lines = without_code(f.read())
+        for lineno, line in enumerate(lines, 1):
+            line = re.sub(r'`[^`]*`', '', line)                 # inline code is no link
+            for target in re.findall(r'\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)', line):
+                if re.match(r'^[a-z][a-z0-9+.-]*:', target):    # http:, mailto:, ...
+                    continue
+                count += 1
+                file_part, _, anchor = target.partition('#')
+                dest = path if file_part == '' else os.path.normpath(
+                    os.path.join(os.path.dirname(path), file_part))
+                where = f'{os.path.relpath(path, root)}:{lineno}: {target}'
+                if not os.path.exists(dest):
+                    broken.append(f'{where} (no such file)')
+                elif anchor and dest.endswith('.md') and anchor not in anchors(dest):
+                    broken.append(f'{where} (no such anchor)')
+    res.check(not broken and count > 0,
+              f'links: every relative link of the Markdown files resolves ({count} links)',
+              '; '.join(broken[:20]) + (f' ... and {len(broken) - 20} more' if len(broken) > 20 else ''))
+
+
+# ---------------------------------------------------------------- reference
+
+def sections(lines):
+    """{'## Title': [lines]} for the level-2 sections of a file."""
+    out, cur = {}, None
+    for line in lines:
+        if re.match(r'^##\s', line) and not line.startswith('###'):
+            cur = line.strip()
+            out[cur] = []
+        elif cur is not None:
+            out[cur].append(line)
+    return out
+
+
+def check_reference(root, catalog, res):
+    path = os.path.join(root, 'docs', 'reference.md')
+    if not os.path.exists(path):
+        res.check(False, 'reference: docs/reference.md exists')
+        return
+    with open(path, encoding='utf-8') as f:
+        text = f.read()
+    lines = without_code(text)
+    funcs, views, others, settings = catalog
+    headings = {m.group(1) for m in (re.match(r'^###\s+`?lease_fence\.(\w+)`?\s*$', l) for l in lines) if m}
+    flat = ' '.join(text.split())                   # signatures may wrap
+
+    missing = []
+    for name in sorted(funcs):
+        if name not in headings:
+            missing.append(f'{name}: no heading "### lease_fence.{name}"')
+        for args in funcs[name]:
+            sig = f'lease_fence.{name}({args})'
+            if ' '.join(sig.split()) not in flat:
+                missing.append(f'{name}: no signature "{sig}"')
+    res.check(not missing, f'reference: every function, with its signature as the catalog has it ({len(funcs)} names)',
+              '; '.join(missing))
+
+    missing = []
+    for name in sorted(views):
+        if name not in headings:
+            missing.append(f'{name}: no heading "### lease_fence.{name}"')
+            continue
+        body, inside = [], False
+        for line in lines:
+            if re.match(r'^###\s+`?lease_fence\.' + re.escape(name) + r'`?\s*$', line):
+                inside = True
+                continue
+            if inside and re.match(r'^##', line):
+                break
+            if inside:
+                body.append(line)
+        for col in views[name]:
+            if not any(re.match(r'^\|\s*`' + re.escape(col) + r'`\s*\|', l) for l in body):
+                missing.append(f'{name}: no row for column "{col}"')
+    res.check(not missing, f'reference: every view, with a row for each of its columns ({len(views)} views)',
+              '; '.join(missing))
+
+    missing = [n for n in sorted(others) if f'lease_fence.{n}' not in text]
+    res.check(not missing, f'reference: every other relation and type by name ({len(others)})',
+              ', '.join(missing))
+
+    extra = sorted(h for h in headings if h not in funcs and h not in views)
+    res.check(not extra, 'reference: no heading for a function or view the extension does not have',
+              ', '.join(extra))
+
+    secs = sections(lines)
+    rows = {}
+    for line in secs.get('## Settings', []):
+        m = re.match(r'^\|\s*`lease_fence\.(\w+)`\s*\|\s*`([^`]*)`\s*\|\s*`([^`]*)`', line)
+        if m:
+            rows[m.group(1)] = (m.group(2), m.group(3))
+    bad = []
+    for full, (context, boot) in sorted(settings.items()):
+        name = full[len('lease_fence.'):]
+        want = (context, boot if boot != '' else "''")
+        if name not in rows:
+            bad.append(f'{full}: no row under "## Settings"')
+        elif rows[name] != want:
+            bad.append(f'{full}: the row says context `{rows[name][0]}`, default `{rows[name][1]}`; '
+                       f'the server says `{want[0]}`, `{want[1]}`')
+    bad += [f'lease_fence.{n}: a row for a setting the extension does not define'
+            for n in sorted(rows) if f'lease_fence.{n}' not in settings]
+    res.check(not bad and settings, f'reference: every setting, with its context and default ({len(settings)})',
+              '; '.join(bad) if settings else 'the catalog has no setting: was the library loaded?')
+
+    codes = read_sqlstates(root)
+    documented = {m.group(1) for m in (re.match(r'^\|\s*`(LF\w{3})`\s*\|', l)
+                                       for l in secs.get('## SQLSTATEs', [])) if m}
+    bad = [f'{c}: no row under "## SQLSTATEs"' for c in sorted(codes - documented)]
+    bad += [f'{c}: documented, but the extension never raises it' for c in sorted(documented - codes)]
+    res.check(not bad and codes, f'reference: every SQLSTATE the extension defines ({len(codes)})', '; '.join(bad))
+
+
+def run_checks(root, catalog_path):
+    res = Result()
+    check_reference(root, read_catalog(catalog_path), res)
+    check_links(root, res)
+    return res
+
+
+# ---------------------------------------------------------------- self-test
+
+def self_test(root, catalog_path, res):
+    """Break the documentation of a copy of the tree in each way the checks
+    must refuse, and show that they do (and only the check concerned)."""
+    funcs, views, others, settings = read_catalog(catalog_path)
+    fn = sorted(funcs)[0]
+    view = sorted(views)[0]
+    col = views[view][-1]
+    setting = sorted(settings)[0]
+    code = sorted(read_sqlstates(root))[0]
+
+    def edit(rel, how):
+        def apply(copy):
+            p = os.path.join(copy, rel)
+            with open(p, encoding='utf-8') as f:
+                text = f.read()
+            new = how(text)
+            if new == text:
+                raise RuntimeError(f'self-test: the edit of {rel} changed nothing')
+            with open(p, 'w', encoding='utf-8') as f:
+                f.write(new)
+        return apply
+
+    ref = os.path.join('docs', 'reference.md')
+    drop_line = lambda pattern: lambda t: re.sub(pattern, '', t, count=1, flags=re.M)
+    cases = [
+        (f'a function without its heading (lease_fence.{fn})', 'every function',
+         edit(ref, drop_line(r'^###\s+`?lease_fence\.' + fn + r'`?\s*\n'))),
+        (f'a function whose signature is not the catalog\'s (lease_fence.{fn})', 'every function',
+         edit(ref, lambda t: t.replace(f'lease_fence.{fn}({funcs[fn][0]})',
+                                       f'lease_fence.{fn}({funcs[fn][0]}, extra int)'))),
+        (f'a view column without its row ({view}.{col})', 'every view',
+         edit(ref, drop_line(r'^\|\s*`' + col + r'`\s*\|.*\n'))),
+        (f'a setting without its row ({setting})', 'every setting',
+         edit(ref, drop_line(r'^\|\s*`' + re.escape(setting) + r'`.*\n'))),
+        (f'a setting with a wrong default ({setting})', 'every setting',
+         edit(ref, lambda t: re.sub(r'^(\|\s*`' + re.escape(setting) + r'`\s*\|\s*`[^`]*`\s*\|\s*`)[^`]*`',
+                                    r'\1no such default`', t, count=1, flags=re.M))),
+        (f'a SQLSTATE without its row ({code})', 'every SQLSTATE',
+         edit(ref, drop_line(r'^\|\s*`' + code + r'`\s*\|.*\n'))),
+        ('a heading for a function that does not exist', 'no heading for a function',
+         edit(ref, lambda t: t + '\n### lease_fence.no_such_function\n')),
+        ('a link to a file that does not exist', 'links',
+         edit('README.md', lambda t: t + '\nSee [nothing](docs/no-such-file.md).\n')),
+        ('a link to an anchor that does not exist', 'links',
+         edit('README.md', lambda t: t + '\nSee [nowhere](docs/reference.md#no-such-anchor).\n')),
+    ]
+    for what, which, apply in cases:
+        copy = tempfile.mkdtemp(prefix='lf_docs_check.')
+        try:
+            for top in ('README.md', 'docs', 'src', 'portable'):
+                s = os.path.join(root, top)
+                if os.path.isdir(s):
+                    shutil.copytree(s, os.path.join(copy, top))
+                elif os.path.exists(s):
+                    shutil.copy(s, copy)
+            for n in os.listdir(root):
+                if re.match(r'lease_fence--.*\.sql$', n):
+                    shutil.copy(os.path.join(root, n), copy)
+            # the copy has only those: links elsewhere are not this case's
+            apply(copy)
+            failed = []
+            q = Result()
+            q.check = lambda good, name, why='': None if good else failed.append(name)
+            check_reference(copy, read_catalog(catalog_path), q)
+            check_reference_links_only(copy, q)
+            concerned = [n for n in failed if which in n]
+            res.check(concerned and len(failed) == len(concerned),
+                      f'self-test: {what} is refused',
+                      f'failed checks: {failed or "none"}')
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+
+
+def check_reference_links_only(copy, res):
+    """The link check on the self-test's copy: README.md and docs/ only (the
+    rest of the tree is not copied, so links from them out of it are not
+    judged)."""
+    broken = []
+    for path in [os.path.join(copy, 'README.md')] + sorted(
+            os.path.join(dp, n) for dp, _, fs in os.walk(os.path.join(copy, 'docs')) for n in fs if n.endswith('.md')):
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding='utf-8') as f:
+            lines = without_code(f.read())
+        for line in lines:
+            line = re.sub(r'`[^`]*`', '', line)
+            for target in re.findall(r'\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)', line):
+                if re.match(r'^[a-z][a-z0-9+.-]*:', target):
+                    continue
+                file_part, _, anchor = target.partition('#')
+                dest = path if file_part == '' else os.path.normpath(os.path.join(os.path.dirname(path), file_part))
+                inside = dest.startswith(os.path.join(copy, 'docs')) or dest == os.path.join(copy, 'README.md')
+                if not inside and not dest.endswith('no-such-file.md'):
+                    continue
+                if not os.path.exists(dest) or (anchor and dest.endswith('.md') and anchor not in anchors(dest)):
+                    broken.append(target)
+    res.check(not broken, 'links', ', '.join(broken))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--root')
+    ap.add_argument('--catalog')
+    ap.add_argument('--self-test', action='store_true')
+    ap.add_argument('--dump-sql', action='store_true', help='print the catalog query and exit')
+    a = ap.parse_args()
+    if a.dump_sql:
+        print(DUMP_SQL)
+        return 0
+    if not a.root or not a.catalog:
+        ap.error('--root and --catalog are needed')
+    res = run_checks(a.root, a.catalog)
+    if a.self_test:
+        self_test(a.root, a.catalog, res)
+    print(f'docs: {res.ok} passed, {res.bad} failed')
+    return 1 if res.bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
