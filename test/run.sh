@@ -13,6 +13,8 @@
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
+#   - readme       the README's set-up SQL and its fenced write from
+#                  Python, run as they are (test/readme_check.py)
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
 #   - portable     (test/portable/run.sh: the portable edition installed by
 #                  a non-superuser owner on a server without the C library,
@@ -35,7 +37,7 @@
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:
 #   LF_SUITES="regress tap"        run only these suites (of: layers docs
-#                                  regress isolation server tap portable
+#                                  regress isolation server readme tap portable
 #                                  clients demo valgrind faults logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
 #   LF_REGRESS="fence protect"     run only these pg_regress files
@@ -63,15 +65,16 @@ failed=0
 # valgrind (test/valgrind.sh) runs by default on Debian's 15, the build it is
 # written for, and so does the brief fault-injection run (faults); on the
 # others only when LF_SUITES names them
-default_suites="layers docs regress isolation server tap portable clients demo logs"
+default_suites="layers docs regress isolation server readme tap portable clients demo logs"
 [ "${LF_PG:-15}" = 15 ] && default_suites="$default_suites valgrind faults"
 suites=${LF_SUITES:-$default_suites}
 want() { [[ " $suites " == *" $1 "* ]]; }
 # the fault-injection run's Python modules (Debian's python3-psycopg and
 # python3-redis)
 if want faults; then lf_need_packages python3-psycopg python3-redis || exit 1; fi
-# the documentation check is Python too
+# the documentation check is Python too; the README's example uses psycopg
 if want docs; then lf_need_packages python3 || exit 1; fi
+if want readme; then lf_need_packages python3-psycopg || exit 1; fi
 # one test point: name, then a command whose success is the behaviour
 check() {
 	local name=$1; shift
@@ -198,6 +201,53 @@ if want server; then
 	check "server: acquire from a real Redis, then release" acquire_release
 	lf_stop_redis
 	lf_log "server: done"
+fi
+
+# the README as a reader follows it: its set-up block (valid shell; the
+# settings it writes exist and take its values; its SQL, run as it is by the
+# postgres superuser), then its Python example, run as it is but for the
+# address (this server has only a unix socket), which must print what the
+# README says it prints.  What the set-up block does to the machine
+# (packages, make install, a restart) is what this script does to its copy.
+if want readme; then
+	lf_log "readme: the set-up and the fenced write from Python"
+	lf_start_redis || exit 1
+	rd=$LF_WORK/readme
+	mkdir -p "$rd" && chmod 755 "$rd"
+	check "readme: the set-up and Python blocks are found in README.md" \
+		/usr/bin/python3 "$LF_SRC/test/readme_check.py" "$LF_SRC/README.md" "$rd"
+	check "readme: the set-up block is valid shell" bash -n "$rd/setup.sh"
+	readme_settings() {
+		local line name n=0
+		while IFS= read -r line; do
+			[ -z "$line" ] && continue
+			name=${line%%[ =]*}
+			n=$((n + 1))
+			if [ "$name" = shared_preload_libraries ]; then
+				[[ "$line" == *lease_fence* ]] || { echo "does not preload lease_fence: $line"; return 1; }
+			else
+				lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -c "LOAD 'lease_fence'" -c "SET $line" ||
+					{ echo "not a setting lease_fence takes: $line"; return 1; }
+			fi
+		done <"$rd/settings.txt"
+		[ "$n" -gt 0 ]
+	}
+	check "readme: every setting the set-up block writes exists and takes its value" readme_settings
+	readme_sql() {
+		lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -f "$rd/setup.sql" >/dev/null &&
+			lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \
+				-c "ALTER DATABASE app SET lease_fence.redis_socket = '$LF_REDIS_SOCK'" >/dev/null
+	}
+	check "readme: the set-up SQL runs as it is (role, database, extension, grants)" readme_sql
+	readme_python() {
+		local out
+		out=$(cd "$rd" && lf_as_user env PGHOST="$PGHOST" PGPORT="$PGPORT" /usr/bin/python3 fenced.py 2>&1)
+		echo "$out"
+		[ "$out" = "$(cat "$rd/expected.txt")" ] || { echo "the README says:"; cat "$rd/expected.txt"; return 1; }
+	}
+	check "readme: the Python example, as role app, prints what the README says (LF001, then the newest holder's write)" readme_python
+	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE IF EXISTS app' -c 'DROP ROLE IF EXISTS app' >/dev/null
+	lf_stop_redis
 fi
 
 # TAP: every "ok" / "not ok" line of prove -v is one assertion; a script that
