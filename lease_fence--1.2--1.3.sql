@@ -17,7 +17,7 @@
 -- object in it must be owned by a superuser.  This runs on CREATE EXTENSION
 -- (after the older scripts, in the same transaction) and on the update from
 -- 1.2: an installation in a schema that fails it is refused and must be
--- made again (README, "Installing where the database owner is not trusted").
+-- made again (docs/security.md, "Installing where the database owner is not trusted").
 DO $$
 DECLARE
 	ext pg_catalog.text := 'lease_fence';
@@ -74,7 +74,7 @@ $$;
 -- A role that may call fence_resource() can fence any resource with any
 -- issued generation: that blocks every holder of a lower one (LF001), and
 -- each new resource adds a row nobody but a superuser can remove.  Like
--- acquire, it is for the roles the DBA grants it to (README, "Privileges").
+-- acquire, it is for the roles the DBA grants it to (docs/security.md, "Privileges").
 --
 -- The function is made again rather than REVOKEd: a REVOKE here would
 -- record the function's whole ACL, with any GRANT a user made before the
@@ -99,7 +99,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.fence_resource(text) FROM PUBLIC;
 ------------------------------------------------------------------------------
 
 -- A stale answer moves the generations past what Redis holds by itself only
--- within a margin above what this database issued (README, "Generations");
+-- within a margin above what this database issued (docs/guides/failover-and-generations.md, "Generations");
 -- beyond it, after a restore from an old backup, a superuser decides.
 CREATE FUNCTION @extschema@.advance_generation(past bigint)
 RETURNS bigint
@@ -478,7 +478,7 @@ COMMENT ON FUNCTION @extschema@.set_generation(bigint, text) IS
 -- which poolers and ORMs do not pass on); NULL otherwise.  acquire's row
 -- type gains the column at its end.  renew and release return new row
 -- types, so they are made again: EXECUTE granted on them before goes with
--- them, as acquire's did in 1.2 (README, "Privileges").
+-- them, as acquire's did in 1.2 (docs/security.md, "Privileges").
 ALTER TYPE @extschema@.lease ADD ATTRIBUTE reason text;
 
 DROP FUNCTION @extschema@.renew(text, text, bigint, bigint);

@@ -1,4 +1,4 @@
--- fence: the rules of lease_fence.fence_trigger() (README, "The rules"), in
+-- fence: the rules of lease_fence.fence_trigger() (docs/guides/fencing-tables.md, "The rules"), in
 -- lenient and strict mode, and its misuse errors.
 
 -- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
@@ -18,7 +18,7 @@ END $$;
 -- placeholder, so a bad value cannot be refused when it is set.  It must not
 -- leave the session unfenced either: the first fenced write (which loads the
 -- library) fails with LF002, and so does current_generation(), until the
--- generation is set again.  (README: preload the library.)
+-- generation is set again.  (docs/guides/fencing-tables.md: preload the library.)
 CREATE TABLE early (id int, fence bigint NOT NULL DEFAULT 5);
 INSERT INTO early VALUES (1);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON early

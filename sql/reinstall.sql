@@ -25,7 +25,7 @@ BEGIN;
 SET LOCAL lease_fence.generation = 1;
 INSERT INTO keep VALUES (1) RETURNING *;
 ROLLBACK;
--- it starts again from 1: README explains why a reinstall must be treated
+-- it starts again from 1: docs/guides/failover-and-generations.md explains why a reinstall must be treated
 -- like a restore from backup
 SELECT lease_fence.next_generation() AS first_after_reinstall;
 BEGIN;

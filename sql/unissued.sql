@@ -21,7 +21,7 @@ END $$;
 
 -- Known numbers whether this file runs alone or after others: raise the
 -- generation space to 1000000 (as a superuser does after a restore: see
--- README), so that 1000000 is the highest issued generation.  The guard
+-- docs/operations.md), so that 1000000 is the highest issued generation.  The guard
 -- makes sure this never moves it backwards (the output would differ).
 SELECT setval('lease_fence.generation_seq', 1000000) AS highest_issued
 FROM lease_fence.generation_seq WHERE last_value < 1000000;

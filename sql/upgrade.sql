@@ -30,7 +30,7 @@ GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text) TO lf_
 ALTER EXTENSION lease_fence UPDATE TO '1.2';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
 -- acquire gained wait_ms and keepalive: one function, which nobody but its
--- owner may execute until granted again (README: in the update's transaction)
+-- owner may execute until granted again (docs/security.md: in the update's transaction)
 SELECT p.oid::regprocedure AS acquire,
        has_function_privilege('lf_up_app', p.oid, 'EXECUTE') AS app_execute,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
@@ -71,7 +71,7 @@ COMMIT;
 
 -- 1.3: fence_resource() is made again, nobody's but its owner's: a grant
 -- made before goes with the old function, and is made again in the
--- update's transaction (README); protected_tables reads the triggers
+-- update's transaction (docs/security.md); protected_tables reads the triggers
 -- renew and release gain a reason column, so they are made again too; acquire
 -- keeps its grants (its row type gains the column)
 CREATE ROLE lf_up_fencer;

@@ -3,7 +3,7 @@
  * compat.h
  *	  The differences between the PostgreSQL majors lease_fence supports
  *	  (15 to 18), in one place.  Each wrapper keeps the behaviour of the
- *	  oldest API; see README.md, "Supported PostgreSQL versions".
+ *	  oldest API; see test/README.md, "Supported PostgreSQL versions".
  *
  * IDENTIFICATION
  *	  src/compat.h

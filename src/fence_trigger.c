@@ -301,7 +301,7 @@ report_conflict(Relation rel, const char *colname, AttrNumber attnum, int64 writ
 /*
  * lease_fence.fence_trigger()
  *
- * The rules (README, "The rules").  G is the current generation (if set),
+ * The rules (docs/guides/fencing-tables.md, "The rules").  G is the current generation (if set),
  * S the stored fence of the locked row, N the fence the statement writes.
  * "Issued?" applies with tokens "issued" (the default): a value greater
  * than any next_generation() has handed out -> LF004.
@@ -550,7 +550,7 @@ highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
  * (it holds ACCESS EXCLUSIVE, so no write is in progress).  It sees every
  * row whatever row level security would show the caller, as TRUNCATE
  * ignores row level security too.  On a partitioned table it reads every
- * leaf partition; foreign partitions are not read (README).
+ * leaf partition; foreign partitions are not read (docs/guides/fencing-tables.md).
  */
 Datum
 lf_truncate_guard(PG_FUNCTION_ARGS)

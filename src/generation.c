@@ -39,7 +39,7 @@
  * handed out values beyond that.  Both start a new timeline, so a generation
  * carries an epoch in its high bits, generation = (epoch << 40) + counter,
  * and the first draw on a new timeline moves the sequence to a new, higher
- * epoch (README.md, "Generations across a failover").  The epoch lives in
+ * epoch (docs/guides/failover-and-generations.md, "Generations across a failover").  The epoch lives in
  * the sequence value itself, so whatever keeps the sequence (its WAL, a
  * dump, pg_upgrade) keeps the epoch, and values never go down.  With
  * synchronous standbys, a value is returned only once they confirmed the
@@ -589,7 +589,7 @@ lf_draw_generation(void)
 
 /*
  * How far above the highest generation issued here a stale answer may move
- * the sequence by itself (README, "Generations"): 2^24, about 4.6 hours of
+ * the sequence by itself (docs/guides/failover-and-generations.md, "Generations"): 2^24, about 4.6 hours of
  * generations at 1,000 acquires a second, enough for the generations a
  * restored database issued after its backup was taken.  The margin is what
  * bounds a write into Redis: a :gen key set by hand (or by anybody who may

@@ -519,7 +519,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
  * the question would only find a key lost in other ways (deleted by hand,
  * or lost in a Redis failover), and the fence still holds without it: the
  * acquire fenced the resource, so a newer holder's acquire waits for this
- * commit and is ordered after it (README, "The commit check").
+ * commit and is ordered after it (docs/design.md, "The commit check").
  */
 static bool
 commit_check_needed(const LeaseEntry *e)

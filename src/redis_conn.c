@@ -33,7 +33,7 @@
  * next command.
  *
  * Host names are resolved with getaddrinfo(), which does not honour
- * connect_timeout_ms or interrupts (see README, "Settings").
+ * connect_timeout_ms or interrupts (see docs/reference.md, "Settings").
  *
  * Layer 2 (docs/design.md, "Layers"): it calls the settings and the TLS
  * transport below it; redis_topology.c picks the endpoint from above.

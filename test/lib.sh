@@ -29,7 +29,7 @@ LF_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 lf_log() { printf '%s\n' "== $*" >&2; }
 
-# LF_PG picks the PostgreSQL a run uses (README, "Supported PostgreSQL
+# LF_PG picks the PostgreSQL a run uses (test/README.md, "Supported PostgreSQL
 # versions"):
 #   15            Debian's postgresql-15 package (the default)
 #   15-cassert    15 built from Debian's source with assertions
@@ -195,7 +195,7 @@ lf_stop_redis() {
 	fi
 }
 
-# The fault-injection run (test/faults/faults.py: README, "Tests") on this
+# The fault-injection run (test/faults/faults.py: test/README.md) on this
 # run's build, as $LF_USER, with its servers under $LF_WORK/faults.  Its
 # settings (LF_FAULTS_*) come from the environment.  Prints its report and
 # returns its exit status.

@@ -32,7 +32,7 @@
 # LF_PG picks the PostgreSQL: 15 (Debian's package, the default), 15-cassert
 # or 18, built with assertions by test/pg_build.sh (once, into
 # /var/cache/lease_fence), or 17, Debian 13's package, inside a Debian 13
-# root (test/debian_root.sh, made once into the same cache); see README,
+# root (test/debian_root.sh, made once into the same cache); see test/README.md,
 # "Supported PostgreSQL versions".
 # .ci/run runs them all.
 # LF_KEEP=1 keeps the temp dir for inspection.  While working on one part:

@@ -29,7 +29,7 @@
 #             new primary.
 #
 # The workers run as the role "app", which owns nothing and has EXECUTE on
-# acquire / renew / release / fence_resource (README, "Privileges"), SELECT
+# acquire / renew / release / fence_resource (docs/security.md, "Privileges"), SELECT
 # and UPDATE on item, INSERT on history.
 #
 # Checks, per scenario, each one test point ("ok - ..." / "not ok - ..."),
@@ -47,7 +47,7 @@
 #     flight when the next holder's acquire returns is a handover: the
 #     release deleted the key and woke the waiter on Redis before its reply
 #     was back; those are counted, and shown as "in flight");
-#   - every status is a documented one (README, "Statuses"), and no write
+#   - every status is a documented one (docs/guides/leases.md, "Statuses"), and no write
 #     follows an unknown under that generation by that worker;
 #   - every write whose COMMIT was acknowledged is in the history, and every
 #     history row is a write of an acquire that returned acquired to that

@@ -15,7 +15,7 @@
 # After a connection error it reconnects (the connection string may name
 # several servers: target_session_attrs=read-write finds the primary), and a
 # release whose connection broke is sent once more on the new connection
-# (a retry reuses the same identity: README, "The Redis lease helper").  It
+# (a retry reuses the same identity: docs/guides/leases.md, "The Redis lease helper").  It
 # never writes under an acquire that did not say acquired.
 #
 # Every outcome is one JSON line in its log, stamped with time.monotonic()

@@ -13,7 +13,7 @@
 #   my $proxy = $redis->proxy(hold_ms => 1500);   # 127.0.0.1:$proxy->port
 #   $proxy->hold('first');                        # see LeaseFenceRedis::Proxy
 #
-# The proxy exists for the case the whole helper is about (README, "Statuses":
+# The proxy exists for the case the whole helper is about (docs/guides/leases.md, "Statuses":
 # unknown): Redis APPLIED a command but the client never saw the reply.  CLIENT
 # PAUSE cannot produce it (a paused command whose client hangs up is dropped),
 # so the proxy forwards every request at once and holds Redis's replies back

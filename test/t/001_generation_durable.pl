@@ -1,6 +1,6 @@
 # 001_generation_durable.pl — lease_fence.next_generation() survives a crash.
 #
-# README, "Generations": a generation is strictly greater than every one the
+# docs/guides/failover-and-generations.md, "Generations": a generation is strictly greater than every one the
 # database has ever returned, also across a crash at any instant, also when
 # the transaction that drew it aborted, also with synchronous_commit = off.
 # A plain sequence does not promise that: nextval() logs a batch of 32 values

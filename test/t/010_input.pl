@@ -2,7 +2,7 @@
 # private redis-server.
 #
 # Bad input is an ERROR with SQLSTATE 22023 before anything is sent to Redis
-# (README, "The Redis lease helper"); a valid resource is 1 to 1024 bytes of
+# (docs/guides/leases.md, "The Redis lease helper"); a valid resource is 1 to 1024 bytes of
 # any text, and quotes and Lua syntax in it are only bytes of a key: the
 # exact key holds the lease, nothing of it runs as Lua.  What Redis holds is
 # read back with redis-cli, never through the extension.

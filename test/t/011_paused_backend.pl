@@ -1,7 +1,7 @@
 # 011_paused_backend.pl — the stale writer, end to end.
 #
-# The problem lease_fence exists for (README: its opening, and "What the
-# lease does not guarantee"): a client that stalls past its lease's TTL still
+# The problem lease_fence exists for (README: its opening; and
+# docs/guides/leases.md, "What the lease does not guarantee"): a client that stalls past its lease's TTL still
 # runs, and still writes.  Here the client is a real PostgreSQL backend,
 # stopped with SIGSTOP:
 #

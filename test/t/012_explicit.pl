@@ -1,5 +1,5 @@
 # 012_explicit.pl — the definite outcomes of an explicit-scope lease: acquired,
-# busy, renewed, released, not_held and lost (README, "Statuses"), and what
+# busy, renewed, released, not_held and lost (docs/guides/leases.md, "Statuses"), and what
 # Redis holds after each, read back with redis-cli.
 #
 # A lease's key is only ever touched by its holder: renew never recreates a

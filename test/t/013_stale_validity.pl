@@ -1,5 +1,5 @@
 # 013_stale_validity.pl — a grant Redis refuses or that comes too late:
-# stale and insufficient_validity (README, "Statuses").
+# stale and insufficient_validity (docs/guides/leases.md, "Statuses").
 #
 # stale: a generation >= ours already reached Redis; nothing is set, and the
 # database's generations are moved past the stored one (durably, never

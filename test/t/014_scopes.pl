@@ -1,4 +1,4 @@
-# 014_scopes.pl — when a lease ends, by scope (README, "Scopes").
+# 014_scopes.pl — when a lease ends, by scope (docs/guides/leases.md, "Scopes").
 #
 # transaction: outside a transaction block it is 25P01 before anything is
 # sent; while held, its generation is the transaction's current generation;

@@ -1,5 +1,5 @@
 # 015_privileges.pl — who may take leases, and who may say where Redis is
-# (README, "Privileges" and "Settings").
+# (docs/security.md, "Privileges" and "Settings").
 #
 # EXECUTE on acquire / renew / release is not PUBLIC's: without the GRANT a
 # role gets 42501 and nothing reaches Redis.  Where Redis lives, the key

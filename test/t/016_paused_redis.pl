@@ -1,5 +1,5 @@
 # 016_paused_redis.pl — a Redis that stops answering mid-request: the outcome
-# is unknown, never "no", and the wait ends on an interrupt (README,
+# is unknown, never "no", and the wait ends on an interrupt (docs/guides/leases.md,
 # "Statuses" and "Scopes").
 #
 # CLIENT PAUSE holds every command sent on the session's cached connection

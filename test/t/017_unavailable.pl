@@ -1,5 +1,5 @@
 # 017_unavailable.pl — Redis is down: "unavailable", a definite no, never
-# "unknown"; then Redis restarts without persistence (README, "Statuses").
+# "unknown"; then Redis restarts without persistence (docs/guides/leases.md, "Statuses").
 #
 # Every call on a stopped Redis is unavailable: from a session with a cached
 # connection, and from a new one.  After the restart the next call

@@ -1,6 +1,6 @@
 # 018_reply_lost.pl — "applied, reply lost": Redis ran the request but the
 # reply never came in time.  The outcome is unknown (NULL), never "no"
-# (README, "Statuses").
+# (docs/guides/leases.md, "Statuses").
 #
 # CLIENT PAUSE cannot produce this case (a paused command whose client hangs
 # up is dropped), so a proxy (test/perl/LeaseFenceRedis.pm) forwards every

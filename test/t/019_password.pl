@@ -1,4 +1,4 @@
-# 019_password.pl — requirepass and lease_fence.redis_password_file (README,
+# 019_password.pl — requirepass and lease_fence.redis_password_file (docs/reference.md,
 # "Settings").
 #
 # Without a password, and with a wrong one, acquire is unavailable (no

@@ -5,7 +5,7 @@
 # there used to hang the backend: open() blocks until some process opens the
 # FIFO for writing, before any check of the file's type, with no bound (not
 # connect_timeout_ms) and no way out (pg_cancel_backend and
-# pg_terminate_backend cannot interrupt it).  What happens instead (README,
+# pg_terminate_backend cannot interrupt it).  What happens instead (docs/reference.md,
 # "Settings"): a file that is not a regular file — a FIFO, a directory, a
 # symlink to a FIFO — is refused without waiting on it, with a WARNING, and
 # the acquire is `unavailable`; a regular 0600 file, also through a symlink,

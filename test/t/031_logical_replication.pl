@@ -1,7 +1,7 @@
 # 031_logical_replication.pl — fenced tables on both ends of a logical
 # replication subscription.
 #
-# The fence is enforced where a write originates (README, "Logical
+# The fence is enforced where a write originates (docs/guides/fencing-tables.md, "Logical
 # replication").  A row the publisher's fence accepted arrives at the
 # subscriber already decided, so the subscriber's logical replication
 # workers (table sync and apply) write it as given: no fence check, no fence

@@ -6,7 +6,7 @@
 # instead of switching to the table owner.  Such a role could otherwise
 # publish whatever it likes from a server of its own and have it written into
 # a fenced table unchecked.  lease_fence lets replicated rows pass only when
-# the worker has the rights of the table's owner (README, "Logical
+# the worker has the rights of the table's owner (docs/guides/fencing-tables.md, "Logical
 # replication"): here the worker is fenced like any other writer — its
 # unfenced rows into a strict table fail with LF002 and are not written —
 # while the same subscription run as the table owner replicates as usual.

@@ -6,7 +6,7 @@
 # crashes, the standby is promoted with a sequence that lags behind what the
 # primary returned: a plain sequence (and lease_fence 1.1) then hands out
 # some of the same values again.  Promotion starts a new timeline, and
-# lease_fence starts a new epoch on it (README.md, "Generations across a
+# lease_fence starts a new epoch on it (docs/guides/failover-and-generations.md, "Generations across a
 # failover"): every value drawn on the new timeline is above every value the
 # old one could have drawn.
 #

@@ -6,7 +6,7 @@
 # on drawing.  Those later values may already be in fence columns (or in
 # Redis, or with a worker that still writes); a restored server that hands
 # them out again lets two holders share a generation.  The recovery ends on
-# a new timeline, which starts a new epoch (README.md, "Generations across a
+# a new timeline, which starts a new epoch (docs/guides/failover-and-generations.md, "Generations across a
 # failover"), so the restored server draws above everything.
 #
 # Checked by hand with lease_fence 1.1's src/generation.c: the original drew

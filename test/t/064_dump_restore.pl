@@ -1,7 +1,7 @@
 # 064_dump_restore.pl — pg_dump and restore keep the generation space and
 # the resource fences.
 #
-# A generation carries its epoch in the sequence value (README.md,
+# A generation carries its epoch in the sequence value (docs/guides/failover-and-generations.md,
 # "Generations across a failover"), and the resource fences live in a table
 # of the extension: a dump that left either out would restore a database
 # whose next_generation() starts again from 1, below the fences stored in

@@ -1,7 +1,7 @@
 # 065_generation_limits.pl — the limits of generation epochs are clear
 # errors, never a generation that could repeat.
 #
-# A generation is epoch * 2^40 + counter (README.md, "Generations across a
+# A generation is epoch * 2^40 + counter (docs/guides/failover-and-generations.md, "Generations across a
 # failover").  A counter that ran on into the next epoch would hand out
 # values a later timeline's epoch may hand out again; a timeline number too
 # large for the epoch's 23 bits cannot start one.  Both must be an ERROR

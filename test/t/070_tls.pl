@@ -1,4 +1,4 @@
-# 070_tls.pl — TLS to Redis (README, "Managed Redis (TLS)").
+# 070_tls.pl — TLS to Redis (docs/guides/redis-deployments.md, "TLS").
 #
 # Real redis-servers with TLS ports and certificates made by openssl here:
 # verify-full accepted (by name and by IP address), verify-ca and require;

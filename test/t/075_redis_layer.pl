@@ -1,4 +1,4 @@
-# 075_redis_layer.pl — the connection cache and the scripts (README,
+# 075_redis_layer.pl — the connection cache and the scripts (docs/guides/redis-deployments.md,
 # "Connections").
 #
 # One session that switches between two Redis servers and back keeps one

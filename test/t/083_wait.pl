@@ -1,5 +1,5 @@
 # 083_wait.pl — acquire(..., wait_ms): a busy lease is waited for, without
-# polling, interruptibly (README, "Waiting for a busy lease").
+# polling, interruptibly (docs/guides/keepalive-and-waiting.md, "Waiting for a busy lease").
 #
 #  - bad wait_ms / keepalive arguments: ERROR 22023, nothing sent;
 #  - the deadline is reached: busy, after the whole wait, the holder's key

@@ -1,6 +1,6 @@
 # 084_keepalive.pl — acquire(..., keepalive => true): the keep-alive worker
 # renews a session- or transaction-scoped lease while its session is active,
-# and the owner is told when the lease is lost (README, "Keep-alive").
+# and the owner is told when the lease is lost (docs/guides/keepalive-and-waiting.md, "Keep-alive").
 #
 #  - without shared_preload_libraries, or with session Redis settings other
 #    than the worker's: a clear ERROR, nothing sent;

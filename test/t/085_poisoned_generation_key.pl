@@ -1,5 +1,5 @@
 # 085_poisoned_generation_key.pl — a :gen key lease_fence could not have
-# written does not move the generations (README, "Generations": how far a
+# written does not move the generations (docs/guides/failover-and-generations.md, "Generations": how far a
 # stale answer moves the generations; "Statuses": stale).
 #
 #  - a stored generation in another epoch (2^63-1, 2^62, a millisecond

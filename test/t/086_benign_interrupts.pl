@@ -1,5 +1,5 @@
 # 086_benign_interrupts.pl — only a real cancel ends a wait for Redis
-# (README, "Statuses" and "Waiting for a busy lease").
+# (docs/guides/leases.md, "Statuses" and "Waiting for a busy lease").
 #
 # While a backend waits for Redis (a request in flight, or acquire(...,
 # wait_ms) waiting for a busy lease), a cancel, a termination or a session

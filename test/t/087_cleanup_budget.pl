@@ -1,6 +1,6 @@
 # 087_cleanup_budget.pl — the conditional releases at transaction end and at
 # backend exit share one deadline, and a frozen Redis cannot stretch it
-# (README, "Scopes" and "Settings"; lease_fence.stats: cleanup/skipped).
+# (docs/guides/leases.md, "Scopes" and "Settings"; lease_fence.stats: cleanup/skipped).
 #
 # Redis is frozen with CLIENT PAUSE 5000 ALL (a new connection's PING waits
 # too), longer than the budgets below, so a release that waited for the

@@ -1,5 +1,5 @@
 # 088_keepalive_2pc_truncate.pl — what a kept-alive lease guards beyond row
-# writes and COMMIT (README, "Keep-alive" and "SQLSTATEs").
+# writes and COMMIT (docs/guides/keepalive-and-waiting.md, "Keep-alive" and "SQLSTATEs").
 #
 #  - PREPARE TRANSACTION after a fenced write under a kept-alive lease's
 #    generation is refused (0A000) and nothing is prepared: COMMIT PREPARED

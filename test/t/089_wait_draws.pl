@@ -1,5 +1,5 @@
 # 089_wait_draws.pl — a waiting acquire draws one generation, however often
-# it wakes (README, "Waiting for a busy lease"): an attempt answered busy
+# it wakes (docs/guides/keepalive-and-waiting.md, "Waiting for a busy lease"): an attempt answered busy
 # stored nothing, so the next attempt of the same wait tries the same
 # generation again.
 #

@@ -1,5 +1,5 @@
 # 090_fd_accounting.pl — Redis sockets count as PostgreSQL's own open files
-# (README, "Connections").
+# (docs/guides/redis-deployments.md, "Connections").
 #
 # A backend keeps one Redis connection per server it used; here each Redis
 # database (lease_fence.redis_db) is another server, so a session that walks

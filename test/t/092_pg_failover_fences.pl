@@ -1,5 +1,5 @@
 # 092_pg_failover_fences.pl — what a PostgreSQL failover can undo of the
-# fences (README, "What a PostgreSQL failover can undo").
+# fences (docs/guides/failover-and-generations.md, "What a PostgreSQL failover can undo").
 #
 # A fence is a committed row, as durable as its commit.  Two holders of one
 # row: A with generation g1, then B with g2 > g1, whose fenced write is

@@ -1,5 +1,5 @@
 # 093_wait_through_failover.pl — a waiting acquire goes on through a
-# Sentinel failover (README, "Waiting for a busy lease": unavailable is
+# Sentinel failover (docs/guides/keepalive-and-waiting.md, "Waiting for a busy lease": unavailable is
 # "not yet").  A master, two replicas, three redis-sentinels (the master
 # called down after 1000 ms), and a node with lease_fence preloaded (the
 # sentinel watch).  A holder takes R (TTL 5 s, replicated); a waiter asks

@@ -1,5 +1,5 @@
 # 094_replicated_renew_release.pl — with lease_fence.redis_min_replicas,
-# renew and release wait for the replicas as acquire does (README,
+# renew and release wait for the replicas as acquire does (docs/guides/redis-deployments.md,
 # "Sentinel, Cluster and replication safety").
 #
 # A master with one replica.  While the replica follows, renew is renewed

@@ -1,5 +1,5 @@
 # 095_error_fields.pl — what psql shows with \set VERBOSITY verbose, which
-# is what drivers read from the same error fields (README, "Error fields").
+# is what drivers read from the same error fields (docs/reference.md, "Error fields").
 #
 # An LF001 on a row names the fence's schema, table and column (SCHEMA
 # NAME, TABLE NAME, COLUMN NAME); a resource fence's LF001 names the table

@@ -1,5 +1,5 @@
 # 096_one_round_trip_job.pl — the fenced job in one round trip and two
-# Redis commands, and its edges (README, "The commit check").
+# Redis commands, and its edges (docs/design.md, "The commit check").
 #
 #   BEGIN; SELECT ... FROM lease_fence.acquire(r, ttl, scope => 'transaction');
 #   UPDATE ...; COMMIT

@@ -1,6 +1,6 @@
 import type { ClientBase, Pool, PoolClient } from 'pg';
 
-/** The statuses of lease_fence.acquire / renew / release (README, "Statuses"). */
+/** The statuses of lease_fence.acquire / renew / release (docs/guides/leases.md, "Statuses"). */
 export type LeaseStatus =
   | 'acquired' | 'busy' | 'stale' | 'insufficient_validity' | 'unreplicated'
   | 'unavailable' | 'unknown'

@@ -188,7 +188,7 @@ describe('lease_fence from node-postgres', () => {
   it('unknown (Redis paused past command_timeout_ms) is LeaseUnknown with acquired null, not busy', async () => {
     // One connection per call: an unknown outcome drops the backend's Redis
     // connection, and the first acquire on a new one first checks that
-    // key_prefix is this database's (README, "One key_prefix per database"),
+    // key_prefix is this database's (docs/guides/redis-deployments.md, "One key_prefix per database"),
     // which would time out during the pause ("unavailable"). So each backend
     // takes and releases a lease before the pause.
     const [c, c2, c3] = [await connect(), await connect(), await connect()];

@@ -287,7 +287,7 @@ class PsycopgTests(unittest.TestCase):
         generation kept; the transaction-scoped form never runs its block."""
         # One connection per call: an unknown outcome drops the backend's
         # Redis connection, and the first acquire on a new one checks first
-        # that key_prefix is this database's (README, "One key_prefix per
+        # that key_prefix is this database's (docs/guides/redis-deployments.md, "One key_prefix per
         # database") -- during the pause that check would time out and make
         # the acquire "unavailable". So each backend takes and releases a
         # lease before the pause, and its one call below is what Redis stalls.
@@ -669,7 +669,7 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(redis("EXISTS", lease_key(res)), "0")
 
     def test_app_role_cannot_switch_the_fence_off(self):
-        """the app role does not own the table (README: Privileges), so it
+        """the app role does not own the table (docs/security.md, "Privileges"), so it
         cannot disable the trigger that fences it."""
         with self.assertRaises(psycopg.errors.InsufficientPrivilege):
             self.conn.execute("ALTER TABLE account DISABLE TRIGGER zz_lease_fence")
