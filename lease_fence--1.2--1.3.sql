@@ -525,7 +525,7 @@ AS 'MODULE_PATHNAME', 'lf_redis_connections_sql'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION @extschema@.redis_connections() IS
-'this backend''s open Redis connections: endpoint (NULL unless superuser or pg_read_all_settings), kind server, master, cluster_node, sentinel or subscriber, TLS, age in ms, commands sent';
+'this backend''s open Redis connections: endpoint (NULL unless superuser or pg_read_all_settings), kind server, master, cluster_node or sentinel, TLS, age in ms, commands sent';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.redis_connections() FROM PUBLIC;
 

@@ -157,7 +157,6 @@ extern void lf_redis_read_deferred(int64 deadline);
 #define LF_KIND_MASTER			"master"	/* the master the sentinels named */
 #define LF_KIND_CLUSTER_NODE	"cluster_node"
 #define LF_KIND_SENTINEL		"sentinel"
-#define LF_KIND_SUBSCRIBER		"subscriber"	/* a waiting acquire's subscription */
 typedef struct LfConnInfo
 {
 	char		endpoint[MAXPGPATH];	/* host:port, [v6]:port or a socket path */

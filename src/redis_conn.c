@@ -325,8 +325,10 @@ describe_conn(const LfConn *c, int64 now, LfConnInfo *out)
 }
 
 /*
- * This backend's open Redis connections, the subscription's included, into
- * a palloc'd array (*out, in the current memory context); returns how many.
+ * This backend's open Redis connections into a palloc'd array (*out, in the
+ * current memory context); returns how many.  A waiting acquire's
+ * subscription is not among them: it is closed when its wait ends, before
+ * any SQL could ask.
  */
 int
 lf_redis_connections(LfConnInfo **out)
@@ -335,12 +337,10 @@ lf_redis_connections(LfConnInfo **out)
 	LfConn	   *c;
 	int64		now = lf_now_ms();
 	int			n = 0;
-	int			max = 1 + (connections ? (int) hash_get_num_entries(connections) : 0);
+	int			max = connections ? (int) hash_get_num_entries(connections) : 0;
 
 	close_abandoned();
-	*out = palloc0(sizeof(LfConnInfo) * max);
-	if (describe_conn(&subscriber, now, &(*out)[n]))
-		n++;
+	*out = palloc0(sizeof(LfConnInfo) * Max(max, 1));
 	if (connections == NULL)
 		return n;
 	hash_seq_init(&seq, connections);
@@ -364,8 +364,6 @@ lf_redis_disconnect(int64 deadline)
 
 	close_abandoned();
 	lf_redis_read_deferred(deadline);
-	if (subscriber.fd != PGINVALID_SOCKET)
-		n++;
 	if (connections != NULL)
 	{
 		hash_seq_init(&seq, connections);
@@ -1160,8 +1158,7 @@ connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptibl
 	c->serial = 0;
 	c->requests = 0;
 	c->opened_at = lf_now_ms();
-	c->kind = c == &subscriber ? LF_KIND_SUBSCRIBER :
-		sentinel ? LF_KIND_SENTINEL :
+	c->kind = sentinel ? LF_KIND_SENTINEL :
 		ep->kind == LF_EP_SETTINGS ? LF_KIND_SERVER :
 		lf_cluster ? LF_KIND_CLUSTER_NODE : LF_KIND_MASTER;
 	if (unix_socket)
