@@ -26,8 +26,8 @@
  * answer: a session whose Sentinel settings differ, or a server without
  * the worker (not preloaded), or a worker that has not answered for
  * LF_WATCH_STALE_MS, asks the sentinels itself and asks ROLE on a connection
- * whose last check is older than LF_ROLE_MAX_AGE_MS (docs/guides/redis-deployments.md, "Sentinel,
- * Cluster and replication safety").
+ * whose last check is older than LF_ROLE_MAX_AGE_MS (docs/guides/redis-deployments.md,
+ * "Sentinel").
  *
  * Layer 2 (docs/design.md, "Layers"): it calls the connections and the
  * settings below it; redis_topology.c reads its answer.

@@ -11,13 +11,15 @@ writes into OUTDIR
   setup.sql     the SQL that block runs as the postgres superuser (its
                 <<'SQL' here-document), run as it is
   settings.txt  the postgresql.conf lines it writes (<<'EOF'), one per line
+  example.sql   the worked example in SQL, for psql, as it is
   fenced.py     the Python example, with "host=127.0.0.1 " taken out of its
                 connection string: the test's server listens on a unix socket
                 only (PGHOST, PGPORT); nothing else is changed
   expected.txt  what the README says the example prints
 
 The blocks are the fenced code blocks right after the comments
-"<!-- readme-check: setup -->" and "<!-- readme-check: python -->"; the
+"<!-- readme-check: setup -->", "<!-- readme-check: sql -->" and
+"<!-- readme-check: python -->"; the
 expected output is the next fenced block after the Python one.  Exits 1,
 saying what is missing, when any part cannot be found.
 """
@@ -68,7 +70,7 @@ def main():
             parts[m.group(1)] = body
             if m.group(1) == 'python':
                 parts['expected'], _ = block_after(lines, after)
-    problems = [f'no "<!-- readme-check: {k} -->" block' for k in ('setup', 'python') if not parts.get(k)]
+    problems = [f'no "<!-- readme-check: {k} -->" block' for k in ('setup', 'sql', 'python') if not parts.get(k)]
     if problems:
         print('\n'.join(problems))
         return 1
@@ -86,6 +88,7 @@ def main():
         'setup.sh': '\n'.join(parts['setup']) + '\n',
         'setup.sql': '\n'.join(sql) + '\n',
         'settings.txt': '\n'.join(conf) + '\n',
+        'example.sql': '\n'.join(parts['sql']) + '\n',
         'fenced.py': python + '\n',
         'expected.txt': '\n'.join(parts['expected'] or []) + '\n',
     }

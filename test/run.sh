@@ -13,8 +13,9 @@
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
-#   - readme       the README's set-up SQL and its fenced write from
-#                  Python, run as they are (test/readme_check.py)
+#   - readme       the README's set-up SQL, its worked example in SQL and
+#                  its fenced write from Python, run as they are
+#                  (test/readme_check.py)
 #   - TAP          (test/t/, clusters of their own, Redis servers of their own)
 #   - portable     (test/portable/run.sh: the portable edition installed by
 #                  a non-superuser owner on a server without the C library,
@@ -205,7 +206,8 @@ fi
 
 # the README as a reader follows it: its set-up block (valid shell; the
 # settings it writes exist and take its values; its SQL, run as it is by the
-# postgres superuser), then its Python example, run as it is but for the
+# postgres superuser), its worked example in SQL, then its Python example,
+# run as it is but for the
 # address (this server has only a unix socket), which must print what the
 # README says it prints.  What the set-up block does to the machine
 # (packages, make install, a restart) is what this script does to its copy.
@@ -239,6 +241,27 @@ if want readme; then
 				-c "ALTER DATABASE app SET lease_fence.redis_socket = '$LF_REDIS_SOCK'" >/dev/null
 	}
 	check "readme: the set-up SQL runs as it is (role, database, extension, grants)" readme_sql
+	# the worked example in SQL, in psql, in a fresh database (with a key_prefix
+	# of its own: one database per prefix): its one ERROR is
+	# the stale write's LF001; the explicit lease is renewed and released;
+	# the row holds the newest writer's balance and the lease's generation
+	readme_example() {
+		local out err
+		lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -c 'CREATE DATABASE lf_readme' \
+			-c "ALTER DATABASE lf_readme SET lease_fence.redis_socket = '$LF_REDIS_SOCK'" \
+			-c "ALTER DATABASE lf_readme SET lease_fence.key_prefix = 'lf_readme:'" >/dev/null || return 1
+		lf_as_user "$PG_BIN/psql" -X -q -d lf_readme -c 'CREATE EXTENSION lease_fence' >/dev/null || return 1
+		out=$( { cat "$rd/example.sql"; echo 'SELECT balance, owner, fence FROM account;'; } |
+			lf_as_user "$PG_BIN/psql" -X -At -v VERBOSITY=verbose -d lf_readme -f - 2>"$rd/example.err")
+		err=$(grep 'ERROR' "$rd/example.err")
+		echo "$out"; cat "$rd/example.err"
+		[ "$(grep -c 'ERROR' "$rd/example.err")" = 1 ] &&
+			[[ "$err" == *"ERROR:  LF001: stale generation: write rejected by fence"* ]] &&
+			grep -qx 't|renewed|[0-9]*|' <<<"$out" && grep -qx 't|released|' <<<"$out" &&
+			[ "$(tail -n 1 <<<"$out")" = "110|me|3" ]
+	}
+	check "readme: the worked example in SQL runs as it is (one ERROR, the stale write's LF001; fence 3)" readme_example
+	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE IF EXISTS lf_readme' >/dev/null
 	readme_python() {
 		local out
 		out=$(cd "$rd" && lf_as_user env PGHOST="$PGHOST" PGPORT="$PGPORT" /usr/bin/python3 fenced.py 2>&1)

@@ -1,6 +1,6 @@
 # 091_sentinel_graceful.pl — a graceful SENTINEL FAILOVER: nothing of a
 # lease lands on the old master, which stays up and writable for ~10 s
-# after the switch (docs/guides/redis-deployments.md, "Sentinel, Cluster and replication safety").
+# after the switch (docs/guides/redis-deployments.md, "Sentinel").
 # A master, two replicas, three redis-sentinels (quorum 2), and a node with
 # lease_fence preloaded (the sentinel watch).  Pinned:
 #  - while the failover runs, acquires of fresh resources are unavailable

@@ -1,6 +1,6 @@
 # 094_replicated_renew_release.pl — with lease_fence.redis_min_replicas,
-# renew and release wait for the replicas as acquire does (docs/guides/redis-deployments.md,
-# "Sentinel, Cluster and replication safety").
+# renew and release wait for the replicas as acquire does (docs/guides/failover-and-generations.md,
+# "Replication safety").
 #
 # A master with one replica.  While the replica follows, renew is renewed
 # and release released.  With the replica cut off (REPLICAOF NO ONE: WAIT
