@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""test/readme_check.py — take the README's set-up and Python example out of
+"""test/readme_check.py — take the README's set-up and examples out of
 README.md, as a reader copies them, for test/run.sh's "readme" suite.
 
   readme_check.py README.md OUTDIR
+  readme_check.py --block NAME FILE      print the block after
+                                         "<!-- check: NAME -->" in FILE
 
 writes into OUTDIR
   setup.sh      the "Set up" block (checked with bash -n; it installs
@@ -18,8 +20,7 @@ writes into OUTDIR
   expected.txt  what the README says the example prints
 
 The blocks are the fenced code blocks right after the comments
-"<!-- readme-check: setup -->", "<!-- readme-check: sql -->" and
-"<!-- readme-check: python -->"; the
+"<!-- check: setup -->", "<!-- check: sql -->" and "<!-- check: python -->"; the
 expected output is the next fenced block after the Python one.  Exits 1,
 saying what is missing, when any part cannot be found.
 """
@@ -59,18 +60,30 @@ def heredoc(body, word):
 
 
 def main():
+    if sys.argv[1] == '--block':
+        name, path = sys.argv[2], sys.argv[3]
+        with open(path, encoding='utf-8') as f:
+            lines = f.read().split('\n')
+        for i, line in enumerate(lines):
+            if line.strip() == f'<!-- check: {name} -->':
+                body, _ = block_after(lines, i + 1)
+                if body:
+                    print('\n'.join(body))
+                    return 0
+        print(f'no "<!-- check: {name} -->" block in {path}', file=sys.stderr)
+        return 1
     readme, outdir = sys.argv[1], sys.argv[2]
     with open(readme, encoding='utf-8') as f:
         lines = f.read().split('\n')
     parts = {}
     for i, line in enumerate(lines):
-        m = re.match(r'^<!-- readme-check: (\w+) -->$', line.strip())
+        m = re.match(r'^<!-- check: ([\w-]+) -->$', line.strip())
         if m:
             body, after = block_after(lines, i + 1)
             parts[m.group(1)] = body
             if m.group(1) == 'python':
                 parts['expected'], _ = block_after(lines, after)
-    problems = [f'no "<!-- readme-check: {k} -->" block' for k in ('setup', 'sql', 'python') if not parts.get(k)]
+    problems = [f'no "<!-- check: {k} -->" block' for k in ('setup', 'sql', 'python') if not parts.get(k)]
     if problems:
         print('\n'.join(problems))
         return 1

@@ -132,6 +132,44 @@ if want docs; then
 		--self-test >"$LF_WORK/docs.out" 2>&1
 	cat "$LF_WORK/docs.out"
 	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE lf_docs'
+	# docs/operations.md's postgres_exporter queries, in Debian's exporter (its
+	# binary taken out of the .deb, never installed: the package would start
+	# a service), as a login role with no grant of its own
+	exp=${LF_PG_CACHE:-/var/cache/lease_fence}/exporter/usr/bin/prometheus-postgres-exporter
+	if [ ! -x "$exp" ] && [ "$(id -u)" -eq 0 ]; then
+		mkdir -p "${exp%/usr/bin/*}" &&
+			(cd "$LF_WORK" && apt-get download -q prometheus-postgres-exporter >/dev/null 2>&1) &&
+			dpkg-deb -x "$LF_WORK"/prometheus-postgres-exporter_*.deb "${exp%/usr/bin/*}"
+	fi
+	if [ -x "$exp" ]; then
+		lf_as_user mkdir -p "$LF_WORK/exporter"
+		/usr/bin/python3 "$LF_SRC/test/readme_check.py" --block postgres-exporter "$LF_SRC/docs/operations.md" \
+			>"$LF_WORK/exporter/queries.yaml"
+		lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 >/dev/null <<-'SQL'
+		CREATE ROLE lf_exporter LOGIN;
+		CREATE DATABASE lf_mon;
+		\c lf_mon
+		CREATE EXTENSION lease_fence;
+		CREATE TABLE account (id int PRIMARY KEY, balance int);
+		CREATE TABLE broken (id int PRIMARY KEY);
+		SELECT lease_fence.protect('account'), lease_fence.protect('broken');
+		ALTER TABLE broken DISABLE TRIGGER zz_lease_fence;
+		SELECT lease_fence.next_generation();
+		BEGIN;
+		SET LOCAL lease_fence.generation = 1;
+		INSERT INTO account VALUES (1, 100);
+		COMMIT;
+		SQL
+		lf_as_user /usr/bin/python3 "$LF_SRC/test/exporter_check.py" "$exp" "$LF_WORK/exporter/queries.yaml" \
+			"host=$PGHOST port=$PGPORT user=lf_exporter dbname=lf_mon sslmode=disable" >"$LF_WORK/exporter.out" 2>&1 ||
+			grep -q '^not ok - ' "$LF_WORK/exporter.out" ||
+			echo "not ok - exporter: test/exporter_check.py failed" >>"$LF_WORK/exporter.out"
+		cat "$LF_WORK/exporter.out" >>"$LF_WORK/docs.out"
+		lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE lf_mon' -c 'DROP ROLE lf_exporter' >/dev/null
+	else
+		echo "not ok - exporter: no prometheus-postgres-exporter (apt-get download, as root, fetches it)" >>"$LF_WORK/docs.out"
+	fi
+	grep -E '^(not )?ok - exporter' "$LF_WORK/docs.out"
 	ok=$(grep -cE '^ok - ' "$LF_WORK/docs.out")
 	bad=$(grep -cE '^not ok - ' "$LF_WORK/docs.out")
 	[ "$ok" -eq 0 ] && [ "$bad" -eq 0 ] && bad=1
