@@ -44,7 +44,7 @@ COMMENT ON FUNCTION @extschema@.release(text, text) IS
 'delete a lease only if it still holds this identity; status released, not_held, unavailable or unknown';
 
 -- These open network connections from the server: nobody may call them
--- until granted (docs/security.md shows the GRANT).
+-- until granted (README shows the GRANT).
 REVOKE EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.renew(text, text, bigint, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.release(text, text) FROM PUBLIC;

@@ -51,7 +51,7 @@ COMMENT ON FUNCTION @extschema@.truncate_guard() IS
 -- last with a default, so protect('t'), protect('t', 'fence', true) and
 -- protect('t', strict => true) mean what they meant.  Tables protected
 -- before keep their triggers: a fence trigger with two arguments and a
--- guard with one take the default, so they are checked from now on (docs/guides/fencing-tables.md,
+-- guard with one take the default, so they are checked from now on (README,
 -- "Unissued generations").
 DROP FUNCTION @extschema@.protect(regclass, name, boolean);
 
@@ -277,7 +277,7 @@ REVOKE EXECUTE ON FUNCTION @extschema@.repair_unissued(regclass, bigint) FROM PU
 -- Resource fences and failover-safe generations
 ------------------------------------------------------------------------------
 
--- A generation carries its epoch in the sequence value (docs/guides/failover-and-generations.md,
+-- A generation carries its epoch in the sequence value (README.md,
 -- "Generations across a failover"): pg_dump must keep that value, or a
 -- restored database would start again from 1, below what it had issued.
 -- Marked as configuration, the sequence's value is dumped (as a setval).
@@ -330,7 +330,7 @@ GRANT SELECT ON @extschema@.resource_fences TO PUBLIC;
 -- new signature needs a new function; the 1.1 one is dropped, since both
 -- would match a call with four arguments or fewer.  EXECUTE granted on the
 -- 1.1 function goes with it: the roles that take leases are granted EXECUTE
--- on the new one again, in the transaction of the update (docs/security.md).  A GRANT
+-- on the new one again, in the transaction of the update (README).  A GRANT
 -- made here would be recorded as the extension's own initial privilege,
 -- which pg_dump leaves out: it would vanish at the next dump and restore.
 CREATE FUNCTION @extschema@.acquire(resource text, ttl_ms bigint,
