@@ -1079,7 +1079,7 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 
 			subscribed = false;
 			no_subscription = true;
-			lf_redis_disconnect_all();
+			(void) lf_redis_disconnect_all();
 			now = lf_now_ms();
 			wake = Min(deadline, now + jittered(poll));
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

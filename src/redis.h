@@ -149,7 +149,7 @@ extern uint64 lf_conn_serial(const LfEndpoint *ep);
 extern int	lf_subscriber_wait(int64 deadline);
 extern void lf_subscriber_close(void);
 extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
-extern void lf_redis_disconnect_all(void);
+extern int	lf_redis_disconnect_all(void);
 extern void lf_redis_read_deferred(int64 deadline);
 
 /* one open connection, as lease_fence.redis_connections() shows it */

@@ -275,19 +275,28 @@ close_abandoned(void)
 	}
 }
 
-/* Close every cached connection. */
-void
+/*
+ * Close every cached connection (the subscription's included); returns how
+ * many of the cached ones were open.
+ */
+int
 lf_redis_disconnect_all(void)
 {
 	HASH_SEQ_STATUS seq;
 	LfConn	   *c;
+	int			n = 0;
 
 	close_conn(&subscriber);
 	if (connections == NULL)
-		return;
+		return 0;
 	hash_seq_init(&seq, connections);
 	while ((c = hash_seq_search(&seq)) != NULL)
+	{
+		if (c->fd != PGINVALID_SOCKET)
+			n++;
 		close_conn(c);
+	}
+	return n;
 }
 
 /*
@@ -358,21 +367,9 @@ lf_redis_connections(LfConnInfo **out)
 int
 lf_redis_disconnect(int64 deadline)
 {
-	HASH_SEQ_STATUS seq;
-	LfConn	   *c;
-	int			n = 0;
-
 	close_abandoned();
 	lf_redis_read_deferred(deadline);
-	if (connections != NULL)
-	{
-		hash_seq_init(&seq, connections);
-		while ((c = hash_seq_search(&seq)) != NULL)
-			if (c->fd != PGINVALID_SOCKET)
-				n++;
-	}
-	lf_redis_disconnect_all();
-	return n;
+	return lf_redis_disconnect_all();
 }
 
 /* on_proc_exit: free what OpenSSL and hiredis malloc'd */
@@ -380,7 +377,7 @@ static void
 disconnect_at_exit(int code, Datum arg)
 {
 	exiting = true;
-	lf_redis_disconnect_all();
+	(void) lf_redis_disconnect_all();
 }
 
 /*

@@ -356,7 +356,7 @@ lf_watch_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			/* the connections and answers of the old settings are of no use */
-			lf_redis_disconnect_all();
+			(void) lf_redis_disconnect_all();
 			memset(last, 0, sizeof(last));
 		}
 	}
