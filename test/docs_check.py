@@ -170,10 +170,12 @@ def markdown_files(root):
                 yield os.path.join(dirpath, n)
 
 
-def check_links(root, res):
-    broken = []
-    count = 0
-    for path in markdown_files(root):
+def broken_links(paths, root, judged=lambda dest: True):
+    """The relative links of the Markdown files paths whose file or #anchor
+    does not exist, as "file:line: target (why)", and how many links were
+    judged; a link whose destination judged() refuses is not."""
+    broken, count = [], 0
+    for path in paths:
         with open(path, encoding='utf-8') as f:
             lines = without_code(f.read())
         for lineno, line in enumerate(lines, 1):
@@ -181,15 +183,22 @@ def check_links(root, res):
             for target in re.findall(r'\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)', line):
                 if re.match(r'^[a-z][a-z0-9+.-]*:', target):    # http:, mailto:, ...
                     continue
-                count += 1
                 file_part, _, anchor = target.partition('#')
                 dest = path if file_part == '' else os.path.normpath(
                     os.path.join(os.path.dirname(path), file_part))
+                if not judged(dest):
+                    continue
+                count += 1
                 where = f'{os.path.relpath(path, root)}:{lineno}: {target}'
                 if not os.path.exists(dest):
                     broken.append(f'{where} (no such file)')
                 elif anchor and dest.endswith('.md') and anchor not in anchors(dest):
                     broken.append(f'{where} (no such anchor)')
+    return broken, count
+
+
+def check_links(root, res):
+    broken, count = broken_links(markdown_files(root), root)
     res.check(not broken and count > 0,
               f'links: every relative link of the Markdown files resolves ({count} links)',
               '; '.join(broken[:20]) + (f' ... and {len(broken) - 20} more' if len(broken) > 20 else ''))
@@ -376,28 +385,14 @@ def self_test(root, catalog_path, res):
 
 
 def check_reference_links_only(copy, res):
-    """The link check on the self-test's copy: README.md and docs/ only (the
-    rest of the tree is not copied, so links from them out of it are not
-    judged)."""
-    broken = []
-    for path in [os.path.join(copy, 'README.md')] + sorted(
-            os.path.join(dp, n) for dp, _, fs in os.walk(os.path.join(copy, 'docs')) for n in fs if n.endswith('.md')):
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding='utf-8') as f:
-            lines = without_code(f.read())
-        for line in lines:
-            line = re.sub(r'`[^`]*`', '', line)
-            for target in re.findall(r'\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)', line):
-                if re.match(r'^[a-z][a-z0-9+.-]*:', target):
-                    continue
-                file_part, _, anchor = target.partition('#')
-                dest = path if file_part == '' else os.path.normpath(os.path.join(os.path.dirname(path), file_part))
-                inside = dest.startswith(os.path.join(copy, 'docs')) or dest == os.path.join(copy, 'README.md')
-                if not inside and not dest.endswith('no-such-file.md'):
-                    continue
-                if not os.path.exists(dest) or (anchor and dest.endswith('.md') and anchor not in anchors(dest)):
-                    broken.append(target)
+    """The link check on the self-test's copy: README.md and docs/ only, and
+    only their links into those (the rest of the tree is not copied)."""
+    docs = os.path.join(copy, 'docs')
+    readme = os.path.join(copy, 'README.md')
+    paths = [readme] + sorted(os.path.join(dp, n) for dp, _, fs in os.walk(docs)
+                              for n in fs if n.endswith('.md'))
+    inside = lambda dest: dest == readme or dest.startswith(docs + os.sep) or dest.endswith('no-such-file.md')
+    broken, _ = broken_links(paths, copy, inside)
     res.check(not broken, 'links', ', '.join(broken))
 
 
