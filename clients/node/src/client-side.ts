@@ -267,6 +267,21 @@ export class RedisLeases {
     if (options === null || typeof options !== 'object') {
       throw new TypeError('RedisLeases options are an object');
     }
+    // a client that follows a Sentinel or Cluster topology switches servers
+    // by itself: after a failover a reply may come from a demoted master, and
+    // a grant or release there is not the named master's. This mode talks to
+    // one server and cannot tell; the C edition checks the role after every
+    // switch and waits for replicas.
+    if ((redis as { isCluster?: unknown }).isCluster === true) {
+      throw new TypeError('RedisLeases does not support an ioredis Cluster client: take leases with ' +
+        'the C edition (lease_fence.redis_cluster), or give a client of one Redis server');
+    }
+    const sentinels = (redis as { options?: { sentinels?: unknown } }).options?.sentinels;
+    if (Array.isArray(sentinels) && sentinels.length > 0) {
+      throw new TypeError('RedisLeases does not support a Sentinel-managed ioredis client ' +
+        '(options.sentinels): after a failover it may answer from a demoted master; take leases ' +
+        'with the C edition (lease_fence.redis_sentinels), or give a client of one Redis server');
+    }
     // ioredis' own keyPrefix would prepend itself to the scripts' KEYS: the
     // keys would no longer be the ones the C library names
     const own = (redis as { options?: { keyPrefix?: unknown } }).options?.keyPrefix;

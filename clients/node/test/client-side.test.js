@@ -460,4 +460,20 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.equal(queries, 0, 'no generation drawn');
     assert.deepEqual(await keysUnder(admin, prefix), [], 'nothing sent');
   });
+
+  it('refuses Sentinel-managed and Cluster ioredis clients: a demoted master could answer', () => {
+    // lazyConnect: the clients are made, never connected; the refusal comes first
+    const sentinel = new Redis({ sentinels: [{ host: '127.0.0.1', port: 1 }], name: 'mymaster', lazyConnect: true });
+    const cluster = new Redis.Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true });
+    try {
+      assert.throws(() => new lf.RedisLeases(sentinel), (err) => err instanceof TypeError
+        && /Sentinel-managed ioredis client/.test(err.message));
+      assert.throws(() => new lf.RedisLeases(cluster), (err) => err instanceof TypeError
+        && /Cluster client/.test(err.message));
+      assert.ok(new lf.RedisLeases(redisClient()), 'a client of one server is taken');
+    } finally {
+      sentinel.disconnect();
+      cluster.disconnect();
+    }
+  });
 });

@@ -25,7 +25,7 @@ from lease_fence import (Lease, LeaseBusy, LeaseDenied, LeaseLost, LeaseUnavaila
 from lease_fence import acquire as c_acquire
 from lease_fence import release as c_release
 from lease_fence import try_acquire as c_try_acquire
-from lease_fence.client_side import (SCRIPTS, ClientSideLease, ClientSideLeases,
+from lease_fence.client_side import (SCRIPTS, AsyncClientSideLeases, ClientSideLease, ClientSideLeases,
                                      generation_key, lease_key)
 from lf_testlib import (DATABASE, PGHOST, PGPORT, PORTABLE_PORT, REDIS_SOCK, connect, new_row,
                         portable_connect, read_row, redis, resource_name, wait_for_redis,
@@ -109,6 +109,23 @@ class ClientSideTests(unittest.TestCase):
         self.assertEqual(generation_key("a:1", "p:"), "p:{a:1}:gen")
         self.assertEqual(lease_key("}é", "p:"), "p:{7dc3a9}#lease")
         self.assertEqual(generation_key("}é", "p:"), "p:{7dc3a9}#gen")
+
+    def test_sentinel_managed_client_refused(self):
+        """A Sentinel.master_for() client (sync or asyncio) is refused with a
+        TypeError naming Sentinel, before any request: it could answer from a
+        demoted master after a failover. A Cluster client is not a redis.Redis."""
+        import redis.asyncio.sentinel
+        import redis.sentinel
+        sync = redis.sentinel.Sentinel([("127.0.0.1", 1)]).master_for("mymaster", socket_timeout=0.5)
+        with self.assertRaisesRegex(TypeError, r"Sentinel-managed client .* not supported"):
+            ClientSideLeases(sync)
+        aio = redis.asyncio.sentinel.Sentinel([("127.0.0.1", 1)]).master_for("mymaster")
+        with self.assertRaisesRegex(TypeError, r"Sentinel-managed client .* not supported"):
+            AsyncClientSideLeases(aio)
+        with self.assertRaisesRegex(TypeError, r"Redis Cluster client is not supported"):
+            ClientSideLeases(object())
+        # a plain client of one server is still taken
+        ClientSideLeases(redis_py.Redis(unix_socket_path=REDIS_SOCK))
 
     def test_argument_errors_before_any_side_effect(self):
         """Bad arguments raise ValueError / TypeError; nothing drawn, nothing in Redis."""

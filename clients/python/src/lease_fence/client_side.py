@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Generator, NamedTuple, Optional, Sequence, Tuple
 
 import redis
+import redis.sentinel
 from redis.exceptions import (AuthenticationError, BusyLoadingError, NoPermissionError,
                               NoScriptError, ReadOnlyError, ResponseError)
 
@@ -506,6 +507,23 @@ def _fresh_kwargs(pool: Any, timeout_ms: int) -> Dict[str, Any]:
     return kwargs
 
 
+def _refuse_managed(client: Any, sentinel_pool: type) -> None:
+    """Refuse a client that follows a Sentinel or Cluster topology by itself.
+
+    Such a client switches servers on its own: after a failover a reply may
+    come from a master that was demoted, and a grant or a release there is
+    not one of the named master (a lease reported released while the key
+    stays on the new master; two holders at once). This mode talks to one
+    server and cannot tell; the C edition checks the server's role after
+    every switch and waits for replicas (lease_fence.redis_sentinels,
+    lease_fence.redis_cluster)."""
+    if isinstance(getattr(client, "connection_pool", None), sentinel_pool):
+        raise TypeError("a Sentinel-managed client (Sentinel.master_for()) is not supported by the "
+                        "client-side mode: after a failover it may answer from a demoted master; "
+                        "take leases with the C edition (lease_fence.redis_sentinels), or give a "
+                        "client of one Redis server")
+
+
 class _Settings:
     def __init__(self, key_prefix: str, gen_key_ttl_s: int, cleanup_timeout_ms: int) -> None:
         self.key_prefix = _check_prefix(key_prefix)
@@ -539,7 +557,8 @@ class _Settings:
 class ClientSideLeases(_Settings):
     """Leases taken by this process in Redis, generations drawn from the database.
 
-    ``client`` is a sync ``redis.Redis`` (not a cluster client); give it a
+    ``client`` is a sync ``redis.Redis`` of one server (a Sentinel-managed or
+    cluster client is refused: see ``_refuse_managed``); give it a
     ``socket_timeout`` (and ``socket_connect_timeout``): without one a
     request to a stalled Redis waits for ever, with one a request that
     times out is ``unknown``. Its retry settings are not used (a request is
@@ -564,7 +583,9 @@ class ClientSideLeases(_Settings):
                  cleanup_timeout_ms: int = DEFAULT_CLEANUP_TIMEOUT_MS) -> None:
         if not isinstance(client, redis.Redis):
             raise TypeError(f"expected a redis.Redis client, got {type(client).__name__} "
-                            f"(redis.asyncio.Redis: use AsyncClientSideLeases)")
+                            f"(redis.asyncio.Redis: use AsyncClientSideLeases; a Redis Cluster "
+                            f"client is not supported)")
+        _refuse_managed(client, redis.sentinel.SentinelConnectionPool)
         super().__init__(key_prefix, gen_key_ttl_s, cleanup_timeout_ms)
         self.client = client
 
@@ -699,7 +720,10 @@ class AsyncClientSideLeases(_Settings):
         import redis.asyncio
         if not isinstance(client, redis.asyncio.Redis):
             raise TypeError(f"expected a redis.asyncio.Redis client, got "
-                            f"{type(client).__name__} (redis.Redis: use ClientSideLeases)")
+                            f"{type(client).__name__} (redis.Redis: use ClientSideLeases; a "
+                            f"Redis Cluster client is not supported)")
+        import redis.asyncio.sentinel
+        _refuse_managed(client, redis.asyncio.sentinel.SentinelConnectionPool)
         super().__init__(key_prefix, gen_key_ttl_s, cleanup_timeout_ms)
         self.client = client
 
