@@ -121,7 +121,7 @@ done
 # EXTENSION lines become no-ops (the portable edition stays installed);
 # nothing else in them changes, and they are compared with test/expected.
 ISO=$LF_WORK/isolation_in
-ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard portable_heal}
+ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard portable_heal portable_draw_lock}
 lf_as_user mkdir -p "$ISO/specs" "$ISO/expected"
 # the portable edition's own specs (test/portable/specs) come as they are
 for f in "$LF_SRC"/test/portable/specs/*.spec; do
