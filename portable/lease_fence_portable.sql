@@ -670,12 +670,12 @@ END;
 $$;
 
 -- The rules of the row fence, fence_trigger.c's line by line: what
--- fence_trigger() runs for every row its short path does not take.  The
+-- fence_trigger() runs for every row.  The
 -- trigger's variables come as arguments (TG_OP, TG_LEVEL, ...), OLD and NEW
 -- as old_row / new_row (NULL where the trigger has none); it returns the row
 -- the trigger returns, or raises the fence's error.  EXECUTE is PUBLIC's, as
 -- it must be for every writer's trigger: called directly it only computes
--- (and sets the caller's own lease_fence_portable settings).
+-- (and sets the caller's own lease_fence_portable.checked).
 CREATE OR REPLACE FUNCTION lease_fence.fence_rules(tg_op text, tg_level text, tg_when text,
 	tg_relid oid, tg_name text, tg_schema text, tg_table text, tg_nargs integer, tg_argv text[],
 	old_row record, new_row record)
@@ -775,14 +775,6 @@ BEGIN
 		IF s <= g AND (n <= s OR n = g)
 		   AND (NOT check_issued OR g = 0
 		        OR g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)) THEN
-			-- fence_trigger() may take its short path for this trigger and
-			-- this current generation until the transaction ends: its
-			-- arguments are protect()'s, the column is checked, and the
-			-- generation is issued (or need not be)
-			IF tg_nargs = 3 AND tg_argv[0] = 'fence' AND gs = g::text THEN
-				PERFORM pg_catalog.set_config('lease_fence_portable.fast',
-					pg_catalog.concat(tg_relid, '/', tg_name, ':', gs), true);
-			END IF;
 			new_row.fence := g;
 			RETURN new_row;
 		END IF;
@@ -962,41 +954,25 @@ $$;
 
 -- BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW.  Arguments: the fence
 -- column (default fence), 'lenient' (default) or 'strict', 'issued'
--- (default) or 'external'.
+-- (default) or 'external'.  Every row goes to fence_rules(), which reads
+-- the fence column the trigger's own arguments name.
 --
--- The short path: an UPDATE under the same current generation as a row
--- before it in this transaction that fence_rules() let through on its own
--- short path for this trigger (it set lease_fence_portable.fast): the
--- stored fence at or below the generation, the fence left alone, written at
--- or below the stored one (a full-row save) or as the generation; the row's
--- fence becomes the generation.  Every other row goes to fence_rules().
+-- No short path is remembered in a setting: a session can set any custom
+-- setting by hand, so nothing a writer sets may let a row skip a rule.  The
+-- only state kept across rows is lease_fence_portable.checked, which skips
+-- the misuse checks of the fence column, never a rule.
 --
 -- No SET search_path here, on purpose: setting it costs about as much per
--- row as the rest of the short path.  Instead nothing below depends on it:
--- every operator is OPERATOR(pg_catalog.x), every function and type is
--- schema-qualified, and fence_rules() pins search_path for itself.  (The
--- function is compiled and its expressions planned under the caller's
--- search_path; with everything qualified, the plans are the same under any.)
--- A writer that sets lease_fence_portable.fast itself skips only what the
--- short path skips, for its own writes: the column check and LF004; never
--- LF001 or LF003, which the short path checks itself.
+-- row as the call it wraps.  Instead nothing below depends on it: the
+-- function is schema-qualified, and fence_rules() pins search_path for
+-- itself.  (The function is compiled and its expressions planned under the
+-- caller's search_path; with everything qualified, the plans are the same
+-- under any.)
 CREATE OR REPLACE FUNCTION lease_fence.fence_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
-DECLARE
-	g pg_catalog.int8;
 BEGIN
-	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE'
-	   AND pg_catalog.current_setting('lease_fence_portable.fast', true) OPERATOR(pg_catalog.=)
-	       pg_catalog.concat(TG_RELID, '/', TG_NAME, ':', pg_catalog.current_setting('lease_fence.generation', true)) THEN
-		g := pg_catalog.current_setting('lease_fence.generation')::pg_catalog.int8;
-		IF OLD.fence OPERATOR(pg_catalog.<=) g
-		   AND (NEW.fence OPERATOR(pg_catalog.<=) OLD.fence OR NEW.fence OPERATOR(pg_catalog.=) g) THEN
-			NEW.fence := g;
-			RETURN NEW;
-		END IF;
-	END IF;
 	RETURN lease_fence.fence_rules(TG_OP, TG_LEVEL, TG_WHEN, TG_RELID, TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME,
 	                               TG_NARGS, TG_ARGV, OLD, NEW);
 END;

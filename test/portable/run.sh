@@ -29,7 +29,7 @@ TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard prot
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations "
+AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations portable_short_path "
 
 # the standby of check_timeline, if it was started
 stop_standby() {
