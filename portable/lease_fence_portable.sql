@@ -184,20 +184,35 @@ BEGIN
 	END IF;
 	last := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
 	epoch := last >> 40;
-	IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
-		IF known IS NOT NULL THEN
-			-- a new timeline: the current epoch plus its number, as the C edition
-			target := epoch + tl;
-			IF target > epoch_max THEN
-				RAISE EXCEPTION 'no generation epoch is left for timeline %', tl
-					USING ERRCODE = 'program_limit_exceeded',
-					      DETAIL = pg_catalog.format('The current epoch is %s and epochs go up to %s.', epoch, epoch_max);
-			END IF;
-			PERFORM pg_catalog.setval(seq, target << 40);
-			RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, epoch, target;
-			last := target << 40;
-			epoch := target;
+	-- every check first, then the moves: setval is not transactional, so a
+	-- refused heal must not have moved to a new epoch before it is refused
+	IF tl IS NOT NULL AND known IS NOT NULL AND tl > known THEN
+		-- a new timeline: the current epoch plus its number, as the C edition
+		target := epoch + tl;
+		IF target > epoch_max THEN
+			RAISE EXCEPTION 'no generation epoch is left for timeline %', tl
+				USING ERRCODE = 'program_limit_exceeded',
+				      DETAIL = pg_catalog.format('The current epoch is %s and epochs go up to %s.', epoch, epoch_max);
 		END IF;
+		last := target << 40;
+		epoch := target;
+	END IF;
+	IF checked AND past > last THEN
+		spent := COALESCE(pg_catalog.pg_sequence_last_value(spent_seq), 0);
+		IF (past >> 40) <> epoch OR past - last > heal_budget - spent OR (past & counter_mask) >= counter_limit - 1 THEN
+			RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', past
+				USING ERRCODE = 'data_corrupted',
+				      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s). Heals move the generations at most %s past the highest issued in total, within the epoch, until the database owner runs lease_fence.advance_generation(); %s of that is left. Nothing was moved.',
+				                                 last, epoch, heal_budget, GREATEST(heal_budget - spent, 0)),
+				      HINT = 'If this database was restored from a backup older than that generation, the database owner moves the generations past it with lease_fence.advance_generation() once the value is checked. Otherwise something other than lease_fence wrote the resource''s generation key: delete that key.';
+		END IF;
+	END IF;
+
+	IF target IS NOT NULL THEN
+		PERFORM pg_catalog.setval(seq, target << 40);
+		RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, target - tl, target;
+	END IF;
+	IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
 		UPDATE lease_fence.generation_timeline t SET timeline = tl;
 	END IF;
 	IF past IS NULL THEN
@@ -208,23 +223,12 @@ BEGIN
 			PERFORM pg_catalog.setval(seq, past);
 		END IF;
 		PERFORM pg_catalog.setval(spent_seq, 0);
-		RETURN;
+	ELSIF past > last THEN
+		-- the budget first: when the WAL of the move is on disk, so is its cost
+		PERFORM pg_catalog.setval(spent_seq, spent + (past - last));
+		PERFORM pg_catalog.setval(seq, past);
 	END IF;
-	IF past <= last THEN
-		-- the next draw is above it already
-		RETURN;
-	END IF;
-	spent := COALESCE(pg_catalog.pg_sequence_last_value(spent_seq), 0);
-	IF (past >> 40) <> epoch OR past - last > heal_budget - spent OR (past & counter_mask) >= counter_limit - 1 THEN
-		RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', past
-			USING ERRCODE = 'data_corrupted',
-			      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s). Heals move the generations at most %s past the highest issued in total, within the epoch, until the database owner runs lease_fence.advance_generation(); %s of that is left. Nothing was moved.',
-			                                 last, epoch, heal_budget, GREATEST(heal_budget - spent, 0)),
-			      HINT = 'If this database was restored from a backup older than that generation, the database owner moves the generations past it with lease_fence.advance_generation() once the value is checked. Otherwise something other than lease_fence wrote the resource''s generation key: delete that key.';
-	END IF;
-	-- the budget first: when the WAL of the move is on disk, so is its cost
-	PERFORM pg_catalog.setval(spent_seq, spent + (past - last));
-	PERFORM pg_catalog.setval(seq, past);
+	-- (past <= last: the next draw is above it already)
 END;
 $$;
 
