@@ -18,15 +18,17 @@
 --                        epoch on a new timeline): nobody may setval it
 --                        backwards or draw from it otherwise (SELECT on it
 --                        is PUBLIC's: last_value is no secret);
---   next_generation(bigint)  the same after moving the sequence at most
---                        2^24 up (the heal of a stale answer); EXECUTE is
---                        not PUBLIC's;
+--   next_generation(bigint)  the same after moving the sequence up (the
+--                        heal of a stale answer), within a budget of 2^24
+--                        for all heals together (lease_fence.heal_spent);
+--                        EXECUTE is not PUBLIC's;
 --   fence_resource(text) writes lease_fence.resource_generation, which
 --                        nobody may write directly (a direct UPDATE could
 --                        lower a stored fence); EXECUTE is not PUBLIC's.
 -- They run as the installing role (the database owner), take no SQL text
 -- from the caller, and touch only those objects (and
--- lease_fence.generation_timeline, the timeline of the current epoch).
+-- lease_fence.generation_timeline, the timeline of the current epoch and
+-- the lock of the generations, and lease_fence.heal_spent).
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -111,7 +113,12 @@ COMMENT ON FUNCTION lease_fence.wal_timeline() IS
 'the timeline this server writes WAL on, or NULL where it cannot be read (portable edition)';
 
 -- The timeline the current epoch belongs to: one row, NULL where the
--- timeline could not be read when it was recorded.
+-- timeline could not be read when it was recorded.  The row is also the
+-- lock of the generations (draw_generation() says how): nobody but the
+-- installing role has any privilege on this table, so nobody else can lock
+-- the row, and what any role can take on the table (the locks a PREPARE of
+-- a SELECT or an INSERT holds without a privilege check) conflicts with
+-- neither of the row locks.
 CREATE TABLE IF NOT EXISTS lease_fence.generation_timeline (
 	one boolean PRIMARY KEY DEFAULT true CHECK (one),
 	timeline bigint
@@ -121,22 +128,122 @@ INSERT INTO lease_fence.generation_timeline (timeline)
 	SELECT lease_fence.wal_timeline()
 	ON CONFLICT (one) DO NOTHING;
 
+-- The heal budget spent: how far heals (next_generation(above)) have moved
+-- the generations since the install or the owner's last
+-- advance_generation(), summed over heals (the value healed to minus the
+-- highest issued before that heal).  At most 2^24 in total, as in the C
+-- edition.  A sequence, not a table row: a heal's setval is not
+-- transactional, so a heal whose transaction rolls back has moved the
+-- generations all the same, and must have spent its share.  Nobody but the
+-- installing role may read or move it.
+CREATE SEQUENCE IF NOT EXISTS lease_fence.heal_spent AS bigint MINVALUE 0 START 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE lease_fence.heal_spent FROM PUBLIC;
+
+-- Move the sequence so that every later generation is greater than past
+-- (never backwards), after starting a new epoch if the timeline changed.
+-- It locks the row of generation_timeline FOR UPDATE, until the
+-- transaction ends: every draw holds it FOR SHARE around its nextval, so
+-- no draw runs between the read of the highest issued here and the setval
+-- (which is not transactional): a setval never lands below a value just
+-- drawn, and never moves the sequence backwards.
+--
+-- checked (a heal: next_generation(above)): past must be a value this
+-- database could have issued: in the current epoch, and within the heal
+-- budget -- heals move the generations at most 2^24 (16,777,216) past the
+-- highest issued in total (lease_fence.heal_spent), until the owner's next
+-- advance_generation().  Beyond that, XX001 and nothing is moved: a :gen
+-- key set by anybody who may write Redis to 2^63-1 or a timestamp, or one
+-- heal after another, would otherwise exhaust the generations for good.
+-- Not checked (advance_generation(), the owner's decision): any past that
+-- leaves the next draw a generation, and the budget starts again.
+CREATE OR REPLACE FUNCTION lease_fence.move_generations(past bigint, checked boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
+	spent_seq CONSTANT pg_catalog.regclass := 'lease_fence.heal_spent';
+	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
+	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
+	heal_budget CONSTANT bigint := 1::bigint << 24;
+	epoch_max CONSTANT bigint := (1::bigint << 23) - 1;
+	tl bigint := lease_fence.wal_timeline();
+	known bigint;
+	last bigint;
+	epoch bigint;
+	target bigint;
+	spent bigint;
+BEGIN
+	-- no draw, heal or advance runs until this transaction ends
+	SELECT t.timeline INTO known FROM lease_fence.generation_timeline t FOR UPDATE;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'table lease_fence.generation_timeline has lost its row'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'Run portable/lease_fence_portable.sql again: it puts the row back.';
+	END IF;
+	last := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
+	epoch := last >> 40;
+	-- every check first, then the moves: setval is not transactional, so a
+	-- refused heal must not have moved to a new epoch before it is refused
+	IF tl IS NOT NULL AND known IS NOT NULL AND tl > known THEN
+		-- a new timeline: the current epoch plus its number, as the C edition
+		target := epoch + tl;
+		IF target > epoch_max THEN
+			RAISE EXCEPTION 'no generation epoch is left for timeline %', tl
+				USING ERRCODE = 'program_limit_exceeded',
+				      DETAIL = pg_catalog.format('The current epoch is %s and epochs go up to %s.', epoch, epoch_max);
+		END IF;
+		last := target << 40;
+		epoch := target;
+	END IF;
+	IF checked AND past > last THEN
+		spent := COALESCE(pg_catalog.pg_sequence_last_value(spent_seq), 0);
+		IF (past >> 40) <> epoch OR past - last > heal_budget - spent OR (past & counter_mask) >= counter_limit - 1 THEN
+			RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', past
+				USING ERRCODE = 'data_corrupted',
+				      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s). Heals move the generations at most %s past the highest issued in total, within the epoch, until the database owner runs lease_fence.advance_generation(); %s of that is left. Nothing was moved.',
+				                                 last, epoch, heal_budget, GREATEST(heal_budget - spent, 0)),
+				      HINT = 'If this database was restored from a backup older than that generation, the database owner moves the generations past it with lease_fence.advance_generation() once the value is checked. Otherwise something other than lease_fence wrote the resource''s generation key: delete that key.';
+		END IF;
+	END IF;
+
+	IF target IS NOT NULL THEN
+		PERFORM pg_catalog.setval(seq, target << 40);
+		RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, target - tl, target;
+	END IF;
+	IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
+		UPDATE lease_fence.generation_timeline t SET timeline = tl;
+	END IF;
+	IF past IS NULL THEN
+		RETURN;
+	END IF;
+	IF NOT checked THEN
+		IF past > last THEN
+			PERFORM pg_catalog.setval(seq, past);
+		END IF;
+		PERFORM pg_catalog.setval(spent_seq, 0);
+	ELSIF past > last THEN
+		-- the budget first: when the WAL of the move is on disk, so is its cost
+		PERFORM pg_catalog.setval(spent_seq, spent + (past - last));
+		PERFORM pg_catalog.setval(seq, past);
+	END IF;
+	-- (past <= last: the next draw is above it already)
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.move_generations(bigint, boolean) FROM PUBLIC;
+
 -- Draw a generation; with above, first move the sequence past above (the
 -- heal of a stale answer: Redis holds a generation this database may have
 -- issued before a restore, or that a stalled acquirer drew and lost).
 --
--- Draws hold a shared advisory lock until their transaction ends, and
--- whatever moves the sequence (a new epoch, a heal) holds it exclusively:
--- setval, which is not transactional, then never runs between another
--- draw's read and its nextval, so it never moves the sequence backwards.
--- The key is the sequence's OID (a bigint; other users of advisory locks
--- with that number only wait).
---
--- A heal moves the sequence only to a value this database could have
--- issued: in the current epoch and at most 2^24 (16,777,216) past the
--- highest issued.  Beyond that, XX001 and nothing is moved: a :gen key set
--- by anybody who may write Redis to 2^63-1 or a timestamp would otherwise
--- exhaust the generations for good.
+-- A draw locks the row of generation_timeline FOR SHARE while it runs
+-- (draws do not wait for each other); whatever moves the sequence (a new
+-- epoch, a heal, advance_generation()) locks it FOR UPDATE in
+-- move_generations(), until its transaction ends.  Row locks, not advisory
+-- locks: any role may take any advisory lock, and one that held the
+-- draws' key froze every draw; only the installing role may lock this row.
 --
 -- The value leaves only through a transaction with an xid, so that its
 -- COMMIT flushes the WAL that covers it (a plain nextval in a transaction
@@ -149,63 +256,49 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
-	lock_key CONSTANT bigint := 'lease_fence.generation_seq'::pg_catalog.regclass::pg_catalog.oid::bigint;
 	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
 	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
-	heal_margin CONSTANT bigint := 1::bigint << 24;
-	epoch_max CONSTANT bigint := (1::bigint << 23) - 1;
 	tl bigint;
 	known bigint;
-	last bigint;
-	epoch bigint;
-	target bigint;
 	g bigint;
 BEGIN
 	IF pg_catalog.pg_is_in_recovery() THEN
 		RAISE EXCEPTION 'cannot draw a generation during recovery' USING ERRCODE = 'read_only_sql_transaction';
 	END IF;
+	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+		RAISE EXCEPTION 'cannot draw a generation in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
 	IF above < 0 THEN
 		RAISE EXCEPTION 'above must not be negative' USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	tl := lease_fence.wal_timeline();
+	-- read without a lock, to choose the lock: the recorded timeline and
+	-- the sequence only grow, so what needs no move now needs none later
 	SELECT t.timeline INTO known FROM lease_fence.generation_timeline t;
-	IF above IS NULL AND (tl IS NULL OR tl <= known) THEN
-		PERFORM pg_catalog.pg_advisory_xact_lock_shared(lock_key);
+	IF (tl IS NULL OR tl <= known)
+	   AND (above IS NULL OR above < COALESCE(pg_catalog.pg_sequence_last_value(seq), 0)) THEN
+		-- a draw: the row lock only while nextval runs, in a subtransaction
+		-- that is then rolled back (the value stays drawn: nextval is not
+		-- transactional), so that a transaction that drew and stays open
+		-- holds up no heal
+		BEGIN
+			PERFORM FROM lease_fence.generation_timeline t FOR SHARE;
+			IF NOT FOUND THEN
+				RAISE EXCEPTION 'table lease_fence.generation_timeline has lost its row'
+					USING ERRCODE = 'object_not_in_prerequisite_state',
+					      HINT = 'Run portable/lease_fence_portable.sql again: it puts the row back.';
+			END IF;
+			g := pg_catalog.nextval(seq);
+			-- (a code of this function's own: it never leaves it)
+			RAISE EXCEPTION 'drawn' USING ERRCODE = 'LFDRW';
+		EXCEPTION WHEN SQLSTATE 'LFDRW' THEN
+			NULL;
+		END;
 	ELSE
-		-- moves the sequence: no draw runs meanwhile
-		PERFORM pg_catalog.pg_advisory_xact_lock(lock_key);
-		SELECT t.timeline INTO known FROM lease_fence.generation_timeline t;
-		last := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
-		epoch := last >> 40;
-		IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
-			IF known IS NOT NULL THEN
-				-- a new timeline: the current epoch plus its number, as the C edition
-				target := epoch + tl;
-				IF target > epoch_max THEN
-					RAISE EXCEPTION 'no generation epoch is left for timeline %', tl
-						USING ERRCODE = 'program_limit_exceeded',
-						      DETAIL = pg_catalog.format('The current epoch is %s and epochs go up to %s.', epoch, epoch_max);
-				END IF;
-				PERFORM pg_catalog.setval(seq, target << 40);
-				RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, epoch, target;
-				last := target << 40;
-				epoch := target;
-			END IF;
-			INSERT INTO lease_fence.generation_timeline AS t (timeline) VALUES (tl)
-				ON CONFLICT (one) DO UPDATE SET timeline = excluded.timeline;
-		END IF;
-		IF above IS NOT NULL AND above >= last THEN
-			IF (above >> 40) <> epoch OR above - last > heal_margin OR (above & counter_mask) >= counter_limit - 1 THEN
-				RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', above
-					USING ERRCODE = 'data_corrupted',
-					      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s), and a stale answer moves the generations at most %s past that, within the epoch. Nothing was moved.',
-					                                 last, epoch, heal_margin),
-					      HINT = 'If this database was restored from a backup older than that generation, the database owner moves the generations past it with setval(''lease_fence.generation_seq'', ...) once the value is checked. Otherwise something other than lease_fence wrote the resource''s generation key: delete that key.';
-			END IF;
-			PERFORM pg_catalog.setval(seq, above);
-		END IF;
+		-- a move: the row lock until the transaction ends
+		PERFORM lease_fence.move_generations(above, true);
+		g := pg_catalog.nextval(seq);
 	END IF;
-	g := pg_catalog.nextval(seq);
 	IF (g & counter_mask) >= counter_limit THEN
 		RAISE EXCEPTION 'the generations of epoch % are exhausted', g >> 40
 			USING ERRCODE = 'program_limit_exceeded',
@@ -234,10 +327,10 @@ $$;
 COMMENT ON FUNCTION lease_fence.next_generation() IS
 'draw a new generation, strictly greater than every one returned before (portable edition: durable once the calling transaction commits)';
 
--- next_generation(above): a new generation greater than above (within
--- 2^24 of the highest issued, else XX001): how a client-side acquire heals
--- a stale answer.  SECURITY DEFINER for the same reason; EXECUTE is not
--- PUBLIC's (each call may move the sequence 2^24 further): grant it to the
+-- next_generation(above): a new generation greater than above (within the
+-- heal budget, else XX001): how a client-side acquire heals a stale
+-- answer.  SECURITY DEFINER for the same reason; EXECUTE is not PUBLIC's
+-- (heals spend a budget shared by the whole database): grant it to the
 -- roles that take leases.
 CREATE OR REPLACE FUNCTION lease_fence.next_generation(above bigint)
 RETURNS bigint
@@ -256,7 +349,65 @@ $$;
 REVOKE EXECUTE ON FUNCTION lease_fence.next_generation(bigint) FROM PUBLIC;
 
 COMMENT ON FUNCTION lease_fence.next_generation(bigint) IS
-'draw a new generation greater than above, moving the generations at most 2^24 past the highest issued (the heal of a stale answer; portable edition)';
+'draw a new generation greater than above; heals move the generations at most 2^24 past the highest issued in total until advance_generation() (the heal of a stale answer; portable edition)';
+
+-- advance_generation(past): every later generation is greater than past,
+-- durably once the transaction commits, and the heal budget starts again.
+-- The database owner's decision, as the superuser's in the C edition: after
+-- a restore from a backup older than the generations Redis or the fenced
+-- rows hold beyond what heals may move by themselves.  Returns the highest
+-- issued generation afterwards.  Not SECURITY DEFINER: only the installing
+-- role (and superusers) may run it; EXECUTE is not PUBLIC's, and a role
+-- granted it has no privilege on the sequence it moves all the same.
+CREATE OR REPLACE FUNCTION lease_fence.advance_generation(past bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
+	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
+	gen_owner oid := (SELECT c.relowner FROM pg_catalog.pg_class c
+	                  WHERE c.oid = 'lease_fence.generation_seq'::pg_catalog.regclass);
+	hi bigint;
+BEGIN
+	IF NOT pg_catalog.pg_has_role(gen_owner, 'USAGE') THEN
+		RAISE EXCEPTION 'must be owner of the generations to advance them'
+			USING ERRCODE = 'insufficient_privilege',
+			      DETAIL = 'Every value up to the new one counts as issued: the fence then accepts it.',
+			      HINT = pg_catalog.format('Role %s, which installed the portable edition, owns them.', gen_owner::pg_catalog.regrole);
+	END IF;
+	IF past IS NULL THEN
+		RAISE EXCEPTION 'past must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF past < 0 THEN
+		RAISE EXCEPTION 'past must not be negative' USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	-- past + 1, the next draw, must be a generation
+	IF (past & counter_mask) >= counter_limit - 1 THEN
+		RAISE EXCEPTION 'generation % leaves no generation to draw after it', past
+			USING ERRCODE = 'invalid_parameter_value',
+			      DETAIL = 'The last 2^24 values of each epoch are never handed out.';
+	END IF;
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot advance the generations during recovery' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+		RAISE EXCEPTION 'cannot advance the generations in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	PERFORM lease_fence.move_generations(past, false);
+	-- the value leaves through a transaction with an xid (see draw_generation)
+	PERFORM pg_catalog.pg_current_xact_id();
+	hi := lease_fence.highest_issued();
+	RAISE LOG 'lease_fence: generations advanced: the highest issued generation is now %', hi;
+	RETURN hi;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.advance_generation(bigint) IS
+'the database owner only: make every later generation greater than past (never moves backwards) and start the heal budget again; returns the highest issued generation (portable edition)';
 
 -- The highest generation issued: the sequence's last value (0 before the first draw).
 -- SELECT on the sequence is PUBLIC's (it lets a role read last_value, as
@@ -523,12 +674,12 @@ END;
 $$;
 
 -- The rules of the row fence, fence_trigger.c's line by line: what
--- fence_trigger() runs for every row its short path does not take.  The
+-- fence_trigger() runs for every row.  The
 -- trigger's variables come as arguments (TG_OP, TG_LEVEL, ...), OLD and NEW
 -- as old_row / new_row (NULL where the trigger has none); it returns the row
 -- the trigger returns, or raises the fence's error.  EXECUTE is PUBLIC's, as
 -- it must be for every writer's trigger: called directly it only computes
--- (and sets the caller's own lease_fence_portable settings).
+-- (and sets the caller's own lease_fence_portable.checked).
 CREATE OR REPLACE FUNCTION lease_fence.fence_rules(tg_op text, tg_level text, tg_when text,
 	tg_relid oid, tg_name text, tg_schema text, tg_table text, tg_nargs integer, tg_argv text[],
 	old_row record, new_row record)
@@ -628,14 +779,6 @@ BEGIN
 		IF s <= g AND (n <= s OR n = g)
 		   AND (NOT check_issued OR g = 0
 		        OR g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)) THEN
-			-- fence_trigger() may take its short path for this trigger and
-			-- this current generation until the transaction ends: its
-			-- arguments are protect()'s, the column is checked, and the
-			-- generation is issued (or need not be)
-			IF tg_nargs = 3 AND tg_argv[0] = 'fence' AND gs = g::text THEN
-				PERFORM pg_catalog.set_config('lease_fence_portable.fast',
-					pg_catalog.concat(tg_relid, '/', tg_name, ':', gs), true);
-			END IF;
 			new_row.fence := g;
 			RETURN new_row;
 		END IF;
@@ -815,41 +958,25 @@ $$;
 
 -- BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW.  Arguments: the fence
 -- column (default fence), 'lenient' (default) or 'strict', 'issued'
--- (default) or 'external'.
+-- (default) or 'external'.  Every row goes to fence_rules(), which reads
+-- the fence column the trigger's own arguments name.
 --
--- The short path: an UPDATE under the same current generation as a row
--- before it in this transaction that fence_rules() let through on its own
--- short path for this trigger (it set lease_fence_portable.fast): the
--- stored fence at or below the generation, the fence left alone, written at
--- or below the stored one (a full-row save) or as the generation; the row's
--- fence becomes the generation.  Every other row goes to fence_rules().
+-- No short path is remembered in a setting: a session can set any custom
+-- setting by hand, so nothing a writer sets may let a row skip a rule.  The
+-- only state kept across rows is lease_fence_portable.checked, which skips
+-- the misuse checks of the fence column, never a rule.
 --
 -- No SET search_path here, on purpose: setting it costs about as much per
--- row as the rest of the short path.  Instead nothing below depends on it:
--- every operator is OPERATOR(pg_catalog.x), every function and type is
--- schema-qualified, and fence_rules() pins search_path for itself.  (The
--- function is compiled and its expressions planned under the caller's
--- search_path; with everything qualified, the plans are the same under any.)
--- A writer that sets lease_fence_portable.fast itself skips only what the
--- short path skips, for its own writes: the column check and LF004; never
--- LF001 or LF003, which the short path checks itself.
+-- row as the call it wraps.  Instead nothing below depends on it: the
+-- function is schema-qualified, and fence_rules() pins search_path for
+-- itself.  (The function is compiled and its expressions planned under the
+-- caller's search_path; with everything qualified, the plans are the same
+-- under any.)
 CREATE OR REPLACE FUNCTION lease_fence.fence_trigger()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
-DECLARE
-	g pg_catalog.int8;
 BEGIN
-	IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE'
-	   AND pg_catalog.current_setting('lease_fence_portable.fast', true) OPERATOR(pg_catalog.=)
-	       pg_catalog.concat(TG_RELID, '/', TG_NAME, ':', pg_catalog.current_setting('lease_fence.generation', true)) THEN
-		g := pg_catalog.current_setting('lease_fence.generation')::pg_catalog.int8;
-		IF OLD.fence OPERATOR(pg_catalog.<=) g
-		   AND (NEW.fence OPERATOR(pg_catalog.<=) OLD.fence OR NEW.fence OPERATOR(pg_catalog.=) g) THEN
-			NEW.fence := g;
-			RETURN NEW;
-		END IF;
-	END IF;
 	RETURN lease_fence.fence_rules(TG_OP, TG_LEVEL, TG_WHEN, TG_RELID, TG_NAME, TG_TABLE_SCHEMA, TG_TABLE_NAME,
 	                               TG_NARGS, TG_ARGV, OLD, NEW);
 END;

@@ -29,7 +29,7 @@ TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard prot
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations "
+AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations portable_short_path "
 
 # the standby of check_timeline, if it was started
 stop_standby() {
@@ -121,7 +121,7 @@ done
 # EXTENSION lines become no-ops (the portable edition stays installed);
 # nothing else in them changes, and they are compared with test/expected.
 ISO=$LF_WORK/isolation_in
-ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard portable_heal}
+ISO_TESTS=${LF_PORTABLE_ISOLATION-fence_concurrency full_row_save resource_fence truncate_guard portable_heal portable_draw_lock}
 lf_as_user mkdir -p "$ISO/specs" "$ISO/expected"
 # the portable edition's own specs (test/portable/specs) come as they are
 for f in "$LF_SRC"/test/portable/specs/*.spec; do
@@ -153,7 +153,8 @@ done
 # A new timeline starts a new epoch: a standby of this server (a base
 # backup), promoted, draws generations above every one the old primary
 # could hand out -- the portable edition reads the timeline from the WAL
-# file name, as any role may.
+# file name, as any role may -- and one epoch only, also after a refused
+# heal.
 check_timeline() {
 	local sb=$LF_WORK/standby port=5434 out hi g1 g2 tl
 	lf_as_user "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$sb" -R -X stream --checkpoint=fast \
@@ -168,6 +169,10 @@ check_timeline() {
 	out=$(sq -c "SELECT lease_fence.next_generation()" 2>&1)
 	case $out in *"cannot draw a generation during recovery"*) ;; *) echo "standby drew: $out"; return 1 ;; esac
 	lf_as_user "$PG_BIN/pg_ctl" -D "$sb" -w -t 60 promote >/dev/null || return 1
+	# a heal refused on the new timeline moves nothing, not even to the new
+	# epoch (setval is not transactional: checked before anything moves)
+	out=$(sq -c "SELECT lease_fence.next_generation(9223372036854775807)" 2>&1)
+	case $out in *"was not issued by this database"*) ;; *) echo "refused heal: $out"; return 1 ;; esac
 	g1=$(sq -c "SELECT lease_fence.next_generation()") || return 1
 	g2=$(sq -c "SELECT lease_fence.next_generation()") || return 1
 	tl=$(sq -c "SELECT timeline FROM lease_fence.generation_timeline") || return 1

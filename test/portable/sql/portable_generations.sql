@@ -1,6 +1,8 @@
 -- The portable edition's generations: next_generation(), the heal
--- next_generation(above), its bounds and privileges, the timeline record.
--- Run as lf_owner (the installing role) in database lf_portable.
+-- next_generation(above), its bounds and its budget, advance_generation(),
+-- privileges, the timeline record.  Run as the superuser, in database
+-- lf_portable, on the edition lf_owner installed (it SETs ROLE lf_owner
+-- where the installing role acts).
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
@@ -18,18 +20,27 @@ SELECT lease_fence.highest_issued() = :g1 + 1 AS highest_is_last;
 SELECT timeline IS NOT NULL AND timeline = lease_fence.wal_timeline() AS timeline_recorded
 FROM lease_fence.generation_timeline;
 
--- a heal within 2^24 of the highest issued: the next generation is above it
+-- Every heal spends from one budget: the heals together move the
+-- generations at most 2^24 past the highest issued, until the owner's
+-- advance_generation() starts the budget again (here it does, so that
+-- the files before this one do not count)
+SET ROLE lf_owner;
+SELECT lease_fence.advance_generation(0) = lease_fence.highest_issued() AS advanced_nothing;
+RESET ROLE;
+
+-- a heal within the budget: the next generation is above it (1000 spent)
 SELECT lease_fence.highest_issued() + 1000 AS above \gset
 SELECT lease_fence.next_generation(:above) = :above + 1 AS healed_past;
 SELECT lease_fence.highest_issued() = :above + 1 AS highest_moved;
 -- a value at or below the highest issued moves nothing: just a draw
 SELECT lease_fence.next_generation(5) = :above + 2 AS below_is_a_draw;
 
--- beyond the margin: XX001, nothing moved
+-- beyond the budget: XX001, nothing moved
 SELECT lease_fence.highest_issued() AS before \gset
 -- (the numbers in the messages depend on the draws before: SQLSTATEs only)
 \set VERBOSITY sqlstate
 SELECT lease_fence.next_generation(:before + 16777217);
+SELECT lease_fence.next_generation(:before + 16777216);
 SELECT lease_fence.next_generation(9223372036854775807);
 -- another epoch (2^40): refused too
 SELECT lease_fence.next_generation(1099511627776);
@@ -49,8 +60,71 @@ EXCEPTION WHEN data_corrupted THEN
 END;
 $$;
 SELECT lease_fence.highest_issued() = :before AS nothing_moved;
--- exactly the margin is allowed
-SELECT lease_fence.next_generation(:before + 16777216) = :before + 16777217 AS margin_allowed;
+-- what is left of the budget is allowed, and then nothing more
+SELECT lease_fence.next_generation(:before + 16777216 - 1000) = :before + 16777216 - 1000 + 1 AS rest_of_budget;
+SELECT lease_fence.highest_issued() AS before \gset
+\set VERBOSITY sqlstate
+SELECT lease_fence.next_generation(:before + 1);
+\set VERBOSITY default
+SELECT lease_fence.highest_issued() = :before AS nothing_moved;
+-- a heal that moves nothing spends nothing: still a draw
+SELECT lease_fence.next_generation(:before) = :before + 1 AS at_highest_is_a_draw;
+
+-- one heal of the whole budget, then the next one is refused (a loop of
+-- next_generation(highest_issued() + 2^24) no longer exhausts the epoch)
+SET ROLE lf_owner;
+SELECT lease_fence.advance_generation(0) = lease_fence.highest_issued() AS budget_again;
+RESET ROLE;
+SELECT lease_fence.highest_issued() AS before \gset
+SELECT lease_fence.next_generation(:before + 16777216) = :before + 16777217 AS whole_budget;
+\set VERBOSITY sqlstate
+SELECT lease_fence.next_generation(lease_fence.highest_issued() + 16777216);
+\set VERBOSITY default
+SELECT lease_fence.highest_issued() = :before + 16777217 AS nothing_moved;
+
+-- a heal whose transaction rolls back has moved the generations all the
+-- same (setval is not transactional), and has spent its share
+SET ROLE lf_owner;
+SELECT lease_fence.advance_generation(0) = lease_fence.highest_issued() AS budget_again;
+RESET ROLE;
+SELECT lease_fence.highest_issued() AS before \gset
+BEGIN;
+SELECT lease_fence.next_generation(:before + 16777216) = :before + 16777217 AS healed;
+ROLLBACK;
+SELECT lease_fence.highest_issued() = :before + 16777217 AS moved_all_the_same;
+\set VERBOSITY sqlstate
+SELECT lease_fence.next_generation(lease_fence.highest_issued() + 1);
+\set VERBOSITY default
+
+-- advance_generation(past): the owner's (the installing role's) only
+SET ROLE lf_gen_other;
+SELECT lease_fence.advance_generation(1);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) TO lf_gen_app;
+SET ROLE lf_gen_app;
+SELECT lease_fence.advance_generation(1);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) FROM lf_gen_app;
+SET ROLE lf_owner;
+SELECT lease_fence.highest_issued() AS before \gset
+-- past the heal budget, and it never goes back
+SELECT lease_fence.advance_generation(:before + 33554432) = :before + 33554432 AS advanced;
+SELECT lease_fence.next_generation() = :before + 33554433 AS draws_above;
+SELECT lease_fence.advance_generation(5) = :before + 33554433 AS never_backwards;
+-- and the budget is whole again
+SELECT lease_fence.next_generation(lease_fence.highest_issued() + 16777216) > 0 AS budget_whole;
+SELECT lease_fence.advance_generation(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_fence.advance_generation(-1);
+\echo :LAST_ERROR_SQLSTATE
+-- the next draw must be a generation: not into the last 2^24 of an epoch
+SELECT lease_fence.advance_generation(1099511627776 - 16777216 - 1);
+\echo :LAST_ERROR_SQLSTATE
+-- the files after this one start with the whole budget
+SELECT lease_fence.advance_generation(0) > 0 AS budget_again;
+RESET ROLE;
 
 -- bad arguments
 SELECT lease_fence.next_generation(NULL::bigint);
@@ -68,6 +142,8 @@ SELECT lease_fence.draw_generation(NULL);
 SELECT pg_catalog.setval('lease_fence.generation_seq', 1);
 SELECT pg_catalog.nextval('lease_fence.generation_seq');
 UPDATE lease_fence.generation_timeline SET timeline = 0;
+SELECT last_value FROM lease_fence.heal_spent;
+SELECT pg_catalog.setval('lease_fence.heal_spent', 0);
 RESET ROLE;
 SET ROLE lf_gen_app;
 SELECT lease_fence.next_generation(1) > 0 AS granted_can_heal;
@@ -77,6 +153,11 @@ RESET ROLE;
 BEGIN;
 SELECT lease_fence.next_generation() > 0 AS drawn;
 SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NOT NULL AS has_xid;
+ROLLBACK;
+-- and none is drawn in a read-only transaction
+BEGIN READ ONLY;
+SELECT lease_fence.next_generation();
+\echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 
 REVOKE EXECUTE ON FUNCTION lease_fence.next_generation(bigint) FROM lf_gen_app;
