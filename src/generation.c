@@ -638,7 +638,6 @@ static int64
 advance_past(int64 floor, bool checked, const char *resource)
 {
 	Oid			seqid = generation_seq_oid();
-	Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
 	int64		last;
 	XLogRecPtr	lsn;
 
@@ -655,8 +654,6 @@ advance_past(int64 floor, bool checked, const char *resource)
 	read_sequence_state(seqid, &last, &lsn);
 	if (checked && last <= floor)
 	{
-		int64		used = heal_budget_used(budgetid);
-
 		if (LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
 			floor - last > LF_HEAL_BUDGET ||
 			LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1)
@@ -669,18 +666,27 @@ advance_past(int64 floor, bool checked, const char *resource)
 							  floor, last, LF_EPOCH_OF(last), LF_HEAL_BUDGET),
 					errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value moves the generations past it with lease_fence.advance_generation(). Otherwise something other than lease_fence wrote the resource's generation key: delete that key."));
 		}
-		if (floor - last > LF_HEAL_BUDGET - used)
-		{
-			lf_count(LF_C_HEAL_REFUSED);
-			ereport(ERROR,
-					errcode(ERRCODE_DATA_CORRUPTED),
-					errmsg("lease_fence: the stale answer for resource \"%s\" would move the generations beyond the heal budget", resource),
-					errdetail("Redis holds " INT64_FORMAT ", " INT64_FORMAT " above the highest generation this database issued (" INT64_FORMAT "); stale answers may move the generations " INT64_FORMAT " in total until a superuser runs lease_fence.advance_generation(), and " INT64_FORMAT " of that is left. Nothing was moved.",
-							  floor, floor - last, last, LF_HEAL_BUDGET, LF_HEAL_BUDGET - used),
-					errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value runs lease_fence.advance_generation() with it, which also renews the heal budget. Otherwise something other than lease_fence writes the generation keys in Redis: stop it, and delete the key."));
-		}
+		/*
+		 * Only a heal that moves the sequence needs the budget (an acquirer
+		 * that stalled moves nothing): so a 1.2 installation served by this
+		 * library heals such answers until its update, and refuses only
+		 * moves, for want of the budget's sequence (55000).
+		 */
 		if (floor > last)
 		{
+			Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
+			int64		used = heal_budget_used(budgetid);
+
+			if (floor - last > LF_HEAL_BUDGET - used)
+			{
+				lf_count(LF_C_HEAL_REFUSED);
+				ereport(ERROR,
+						errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("lease_fence: the stale answer for resource \"%s\" would move the generations beyond the heal budget", resource),
+						errdetail("Redis holds " INT64_FORMAT ", " INT64_FORMAT " above the highest generation this database issued (" INT64_FORMAT "); stale answers may move the generations " INT64_FORMAT " in total until a superuser runs lease_fence.advance_generation(), and " INT64_FORMAT " of that is left. Nothing was moved.",
+								  floor, floor - last, last, LF_HEAL_BUDGET, LF_HEAL_BUDGET - used),
+						errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value runs lease_fence.advance_generation() with it, which also renews the heal budget. Otherwise something other than lease_fence writes the generation keys in Redis: stop it, and delete the key."));
+			}
 			/* the cost first: a crash between the two keeps it */
 			setval_as_owner(budgetid, used + (floor - last));
 			lf_count(LF_C_HEAL_MOVED);
@@ -690,6 +696,8 @@ advance_past(int64 floor, bool checked, const char *resource)
 	}
 	else if (!checked)
 	{
+		Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
+
 		setval_as_owner(budgetid, 0);
 		if (last <= floor)
 			setval_as_owner(seqid, floor);

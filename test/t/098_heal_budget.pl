@@ -18,8 +18,11 @@
 #    issued) still answers stale with the budget spent;
 #  - a superuser's advance_generation() renews the budget (also one that
 #    moves nothing): the refused heal then heals, and the next acquire is
-#    acquired above the stored value.
-# The acquires run as an application role with EXECUTE on acquire only.
+#    acquired above the stored value;
+#  - a 1.2 installation served by this library refuses heals that would
+#    move the generations (55000: update), and heals those that move nothing.
+# The acquires of 1 to 5 run as an application role with EXECUTE on acquire
+# only.
 
 use strict;
 use warnings;
@@ -130,6 +133,25 @@ refused_by_budget('the second step after a crash', 'victim', $second);
 	is($row && $row->{status}, 'acquired', 'the next acquire is acquired') or diag($err);
 	ok($row && $row->{generation} > $second, 'above the stored value');
 	is(counter('moved'), $moved + 1, 'the heal is counted as heal/moved');
+}
+
+# 6. a 1.2 installation served by this library (before its ALTER EXTENSION
+# UPDATE) has no budget: a heal that would move the generations is 55000
+# asking for the update, one that moves nothing still answers stale
+{
+	sql_ok($node, 'CREATE DATABASE old12');
+	sql_ok($node, q{ALTER DATABASE old12 SET lease_fence.key_prefix = 'old12:'});
+	$node->safe_psql('old12', q{CREATE EXTENSION lease_fence VERSION '1.2'});
+	my $h = $node->safe_psql('old12', 'SELECT lease_fence.next_generation()');
+	need($redis->cli('SET', 'old12:{r}:gen', $h + 1000), 'OK', 'SET of a :gen key of old12');
+	my ($ret, $out, $err) = $node->psql('old12', q{SELECT status FROM lease_fence.acquire('r', 30000)},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	is(sqlstate($err), '55000', '1.2 objects: a heal that moves the generations is 55000');
+	like($err, qr/ALTER EXTENSION lease_fence UPDATE/, '1.2 objects: it asks for the update');
+	$h = $node->safe_psql('old12', 'SELECT last_value FROM lease_fence.generation_seq');
+	need($redis->cli('SET', 'old12:{s}:gen', $h + 1), 'OK', 'SET of a :gen key of old12');
+	is($node->safe_psql('old12', q{SELECT status FROM lease_fence.acquire('s', 30000)}), 'stale',
+		'1.2 objects: a stale answer that moves nothing is stale');
 }
 
 $node->stop;
