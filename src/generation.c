@@ -589,16 +589,17 @@ lf_draw_generation(void)
 
 /*
  * How far stale answers may move the sequence by themselves, in total, since
- * the install or a superuser's last advance_generation() (docs/guides/failover-and-generations.md, "Generations"):
- * 2^24, about 4.6 hours of generations at 1,000 acquires a second, enough
- * for the generations a restored database issued after its backup was
- * taken.  The budget is what bounds writes into Redis: a :gen key set by
- * hand (or by anybody who may write Redis) to 2^63-1 or to a timestamp
- * would otherwise move the sequence there in one heal, and one set just
- * above what was issued before every acquire would walk it there in steps;
- * either exhausts the epoch for every later draw and makes every value
- * below "issued" to the fence.  lease_fence.heal_budget_seq holds how much
- * of it the heals used (its MAXVALUE is this value).
+ * the install or a superuser's last advance_generation()
+ * (docs/guides/failover-and-generations.md, "How far a stale answer moves
+ * the generations"): 2^24, about 4.6 hours of generations at 1,000
+ * acquires a second, enough for the generations a restored database issued
+ * after its backup was taken.  The budget is what bounds writes into Redis:
+ * a :gen key set by hand (or by anybody who may write Redis) to 2^63-1 or
+ * to a timestamp would otherwise move the sequence there in one heal, and
+ * one set just above what was issued before every acquire would walk it
+ * there in steps; either exhausts the epoch for every later draw and makes
+ * every value below "issued" to the fence.  lease_fence.heal_budget_seq
+ * holds how much of it the heals used (its MAXVALUE is this value).
  */
 #define LF_HEAL_BUDGET (INT64CONST(1) << 24)
 
