@@ -111,6 +111,26 @@ COMMENT ON FUNCTION @extschema@.advance_generation(bigint) IS
 
 REVOKE EXECUTE ON FUNCTION @extschema@.advance_generation(bigint) FROM PUBLIC;
 
+-- The heal budget: how far stale answers have moved the generations, in
+-- total, since the install or a superuser's last advance_generation().  A
+-- heal is bounded per step, but steps repeat: whoever may write Redis could
+-- set a :gen key just above what this database issued before every acquire
+-- and walk the sequence to the end of its epoch.  So all heals together may
+-- move it at most 2^24 (the MAXVALUE) until a superuser renews the budget
+-- (docs/guides/failover-and-generations.md, "How far a stale answer moves the generations").
+--
+-- A sequence, not a table: like generation_seq it is not transactional, so
+-- a heal whose transaction aborts keeps both the move and its cost (a table
+-- row would roll back while the sequence stays moved, and the budget would
+-- be spent for free); it is WAL-logged with the same flush as the heal's
+-- setval, so a crash never loses a cost whose move survived.  Only the C
+-- code writes it (setval as its owner, under the lock that serialises
+-- heals); nobody else has privileges on it.  Its value is dumped with
+-- generation_seq's, so the budget travels with the generations it guards.
+CREATE SEQUENCE @extschema@.heal_budget_seq AS bigint MINVALUE 0 MAXVALUE 16777216 START 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE @extschema@.heal_budget_seq FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.heal_budget_seq', '');
+
 ------------------------------------------------------------------------------
 -- protect() and unprotect() call the extension's own objects
 ------------------------------------------------------------------------------

@@ -71,11 +71,16 @@ CREATE SEQUENCE lease_fence.generation_seq AS bigint MINVALUE 1;
 CREATE TABLE lease_fence.resource_generation (
 	resource text COLLATE "C" PRIMARY KEY, generation bigint NOT NULL, updated_at timestamptz NOT NULL);
 CREATE TABLE lease_fence.protected (relid regclass PRIMARY KEY, fence_column name, strict boolean, tokens text);
+CREATE SEQUENCE lease_fence.heal_budget_seq AS bigint MINVALUE 0 START 5;
 RESET ROLE;
 -- a new session, with nothing cached
 \c
 SELECT lf_real.next_generation() = :before_rename + 1 AS generations_continue;
 SELECT last_value, is_called FROM lease_fence.generation_seq;
+-- advance_generation() renews the extension's heal budget, not the look-alike's
+SELECT lf_real.advance_generation(0) = :before_rename + 1 AS advanced_nothing;
+SELECT last_value, is_called FROM lease_fence.heal_budget_seq;
+SELECT last_value, is_called FROM lf_real.heal_budget_seq;
 BEGIN;
 SELECT lf_real.set_generation(:before_rename + 1) IS NOT NULL AS set;
 SELECT lf_real.fence_resource('is:1') = :before_rename + 1 AS fenced;

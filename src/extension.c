@@ -3,8 +3,9 @@
  * extension.c
  *	  The extension's own tables and sequence, found through the extension.
  *
- * The C code reads and writes three relations of its own: the generation
- * sequence, the resource fences' table and the table of protected tables.
+ * The C code reads and writes four relations of its own: the generation
+ * sequence, the heal budget's sequence, the resource fences' table and the
+ * table of protected tables.
  * Looking them up by schema and name would find whatever the name resolves
  * to: a role that once owned a schema called lease_fence (one created before
  * CREATE EXTENSION, say) could rename the real one away and put a look-alike
@@ -54,6 +55,7 @@ static const struct
 	[LF_GENERATION_SEQ] = {"generation_seq", RELKIND_SEQUENCE},
 	[LF_RESOURCE_GENERATION] = {"resource_generation", RELKIND_RELATION},
 	[LF_PROTECTED] = {"protected", RELKIND_RELATION},
+	[LF_HEAL_BUDGET_SEQ] = {"heal_budget_seq", RELKIND_SEQUENCE},
 };
 
 /* the cached answers: InvalidOid until looked up */

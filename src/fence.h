@@ -41,6 +41,7 @@ typedef enum LfOwnRelation
 	LF_GENERATION_SEQ,			/* lease_fence.generation_seq */
 	LF_RESOURCE_GENERATION,		/* lease_fence.resource_generation */
 	LF_PROTECTED,				/* lease_fence.protected */
+	LF_HEAL_BUDGET_SEQ,			/* lease_fence.heal_budget_seq */
 	LF_NUM_OWN_RELATIONS
 } LfOwnRelation;
 

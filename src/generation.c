@@ -588,31 +588,52 @@ lf_draw_generation(void)
 }
 
 /*
- * How far above the highest generation issued here a stale answer may move
- * the sequence by itself (docs/guides/failover-and-generations.md, "Generations"): 2^24, about 4.6 hours of
- * generations at 1,000 acquires a second, enough for the generations a
- * restored database issued after its backup was taken.  The margin is what
- * bounds a write into Redis: a :gen key set by hand (or by anybody who may
- * write Redis) to 2^63-1 or to a timestamp would otherwise move the
- * sequence there, exhausting the epoch for every later draw and making
- * every value below it "issued" to the fence.
+ * How far stale answers may move the sequence by themselves, in total, since
+ * the install or a superuser's last advance_generation()
+ * (docs/guides/failover-and-generations.md, "How far a stale answer moves
+ * the generations"): 2^24, about 4.6 hours of generations at 1,000
+ * acquires a second, enough for the generations a restored database issued
+ * after its backup was taken.  The budget is what bounds writes into Redis:
+ * a :gen key set by hand (or by anybody who may write Redis) to 2^63-1 or
+ * to a timestamp would otherwise move the sequence there in one heal, and
+ * one set just above what was issued before every acquire would walk it
+ * there in steps; either exhausts the epoch for every later draw and makes
+ * every value below "issued" to the fence.  lease_fence.heal_budget_seq
+ * holds how much of it the heals used (its MAXVALUE is this value).
  */
-#define LF_HEAL_MARGIN (INT64CONST(1) << 24)
+#define LF_HEAL_BUDGET (INT64CONST(1) << 24)
+
+/* How much of the heal budget is used: heal_budget_seq's value. */
+static int64
+heal_budget_used(Oid budgetid)
+{
+	int64		used;
+	XLogRecPtr	lsn;
+
+	read_sequence_state(budgetid, &used, &lsn);
+	return used;
+}
 
 /*
  * Move the sequence so that every later generation is greater than floor,
  * durably, never backwards.  With checked (a heal), floor must be something
- * this database could have issued: in the current epoch and at most
- * LF_HEAL_MARGIN above what it has issued, else ERROR XX001 before anything
- * is moved.  Unchecked (advance_generation(), a superuser's decision), any
- * floor that leaves the next draw a generation.
+ * this database could have issued, and the move must fit in what is left
+ * of the heal budget: in the current epoch, and at most LF_HEAL_BUDGET
+ * minus what earlier heals used above what it has issued, else ERROR XX001
+ * before anything is moved.  A heal's move is added to the budget's use
+ * before the sequence moves, and one WAL flush covers both (the budget's
+ * record comes first), so a crash can lose a move but never the cost of a
+ * move it kept.  Unchecked (advance_generation(), a superuser's decision),
+ * any floor that leaves the next draw a generation, and the budget is
+ * renewed whole.
  *
  * Read-then-setval is a check-then-act race with concurrent drawers, so it
  * runs under ShareRowExclusiveLock, which conflicts with the
  * RowExclusiveLock every draw holds while it runs (and only then) and with
- * other advancers.  It is released as soon as the (non-transactional) setval
- * is done.  The epoch check comes first, like a draw's: this writes the
- * sequence too.  Returns the highest issued generation afterwards.
+ * other advancers; the budget is only read and written under it too.  It is
+ * released as soon as the (non-transactional) setvals are done.  The epoch
+ * check comes first, like a draw's: this writes the sequence too.  Returns
+ * the highest issued generation afterwards.
  */
 static int64
 advance_past(int64 floor, bool checked, const char *resource)
@@ -632,23 +653,56 @@ advance_past(int64 floor, bool checked, const char *resource)
 	start_epoch_if_due(seqid);
 	/* no draw runs: last_value is the highest issued (or, new, the next) */
 	read_sequence_state(seqid, &last, &lsn);
-	if (last <= floor)
+	if (checked && last <= floor)
 	{
-		if (checked &&
-			(LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
-			 floor - last > LF_HEAL_MARGIN ||
-			 LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1))
+		if (LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
+			floor - last > LF_HEAL_BUDGET ||
+			LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1)
 		{
 			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,
 					errcode(ERRCODE_DATA_CORRUPTED),
 					errmsg("lease_fence: the highest generation Redis holds for resource \"%s\" was not issued by this database", resource),
-					errdetail("Redis holds " INT64_FORMAT "; this database has issued up to " INT64_FORMAT " (epoch " INT64_FORMAT "), and a stale answer moves the generations at most " INT64_FORMAT " past that, within the epoch. Nothing was moved.",
-							  floor, last, LF_EPOCH_OF(last), LF_HEAL_MARGIN),
+					errdetail("Redis holds " INT64_FORMAT "; this database has issued up to " INT64_FORMAT " (epoch " INT64_FORMAT "), and stale answers move the generations at most " INT64_FORMAT " past that in total, within the epoch. Nothing was moved.",
+							  floor, last, LF_EPOCH_OF(last), LF_HEAL_BUDGET),
 					errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value moves the generations past it with lease_fence.advance_generation(). Otherwise something other than lease_fence wrote the resource's generation key: delete that key."));
+		}
+		/*
+		 * Only a heal that moves the sequence needs the budget (an acquirer
+		 * that stalled moves nothing): so a 1.2 installation served by this
+		 * library heals such answers until its update, and refuses only
+		 * moves, for want of the budget's sequence (55000).
+		 */
+		if (floor > last)
+		{
+			Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
+			int64		used = heal_budget_used(budgetid);
+
+			if (floor - last > LF_HEAL_BUDGET - used)
+			{
+				lf_count(LF_C_HEAL_REFUSED);
+				ereport(ERROR,
+						errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("lease_fence: the stale answer for resource \"%s\" would move the generations beyond the heal budget", resource),
+						errdetail("Redis holds " INT64_FORMAT ", " INT64_FORMAT " above the highest generation this database issued (" INT64_FORMAT "); stale answers may move the generations " INT64_FORMAT " in total until a superuser runs lease_fence.advance_generation(), and " INT64_FORMAT " of that is left. Nothing was moved.",
+								  floor, floor - last, last, LF_HEAL_BUDGET, LF_HEAL_BUDGET - used),
+						errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value runs lease_fence.advance_generation() with it, which also renews the heal budget. Otherwise something other than lease_fence writes the generation keys in Redis: stop it, and delete the key."));
+			}
+			/* the cost first: a crash between the two keeps it */
+			setval_as_owner(budgetid, used + (floor - last));
+			lf_count(LF_C_HEAL_MOVED);
 		}
 		setval_as_owner(seqid, floor);
 		(void) flush_sequence_wal(seqid);
+	}
+	else if (!checked)
+	{
+		Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
+
+		setval_as_owner(budgetid, 0);
+		if (last <= floor)
+			setval_as_owner(seqid, floor);
+		(void) flush_sequence_wal(last <= floor ? seqid : budgetid);
 	}
 	UnlockRelationOid(seqid, ShareRowExclusiveLock);
 	return lf_highest_issued();
@@ -658,7 +712,8 @@ advance_past(int64 floor, bool checked, const char *resource)
  * Heal a stale answer: Redis holds a generation >= ours for resource (a
  * database restored from a backup, or an acquirer that stalled between
  * drawing its generation and reaching Redis).  Refuses a value this
- * database could not have issued (see advance_past).
+ * database could not have issued, or a move the heal budget has no room
+ * for (see advance_past).
  */
 void
 lf_heal_generation(int64 stored, const char *resource)
@@ -672,7 +727,8 @@ lf_heal_generation(int64 stored, const char *resource)
  * Superuser only (EXECUTE is revoked from PUBLIC too): every later
  * generation is greater than past, durably; the sequence never goes back.
  * For a database restored from a backup older than the generations Redis
- * or its fenced rows hold beyond the margin a stale answer heals by itself.
+ * or its fenced rows hold beyond what stale answers heal by themselves.
+ * It also renews the heal budget: the superuser has looked.
  * Returns the highest issued generation afterwards.
  */
 Datum

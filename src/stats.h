@@ -49,6 +49,7 @@
 	X(FENCE_LF010, "fence", "LF010") \
 	X(REPAIR_REPAIRED, "repair", "repaired") \
 	X(HEAL_REFUSED, "heal", "refused") \
+	X(HEAL_MOVED, "heal", "moved") \
 	X(RESOURCE_FENCE_ACCEPTED, "resource_fence", "accepted") \
 	X(RESOURCE_FENCE_LF001, "resource_fence", "LF001") \
 	X(RESOURCE_FENCE_LF002, "resource_fence", "LF002") \

@@ -69,6 +69,13 @@ SELECT vg_step('heal_refused', :'SQLSTATE', 'XX001');
 \! redisctl cli SET 'lease_fence:{vg:zeros}:gen' 0000007 >/dev/null
 SELECT vg_step('heal_leading_zeros', a.status, '-', a::text) FROM lease_fence.acquire('vg:zeros', 30000) a;
 SELECT vg_step('heal_leading_zeros', :'SQLSTATE', 'XX001');
+-- a heal within 2^24 but beyond what is left of the heal budget (the stale
+-- above used some): XX001, nothing moved; advance_generation renews it
+SELECT lease_fence.next_generation() + 16777216 AS vg_budget_gen \gset
+\setenv VG_BUDGET_GEN :vg_budget_gen
+\! redisctl cli SET 'lease_fence:{vg:budget}:gen' "$VG_BUDGET_GEN" >/dev/null
+SELECT vg_step('heal_budget_spent', a.status, '-', a::text) FROM lease_fence.acquire('vg:budget', 30000) a;
+SELECT vg_step('heal_budget_spent', :'SQLSTATE', 'XX001');
 SELECT vg_step('advance_generation', (lease_fence.advance_generation(lease_fence.next_generation() + 10) > 0)::text, 'true');
 
 -- ------------------------------------------------ insufficient_validity (acquire), then released
