@@ -20,7 +20,7 @@
 --                        is PUBLIC's: last_value is no secret);
 --   next_generation(bigint)  the same after moving the sequence up (the
 --                        heal of a stale answer), within a budget of 2^24
---                        for all heals together (lease_fence.heal_spent);
+--                        for all heals together (lease_fence.heal_budget_seq);
 --                        EXECUTE is not PUBLIC's;
 --   fence_resource(text) writes lease_fence.resource_generation, which
 --                        nobody may write directly (a direct UPDATE could
@@ -28,7 +28,7 @@
 -- They run as the installing role (the database owner), take no SQL text
 -- from the caller, and touch only those objects (and
 -- lease_fence.generation_timeline, the timeline of the current epoch and
--- the lock of the generations, and lease_fence.heal_spent).
+-- the lock of the generations, and lease_fence.heal_budget_seq).
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -136,8 +136,8 @@ INSERT INTO lease_fence.generation_timeline (timeline)
 -- transactional, so a heal whose transaction rolls back has moved the
 -- generations all the same, and must have spent its share.  Nobody but the
 -- installing role may read or move it.
-CREATE SEQUENCE IF NOT EXISTS lease_fence.heal_spent AS bigint MINVALUE 0 START 0 NO CYCLE;
-REVOKE ALL ON SEQUENCE lease_fence.heal_spent FROM PUBLIC;
+CREATE SEQUENCE IF NOT EXISTS lease_fence.heal_budget_seq AS bigint MINVALUE 0 START 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE lease_fence.heal_budget_seq FROM PUBLIC;
 
 -- Move the sequence so that every later generation is greater than past
 -- (never backwards), after starting a new epoch if the timeline changed.
@@ -150,7 +150,7 @@ REVOKE ALL ON SEQUENCE lease_fence.heal_spent FROM PUBLIC;
 -- checked (a heal: next_generation(above)): past must be a value this
 -- database could have issued: in the current epoch, and within the heal
 -- budget -- heals move the generations at most 2^24 (16,777,216) past the
--- highest issued in total (lease_fence.heal_spent), until the owner's next
+-- highest issued in total (lease_fence.heal_budget_seq), until the owner's next
 -- advance_generation().  Beyond that, XX001 and nothing is moved: a :gen
 -- key set by anybody who may write Redis to 2^63-1 or a timestamp, or one
 -- heal after another, would otherwise exhaust the generations for good.
@@ -163,7 +163,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
-	spent_seq CONSTANT pg_catalog.regclass := 'lease_fence.heal_spent';
+	spent_seq CONSTANT pg_catalog.regclass := 'lease_fence.heal_budget_seq';
 	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
 	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
 	heal_budget CONSTANT bigint := 1::bigint << 24;
