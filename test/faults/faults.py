@@ -111,7 +111,7 @@ SCENARIOS = os.environ.get('LF_FAULTS_SCENARIOS', '').split() or ALL_SCENARIOS
 # stalled holders: this fraction of the jobs acquire with STALL_TTL_MS and
 # sleep that TTL plus STALL_MARGIN_MS before they write
 STALL = env_num('LF_FAULTS_STALL', 0.05)
-STALL_TTL_MS = env_num('LF_FAULTS_STALL_TTL_MS', 500, int)
+STALL_TTL_MS = env_num('LF_FAULTS_STALL_TTL_MS', 200, int)
 STALL_MARGIN_MS = 100
 
 
@@ -786,12 +786,18 @@ class PostgresAsyncScenario(PostgresScenario):
 class LossyScenario:
     """Redis without the replica acknowledgement: a master and one replica,
     redis_min_replicas = 0.  The replica is cut off (REPLICAOF NO ONE: it
-    keeps the data it had), and once a stalled holder holds a lease that
-    only the old master knows, the operator points lease_fence at the cut
-    replica (ALTER SYSTEM, reload).  Redis grants that lease again: a
-    double grant, whose older holder writes late and must be refused by the
-    fence.  Two holders at one time are expected in that window only."""
+    keeps the data it had); a holder takes a lease from the old master and
+    stalls; the operator points lease_fence at the cut replica (ALTER
+    SYSTEM, reload); a second holder asks the replica for the same lease and
+    gets it: a double grant.  The stalled holder then writes after the newer
+    one, and the fence must refuse it.  The two holders are the driver's
+    own clients (their logs follow the workers'; they connect as the
+    superuser, the one role that may read where lease_fence connects, and
+    the fence applies to it too), so that the double grant happens every
+    run; the workers meanwhile run on, stalled holders and all.  Two
+    holders at one time are expected in the cut's window only."""
     name = 'lossy'
+    item = 0
 
     def __init__(self, work, pg_bin):
         self.work = work
@@ -814,8 +820,8 @@ class LossyScenario:
         self.faults = [
             Fault('replication cut (REPLICAOF NO ONE on the replica)', 0.3, self.linked, self.cut,
                   lambda: self.replica.info('replication').get('role') == 'master'),
-            Fault('lease_fence pointed at the cut replica', 0.45, self.stalled_lease_unknown_to_replica,
-                  self.switch, self.switched),
+            Fault('lease_fence pointed at the cut replica while a holder of the old master stalls', 0.45,
+                  self.replica_free, self.switch, self.switched),
         ]
 
     def linked(self):
@@ -825,43 +831,49 @@ class LossyScenario:
         self.replica.cmd('REPLICAOF', 'NO', 'ONE')
         return 'replica 127.0.0.1:%d of master 127.0.0.1:%d' % (self.replica.port, self.master.port)
 
-    def stalled_lease_unknown_to_replica(self):
-        """A lease of a stalled holder (its TTL is STALL_TTL_MS), freshly
-        granted (70 % of it left: few workers wait for it yet, so most
-        of those that want it next ask the replica), on the master and not
-        on the replica."""
-        for i in range(RESOURCES):
-            key = 'lease_fence:{res%d}' % i
-            left = int(self.master.cmd('PTTL', key))
-            if STALL_TTL_MS * 0.7 < left <= STALL_TTL_MS and int(self.replica.cmd('PTTL', key)) == -2:
-                self.lost = 'res%d, %d ms left' % (i, left)
-                self.lost_item = i
-                return True
-        return False
+    def replica_free(self):
+        """The lease the replica kept from before the cut has expired (no
+        one writes to it now): the second holder will not wait for it."""
+        return int(self.replica.cmd('PTTL', 'lease_fence:{res%d}' % self.item)) == -2
+
+    def client(self, n):
+        import worker
+        wk = worker.Worker(self.final_conninfo, WORKERS + n, os.path.join(self.logdir, 'w%d.jsonl' % (WORKERS + n)))
+        if not wk.connect():
+            raise HarnessError('the driver cannot connect as a client')
+        return wk
 
     def switch(self):
-        """Point lease_fence at the replica; then the driver, as one more
-        client (its log is the workers' next one, its connection opened
-        before), takes the stalled holder's lease from the replica at once
-        and writes: the stalled holder, when it wakes, writes after a newer
-        holder.  It connects as the superuser, the one role that may read
-        where lease_fence connects (SHOW): the fence applies to it too."""
-        import worker
-        wk = worker.Worker(self.final_conninfo, WORKERS, os.path.join(self.logdir, 'w%d.jsonl' % WORKERS))
+        old, new = self.client(0), self.client(1)
         try:
-            if not wk.connect():
-                raise HarnessError('the driver cannot connect as a client')
+            # the first holder: from the old master (waiting its turn)
+            for _ in range(10):
+                a = old.acquire(self.item, TTL_MS, WAIT_MS)
+                if a is not None and a['status'] == 'acquired':
+                    break
+            else:
+                raise HarnessError('the first holder did not get res%d: %s' % (self.item, a and a['status']))
             self.pg.sql('ALTER SYSTEM SET lease_fence.redis_port = %d' % self.replica.port)
             self.pg.sql('SELECT pg_reload_conf()')
-            # the driver's backend has the new setting (it reads it between
-            # statements, once the reload's signal is there)
-            wait_for('the reload', lambda: wk.conn.execute('SHOW lease_fence.redis_port').fetchone()[0]
+            # the second holder's backend has the new setting (it reads it
+            # between statements, once the reload's signal is there)
+            wait_for('the reload', lambda: new.conn.execute('SHOW lease_fence.redis_port').fetchone()[0]
                      == str(self.replica.port), every=0.005)
-            status = wk.job(self.lost_item, TTL_MS, 0)
+            b = new.acquire(self.item, TTL_MS, WAIT_MS)
+            if b is not None and b['status'] == 'acquired':
+                new.write(b)
+                new.release_lease(b)
+            # the first holder wakes up, and writes
+            w = old.write(a)
+            old.release_lease(a)
         finally:
-            wk.close()
-        return ('redis_port = %d, reloaded; a stalled lease only the old master has: %s; the driver, '
-                'as a client, asked the replica for it: %s' % (self.replica.port, self.lost, status))
+            old.close()
+            new.close()
+        return ('redis_port = %d, reloaded; res%d: the first holder (generation %d) got it from the old '
+                'master, the second from the replica: %s%s; the first one\'s write then: %s %s' % (
+                    self.replica.port, self.item, a['generation'], b and b['status'],
+                    ' (generation %d)' % b['generation'] if b and b['generation'] else '',
+                    w['outcome'], w.get('sqlstate', '')))
 
     def switched(self):
         return self.pg.sql('SHOW lease_fence.redis_port') == [(str(self.replica.port),)]
@@ -962,8 +974,8 @@ def run_scenario(sc, work):
         for e in errs:
             e.close()
     records = []
-    # the workers' logs, and the driver's when it was a client too
-    for i in range(WORKERS + 1):
+    # the workers' logs, and the driver's clients' when it had some
+    for i in range(WORKERS + 2):
         path = os.path.join(logdir, 'w%d.jsonl' % i)
         if not os.path.exists(path):
             if i < WORKERS:

@@ -134,6 +134,18 @@ class Worker:
         """acquire -> (a stall) -> the fenced write -> release, on a
         connection that is up; returns the acquire's status (None when
         the call failed)"""
+        lease = self.acquire(item, ttl, wait_ms, stall)
+        if lease is None or lease['status'] != 'acquired':
+            return lease and lease['status']
+        if stall:
+            # past the TTL: the key was set before the acquire returned
+            time.sleep((ttl + stall_margin_ms) / 1000.0)
+        self.write(lease, resource_fenced)
+        self.release_lease(lease)
+        return lease['status']
+
+    def acquire(self, item, ttl, wait_ms, stall=False):
+        """the acquire, logged; its record, or None when the call failed"""
         conn = self.conn
         res = 'res%d' % item
 
@@ -154,16 +166,17 @@ class Worker:
             return None
         t1 = time.monotonic()
         acquired, status, identity, generation, validity = row
-        self.emit({'op': 'acquire', 'res': res, 't0': t0, 't1': t1, 'status': status,
-                   'acquired': acquired, 'identity': identity, 'generation': generation,
-                   'validity_ms': validity, 'ttl_ms': ttl, 'stall': stall})
-        if status != 'acquired':
-            return status
-        if stall:
-            # past the TTL: the key was set before the acquire returned
-            time.sleep((ttl + stall_margin_ms) / 1000.0)
+        rec = {'op': 'acquire', 'res': res, 't0': t0, 't1': t1, 'status': status,
+               'acquired': acquired, 'identity': identity, 'generation': generation,
+               'validity_ms': validity, 'ttl_ms': ttl, 'stall': stall}
+        self.emit(rec)
+        return dict(rec, item=item)
 
-        # the fenced write
+    def write(self, lease, resource_fenced=True):
+        """the fenced write under an acquired lease, logged"""
+        conn = self.conn
+        res, item, generation, identity = lease['res'], lease['item'], lease['generation'], lease['identity']
+        stall, t0 = lease['stall'], lease['t0']
         t2 = time.monotonic()
         stage = 'begin'
         rec = {'op': 'write', 'res': res, 'item': item, 'generation': generation,
@@ -205,8 +218,11 @@ class Worker:
                 except psycopg.Error:
                     pass
         self.emit(rec)
+        return rec
 
-        # release: once, and once more on a new connection if this one broke
+    def release_lease(self, lease):
+        """release: once, and once more on a new connection if this one broke"""
+        res, identity = lease['res'], lease['identity']
         if self.broken():
             self.drop()
             self.connect()
@@ -214,7 +230,6 @@ class Worker:
             self.drop()
             if self.connect():
                 self.release(res, identity, 2)
-        return status
 
 
 def main():
@@ -228,7 +243,7 @@ def main():
     ap.add_argument('--stop-file', required=True)
     ap.add_argument('--seed', type=int, default=None)
     ap.add_argument('--stall', type=float, default=0.0)
-    ap.add_argument('--stall-ttl-ms', type=int, default=500)
+    ap.add_argument('--stall-ttl-ms', type=int, default=200)
     ap.add_argument('--stall-margin-ms', type=int, default=100)
     a = ap.parse_args()
 
