@@ -4,9 +4,14 @@
 # connection each) loop acquire -> fenced write -> release while the driver
 # fails over the servers under them, then the driver checks the histories.
 #
-# Three scenarios, each with servers of its own (all real: redis-server,
+# 5 % of the jobs are stalled holders: they sleep past their (200 ms) TTL
+# between acquire and write, so their writes are stale whenever another
+# holder wrote the row meanwhile (worker.py).
+#
+# Five scenarios, each with servers of its own (all real: redis-server,
 # redis-sentinel, PostgreSQL; TCP on 127.0.0.1 private ports, unix sockets in
-# the work dir; stopped at the end of the scenario, whatever happens):
+# the work dir; stopped at the end of the scenario, whatever happens); the
+# faults are timed from the workers' first commits:
 #
 #   sentinel  a Redis master, two replicas, three redis-sentinels
 #             (down-after 1000 ms); PostgreSQL with lease_fence preloaded
@@ -27,31 +32,57 @@
 #             standby promoted; the workers' connection string names both
 #             (target_session_attrs=read-write), so they reconnect to the
 #             new primary.
+#   lossy     a Redis master and one replica, redis_min_replicas = 0.
+#             Faults: the replica cut off (REPLICAOF NO ONE), then, while a
+#             holder of the old master stalls, lease_fence pointed at the
+#             replica (ALTER SYSTEM, reload) and the lease asked of it by a
+#             second holder: a double grant, the older holder writing last.
+#   postgres-async  as postgres, with an asynchronous standby.  Faults: the
+#             standby cut off (primary_conninfo emptied), then, once the
+#             primary committed under generations the standby never got,
+#             the failover: acknowledged writes are lost (expected).
 #
 # The workers run as the role "app", which owns nothing and has EXECUTE on
 # acquire / renew / release / fence_resource (docs/security.md, "Privileges"), SELECT
 # and UPDATE on item, INSERT on history.
 #
-# Checks, per scenario, each one test point ("ok - ..." / "not ok - ..."),
-# then "N passed, N failed" over all scenarios:
+# Checks, per scenario, each one test point ("ok - <scenario>: <property>:
+# ..." / "not ok - ..."), then "N passed, N failed" over all scenarios.
+# Each point prints the evidence it saw, and a property with no evidence
+# fails ("had no chance to fail"):
 #   - progress: every fault was injected, with acquired-and-committed cycles
 #     before it and after it;
-#   - no generation returned as acquired twice;
+#   - unique generations: no generation returned as acquired twice
+#     (evidence: in the PostgreSQL scenarios, generations acquired after the
+#     promotion, and in postgres-async between the cut and the failover);
+#   - stale writes refused: every write under a generation lower than one
+#     committed on its row (acknowledged before it began, and in the
+#     history) was refused with LF001 (evidence: such writes, with the row
+#     trigger alone and with fence_resource);
 #   - no fence lowered: per item row the committed history, in commit order
-#     (the row's counter v), has strictly increasing generations, v runs 1..n,
-#     and the row's fence and its resource's fence are the highest committed;
-#   - no two holders reported for one resource at one time: a holder holds
-#     from its acquire returning to the earlier of its release being sent
-#     and its acquire's sending + validity_ms; two such intervals of one resource with
-#     different identities must not overlap at all (a release still in
-#     flight when the next holder's acquire returns is a handover: the
-#     release deleted the key and woke the waiter on Redis before its reply
-#     was back; those are counted, and shown as "in flight");
-#   - every status is a documented one (docs/guides/leases.md, "Statuses"), and no write
-#     follows an unknown under that generation by that worker;
-#   - every write whose COMMIT was acknowledged is in the history, and every
-#     history row is a write of an acquire that returned acquired to that
-#     worker with that generation and identity.
+#     (the row's counter v), has strictly increasing generations, v runs
+#     1..n, and the row's fence and its resource's fence are the highest
+#     committed (evidence: stale writes attempted);
+#   - mutual exclusion: no two holders reported for one resource at one
+#     time: a holder holds from its acquire returning to the earlier of its
+#     release being sent and its acquire's sending + validity_ms; two such
+#     intervals of one resource with different identities must not overlap
+#     at all (a release still in flight when the next holder's acquire
+#     returns is a handover: the release deleted the key and woke the
+#     waiter on Redis before its reply was back; those are counted, and
+#     shown as "in flight"); in lossy, overlaps in the cut's window are
+#     double grants, expected (evidence: acquires that had to wait for
+#     another holder);
+#   - double grants (lossy): every older holder of a double grant that wrote
+#     after the newer one committed was refused with LF001 (evidence: double
+#     grants, and such writes);
+#   - statuses: every status is a documented one (docs/guides/leases.md,
+#     "Statuses"), and no write follows an unknown under that generation by
+#     that worker;
+#   - history: every write whose COMMIT was acknowledged is in the history
+#     (postgres-async: lost ones are counted, expected), and every history
+#     row is a write of an acquire that returned acquired to that worker
+#     with that generation and identity.
 # and, per fault, availability: cycles (acquired, and the write committed)
 # per second before it, during it (to the first cycle committed after the
 # longest stall that followed it, when that stall was 0.25 s or more; else
@@ -61,8 +92,9 @@
 # Settings (environment): LF_FAULTS_SECONDS (per scenario, default 20; a
 # scenario runs longer when a fault needs the servers to settle first),
 # LF_FAULTS_WORKERS (6), LF_FAULTS_RESOURCES (3), LF_FAULTS_SCENARIOS
-# ("sentinel cluster postgres"), LF_FAULTS_TTL_MS (3000),
-# LF_FAULTS_WAIT_MS (2000), LF_FAULTS_SEED.
+# ("sentinel cluster postgres lossy postgres-async"), LF_FAULTS_TTL_MS
+# (3000), LF_FAULTS_WAIT_MS (2000), LF_FAULTS_SEED, LF_FAULTS_STALL (0.05),
+# LF_FAULTS_STALL_TTL_MS (200).
 #
 #   faults.py --pg-bin DIR --work DIR
 # Run as the user PostgreSQL runs as (test/faults/run.sh and test/run.sh do

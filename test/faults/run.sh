@@ -23,7 +23,7 @@
 #   LF_FAULTS_SCENARIOS="sentinel cluster postgres lossy postgres-async"
 #   LF_FAULTS_TTL_MS=3000 LF_FAULTS_WAIT_MS=2000 LF_FAULTS_SEED=N
 #   LF_FAULTS_STALL=0.05      the fraction of jobs that stall past their TTL
-#   LF_FAULTS_STALL_TTL_MS=500  their TTL (they sleep it plus 100 ms)
+#   LF_FAULTS_STALL_TTL_MS=200  their TTL (they sleep it plus 100 ms)
 #   LF_FAULTS_MUTANTS="fence-accepts-lower acquire-without-nx"  (none: skip)
 #   LF_FAULTS_MUTANT_SECONDS=6 LF_FAULTS_MUTANT_SCENARIO=lossy
 #   LF_PG=15                  the PostgreSQL (as for test/run.sh)
