@@ -1143,7 +1143,6 @@ def check(sc, records, faults, events, t0, t_end, final, problems, pts):
 
     det = []
     n = collections.Counter()
-    stale_ids = set()
     for w in writes:
         if not stale_write(w):
             continue
@@ -1151,7 +1150,6 @@ def check(sc, records, faults, events, t0, t_end, final, problems, pts):
         if w['outcome'] not in ('committed', 'rejected'):
             n['undecided'] += 1      # the connection broke: no verdict
             continue
-        stale_ids.add((w['w'], w['generation']))
         n['row trigger alone' if row_only else 'with fence_resource'] += 1
         if w['outcome'] == 'rejected' and w.get('sqlstate') == 'LF001':
             n['refused at ' + ('the row trigger' if w.get('stage') == 'update' else w.get('stage', '?'))] += 1
