@@ -6,8 +6,10 @@
 #                           running server (test/run.sh does it all on a throwaway one)
 # make bench                the benchmarks (test/bench/run.sh)
 # make faults               the fault-injection run (test/faults/run.sh): workers
-#                           acquire -> fenced write -> release while Sentinel,
-#                           Cluster and PostgreSQL fail over, then the checks
+#                           acquire -> fenced write -> release (some stalling
+#                           past their TTL) while Sentinel, Cluster and
+#                           PostgreSQL fail over and Redis loses leases, the
+#                           checks, then the run against two mutant builds
 # make dist                 dist/lease_fence-VERSION.zip for PGXN, from the
 #                           committed HEAD (git archive; VERSION from META.json)
 
@@ -88,9 +90,11 @@ src/redis_script.o src/redis_script.bc: src/lua_scripts.h
 bench:
 	bash test/bench/run.sh
 
-# make faults: throwaway servers, three failover scenarios of about
-# LF_FAULTS_SECONDS each (default 20), the checks and the availability per
-# fault (about 2 minutes on 2 CPUs; settings at the head of test/faults/run.sh)
+# make faults: throwaway servers, five fault scenarios of about
+# LF_FAULTS_SECONDS each (default 20), the checks with their evidence and the
+# availability per fault, then the self-test: a fence that accepts a lower
+# generation and an acquire without NX must each fail it (settings at the
+# head of test/faults/run.sh)
 .PHONY: faults
 faults:
 	bash test/faults/run.sh

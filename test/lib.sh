@@ -205,6 +205,20 @@ lf_faults() {
 		--pg-bin "$PG_BIN" --work "$LF_WORK/faults"
 }
 
+# The fault-injection run's self-test (test/faults/mutants.py): builds of
+# this run's tree with one patch each (a fence that accepts a lower
+# generation, an acquire without NX), each in copies under $LF_WORK/mutants,
+# each run briefly; prints one "ok - mutant <name> caught by <property>"
+# per mutant, and returns non-zero when one was not caught.
+# LF_FAULTS_MUTANTS=none skips it.
+lf_faults_mutants() {
+	[ "${LF_FAULTS_MUTANTS:-}" = none ] && return 0
+	lf_as_user mkdir -p "$LF_WORK/faults" "$LF_WORK/mutants" || return 1
+	lf_as_user /usr/bin/python3 "$LF_SRC/test/faults/mutants.py" --src "$LF_SRC" \
+		--pg-root "$LF_WORK/pg" --pg-bin "$PG_BIN" --work "$LF_WORK/mutants" \
+		--faults-work "$LF_WORK/faults"
+}
+
 # What a fault-injection run that was itself killed left running: its
 # PostgreSQL servers (a postmaster.pid in a data dir of $LF_WORK/faults) and
 # its Redis servers (a pid file beside each, checked to be a process whose
@@ -213,11 +227,12 @@ lf_faults() {
 lf_stop_faults() {
 	local d pid cwd
 	[ -n "${LF_WORK:-}" ] && [ -d "$LF_WORK/faults" ] || return 0
-	for d in "$LF_WORK"/faults/*/*/data; do
+	# (the self-test's runs are one level deeper: faults/mutant-<name>/)
+	for d in "$LF_WORK"/faults/*/*/data "$LF_WORK"/faults/mutant-*/*/*/data; do
 		[ -f "$d/postmaster.pid" ] &&
 			lf_as_user "$PG_BIN/pg_ctl" -D "$d" -m immediate -w stop >/dev/null 2>&1
 	done
-	for d in "$LF_WORK"/faults/*/*/; do
+	for d in "$LF_WORK"/faults/*/*/ "$LF_WORK"/faults/mutant-*/*/*/; do
 		[ -f "$d/pid" ] || continue
 		pid=$(cat "$d/pid")
 		cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue

@@ -26,7 +26,9 @@
 #   - valgrind     test/valgrind.sh (memcheck), on Debian's 15 only
 #   - faults       test/faults/faults.py, briefly (LF_FAULTS_SECONDS=8):
 #                  workers acquire -> fenced write -> release while Sentinel,
-#                  Cluster and PostgreSQL fail over; on Debian's 15 only
+#                  Cluster and PostgreSQL fail over and Redis loses leases,
+#                  then its self-test against two mutant builds; on
+#                  Debian's 15 only
 #   - logs         no TRAP (failed Assert) or PANIC in the server logs of the
 #                  run (its server's, the TAP clusters' and the fault run's)
 # then stops everything and prints "N passed, N failed".
@@ -398,13 +400,21 @@ if want valgrind; then
 	lf_log "valgrind: done"
 fi
 
-# The fault-injection run, briefly (test/faults/faults.py: three scenarios
-# of about 10 to 25 s, servers of its own under $LF_WORK/faults): every "ok -"
-# / "not ok -" line of it is one test point; its availability report is
-# printed as it is, and its closing line renamed, like the client tests'.
+# The fault-injection run, briefly (test/faults/faults.py: five scenarios
+# of about 10 to 30 s, servers of its own under $LF_WORK/faults), then its
+# self-test (test/faults/mutants.py: two mutant builds, each run through one
+# brief scenario, must fail): every "ok -" / "not ok -" line of it is one
+# test point; its availability report is printed as it is, and its closing
+# line renamed, like the client tests'.
 if want faults; then
 	lf_log "faults"
-	LF_FAULTS_SECONDS=${LF_FAULTS_SECONDS:-8} lf_faults >"$LF_WORK/faults.out" 2>&1
+	(
+		LF_FAULTS_SECONDS=${LF_FAULTS_SECONDS:-8} lf_faults
+		rc=$?
+		# its self-test: the run must fail against each mutant build
+		lf_faults_mutants || rc=1
+		exit $rc
+	) >"$LF_WORK/faults.out" 2>&1
 	rc=$?
 	sed -E 's/^([0-9]+ passed, [0-9]+ failed)$/faults: \1/' "$LF_WORK/faults.out"
 	ok=$(grep -cE '^ok - ' "$LF_WORK/faults.out")
