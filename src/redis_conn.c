@@ -584,6 +584,9 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
  *					read fails, which makes a stopped Redis "unknown".  A
  *					cheaper tell does not exist: the kernel alone knows the
  *					peer has gone.
+ *	recv()			a peek (MSG_PEEK) for bytes no request asked for
+ *					(holds_stray_bytes): they would be read as this
+ *					request's answer;
  *	send()			the request, whole in one call (it is small);
  *	epoll_wait()	the wait for the reply, on the latch too (cancel,
  *					terminate, postmaster death), bounded by the deadline;
