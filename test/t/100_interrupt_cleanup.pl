@@ -14,8 +14,9 @@
 #    Redis is still frozen.  (Before, the ROLLBACK waited out the 60 s, then
 #    the exit tried the first one once more.)
 #  - pg_cancel_backend while the next acquire waits for the answer to the
-#    release sent after COMMIT: the statement is cancelled there, its acquire
-#    never sent (no key), the release unconfirmed.
+#    release sent after COMMIT: the wait ends there (its WARNING says
+#    "interrupted", not "timed out"), the statement is cancelled, its
+#    acquire never sent (no key), the release unconfirmed.
 
 use strict;
 use warnings;
@@ -108,6 +109,8 @@ my @max = map { "SET lease_fence.$_ = 60000" } qw(cleanup_timeout_ms connect_tim
 	is(sqlstate($err), '57014', 'cancel: the statement reading the earlier answer is cancelled');
 	like($err, qr/could not confirm a lease release sent after an earlier COMMIT/,
 		'cancel: a WARNING says the release is unconfirmed');
+	like($err, qr/DETAIL:  interrupted while waiting for Redis/,
+		'cancel: the wait ended because of the cancel, not at command_timeout_ms');
 	is(cleanups($before), '0 confirmed, 1 unconfirmed, 0 skipped', 'cancel: the release counts as unconfirmed');
 	thaw();
 	is($redis->cli('EXISTS', lkey('c-next')), '0', 'cancel: the acquire was never sent');
