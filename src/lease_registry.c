@@ -260,6 +260,8 @@ static const struct config_enum_entry commit_check_options[] = {
 /* the deadline of the cleanups at this backend's exit, once it is known */
 static int64 exit_deadline = 0;
 
+static int64 exit_cleanup_deadline(void);
+
 /*
  * The bounded conditional release: same identity, compare-and-delete,
  * never raising an error (it also runs at commit, abort and backend exit),
@@ -280,8 +282,17 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	char		err[LF_ERRLEN];
 	LfRedisOutcome r;
 	bool		confirmed = false;
-	int64		left = deadline - lf_now_ms();
+	int64		left;
 
+	/*
+	 * Once the backend is being terminated, its cleanups end by the exit's
+	 * budget (the Redis layer's waits too: lf_die_deadline_hook), not by a
+	 * cleanup_timeout_ms the session may have set far higher: a session
+	 * cannot make pg_terminate_backend wait past exit_timeout_ms.
+	 */
+	if (ProcDiePending)
+		deadline = Min(deadline, exit_cleanup_deadline());
+	left = deadline - lf_now_ms();
 	*skipped = left <= 0;
 	if (*skipped)
 	{
@@ -638,6 +649,7 @@ release_at_xact_end(bool committed)
 	int64		deadline = proc_exit_inprogress ? exit_cleanup_deadline() :
 		lf_now_ms() + lf_cleanup_timeout_ms;
 	int			skipped = 0;
+	bool		dying;
 
 	foreach(lc, leases)
 	{
@@ -648,8 +660,10 @@ release_at_xact_end(bool committed)
 			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
 				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
 	}
-	report_skipped(skipped, proc_exit_inprogress ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
-				   proc_exit_inprogress ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
+	/* a termination that arrived meanwhile bounded them by the exit's budget */
+	dying = proc_exit_inprogress || ProcDiePending;
+	report_skipped(skipped, dying ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
+				   dying ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
 	maybe_trim(NULL);
 }
 
@@ -762,4 +776,5 @@ lf_registry_init(void)
 							 &lf_commit_check, LF_COMMIT_CHECK_NEAR_EXPIRY, commit_check_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	RegisterXactCallback(lease_xact_callback, NULL);
+	lf_die_deadline_hook = exit_cleanup_deadline;
 }

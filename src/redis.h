@@ -152,6 +152,13 @@ extern bool lf_redis_is_error(const struct redisReply *reply, const char *code);
 extern int	lf_redis_disconnect_all(void);
 extern void lf_redis_read_deferred(int64 deadline);
 
+/*
+ * Set by the layer above (lease_registry.c): the deadline of the cleanups
+ * of a backend whose termination is pending.  Every wait for Redis ends by
+ * it once ProcDiePending is set, interrupts held or not.
+ */
+extern int64 (*lf_die_deadline_hook) (void);
+
 /* one open connection, as lease_fence.redis_connections() shows it */
 #define LF_KIND_SERVER			"server"	/* redis_host/port/socket */
 #define LF_KIND_MASTER			"master"	/* the master the sentinels named */

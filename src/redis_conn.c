@@ -109,6 +109,12 @@ typedef struct LfConn
 static HTAB *connections = NULL;
 static uint64 last_serial = 0;
 
+/* the requests sent with LF_DEFER whose replies are unread, on every connection */
+static int	deferred_total = 0;
+
+/* lease_registry.c's exit budget, once a termination is pending (redis.h) */
+int64		(*lf_die_deadline_hook) (void) = NULL;
+
 /* the connection the last command ran on (LF_SAME_CONN), if still open */
 static LfConn *last_used = NULL;
 
@@ -226,28 +232,47 @@ close_socket(LfConn *c)
 
 /*
  * The replies of c's deferred requests will never be read (the connection
- * is closed, or was lost): each counts as an unconfirmed cleanup.  No
- * WARNING here: this runs on error paths too.  A request already sent is
- * still run by Redis unless Redis finds the connection closed before it
- * reads it; either way its key expires by its TTL.
+ * is closed, or was lost): each counts as an unconfirmed cleanup, and one
+ * WARNING says how many.  That WARNING reaches whatever statement runs
+ * now, which behind a pooler may be another client's: it names no key (the
+ * server log does).  A request already sent is still run by Redis unless
+ * Redis finds the connection closed before it reads it; either way its key
+ * expires by its TTL.
  */
 static bool exiting = false;	/* on_proc_exit: shared memory is gone */
 
-static bool drain_deferred_by(LfConn *c, int64 deadline);
+static bool drain_deferred_by(LfConn *c, int64 deadline, bool interruptible,
+							  bool *interrupted);
+static bool read_deferred_except(LfConn *keep, int64 deadline, bool interruptible);
 
 static void
 forget_deferred(LfConn *c)
 {
 	int			i;
+	int			n = c->ndeferred;
 
-	for (i = 0; i < c->ndeferred; i++)
+	/* a report must not throw a pending cancel out of the middle of this */
+	HOLD_INTERRUPTS();
+	for (i = 0; i < n; i++)
 	{
 		if (!exiting)
+		{
 			lf_count(LF_C_CLEANUP_UNCONFIRMED);
+			ereport(LOG_SERVER_ONLY,
+					errmsg("lease_fence: the release of key \"%s\" sent after COMMIT is unconfirmed: its connection was closed before the answer was read",
+						   c->deferred_key[i]));
+		}
 		pfree(c->deferred_key[i]);
 		c->deferred_key[i] = NULL;
 	}
 	c->ndeferred = 0;
+	deferred_total -= n;
+	if (n > 0 && !exiting)
+		ereport(WARNING,
+				errmsg("lease_fence: %d lease releases sent after an earlier COMMIT are unconfirmed", n),
+				errdetail("Their Redis connection was closed before their answers were read."),
+				errhint("Those leases expire by their TTL; writes under their generations are still fenced. The server log names their keys."));
+	RESUME_INTERRUPTS();
 }
 
 static void
@@ -308,15 +333,35 @@ lf_redis_disconnect_all(void)
 void
 lf_redis_read_deferred(int64 deadline)
 {
+	(void) read_deferred_except(NULL, deadline, false);
+}
+
+/*
+ * Read the replies of the deferred requests of every connection but keep,
+ * by deadline; with interruptible, a cancel or a termination ends the
+ * reading (true is returned then, the rest unread).
+ */
+static bool
+read_deferred_except(LfConn *keep, int64 deadline, bool interruptible)
+{
 	HASH_SEQ_STATUS seq;
 	LfConn	   *c;
+	bool		interrupted = false;
 
-	if (connections == NULL)
-		return;
+	if (connections == NULL || deferred_total <= (keep ? keep->ndeferred : 0))
+		return false;
 	hash_seq_init(&seq, connections);
 	while ((c = hash_seq_search(&seq)) != NULL)
-		if (c->ndeferred > 0)
-			(void) drain_deferred_by(c, deadline);
+	{
+		if (c != keep && c->ndeferred > 0)
+			(void) drain_deferred_by(c, deadline, interruptible, &interrupted);
+		if (interrupted)
+		{
+			hash_seq_term(&seq);
+			break;
+		}
+	}
+	return interrupted;
 }
 
 /* Put the description of c into *out when it is open; false if not. */
@@ -367,9 +412,17 @@ lf_redis_connections(LfConnInfo **out)
 int
 lf_redis_disconnect(int64 deadline)
 {
+	int			n;
+
 	close_abandoned();
-	lf_redis_read_deferred(deadline);
-	return lf_redis_disconnect_all();
+	if (read_deferred_except(NULL, deadline, true))
+	{
+		/* a cancel ends the reading: what is unread counts as unconfirmed */
+		(void) lf_redis_disconnect_all();
+		CHECK_FOR_INTERRUPTS();
+	}
+	n = lf_redis_disconnect_all();
+	return n;
 }
 
 /* on_proc_exit: free what OpenSSL and hiredis malloc'd */
@@ -438,6 +491,13 @@ wait_socket(pgsocket fd, int want, int64 deadline, bool interruptible)
 		WaitEvent	event;
 		int			n;
 
+		/*
+		 * A termination is pending: the wait ends by the exit's budget,
+		 * whatever its own deadline, and also where interrupts are held (the
+		 * releases at COMMIT and ROLLBACK), which no cancel can end.
+		 */
+		if (unlikely(ProcDiePending) && lf_die_deadline_hook != NULL)
+			deadline = Min(deadline, lf_die_deadline_hook());
 		if (now >= deadline)
 			return 0;
 		n = WaitEventSetWait(wait_set, (long) (deadline - now), &event, 1, PG_WAIT_EXTENSION);
@@ -524,6 +584,9 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
  *					read fails, which makes a stopped Redis "unknown".  A
  *					cheaper tell does not exist: the kernel alone knows the
  *					peer has gone.
+ *	recv()			a peek (MSG_PEEK) for bytes no request asked for
+ *					(holds_stray_bytes): they would be read as this
+ *					request's answer;
  *	send()			the request, whole in one call (it is small);
  *	epoll_wait()	the wait for the reply, on the latch too (cancel,
  *					terminate, postmaster death), bounded by the deadline;
@@ -679,19 +742,17 @@ exchange(LfConn *c, const char *cmd, size_t len, int64 deadline,
 
 /*
  * Read the replies of c's deferred requests (the releases after COMMIT),
- * before anything else is sent on it, within command_timeout_ms: each
- * counts as a cleanup confirmed or not, and one that failed is a WARNING,
- * as a release at the end of a transaction is.  False when the connection
- * had to be closed (a reply did not come, or did not parse).
+ * before anything else is sent on it, by deadline: each counts as a cleanup
+ * confirmed or not, and one that failed is a WARNING, as a release at the
+ * end of a transaction is -- but one that names no key: it reaches the
+ * statement that runs now, which behind a pooler may be another client's.
+ * The key goes to the server log only.  With interruptible, a cancel or a
+ * termination ends the wait at once (*interrupted is set; the reply is
+ * unread, unconfirmed).  False when the connection had to be closed (a
+ * reply did not come, or did not parse).
  */
 static bool
-drain_deferred(LfConn *c)
-{
-	return drain_deferred_by(c, lf_now_ms() + lf_command_timeout_ms);
-}
-
-static bool
-drain_deferred_by(LfConn *c, int64 deadline)
+drain_deferred_by(LfConn *c, int64 deadline, bool interruptible, bool *interrupted)
 {
 	while (c->ndeferred > 0)
 	{
@@ -702,33 +763,100 @@ drain_deferred_by(LfConn *c, int64 deadline)
 		bool		confirmed;
 
 		in_flight = c;
-		r = read_reply(c, deadline, false, &reply, err);
+		r = read_reply(c, deadline, interruptible, &reply, err);
 		in_flight = NULL;
+		if (r == LF_SEND_INTERRUPTED)
+			*interrupted = true;
 		confirmed = (r == LF_REPLY && reply->type == REDIS_REPLY_INTEGER);
 		if (r == LF_REPLY && !confirmed)
 			snprintf(err, LF_ERRLEN, "Redis answered: %s",
 					 reply->type == REDIS_REPLY_ERROR ? reply->str : "an unexpected reply");
 		if (reply)
 			freeReplyObject(reply);
-		lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
-		if (!confirmed)
-			ereport(WARNING,
-					errmsg("lease_fence: could not confirm the release of key \"%s\" sent after COMMIT", key),
-					errdetail("%s", err),
-					errhint("The lease expires by its TTL; writes under its generation are still fenced."));
 		/* the next one moves up */
 		c->ndeferred--;
+		deferred_total--;
 		memmove(&c->deferred_key[0], &c->deferred_key[1], sizeof(char *) * c->ndeferred);
 		c->deferred_key[c->ndeferred] = NULL;
+		lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
+		/*
+		 * errfinish serves a pending cancel after a WARNING is sent: held
+		 * off, so that the connection is closed below before it acts.
+		 */
+		HOLD_INTERRUPTS();
+		if (!confirmed)
+		{
+			ereport(LOG_SERVER_ONLY,
+					errmsg("lease_fence: could not confirm the release of key \"%s\" sent after COMMIT", key),
+					errdetail("%s", err));
+			ereport(WARNING,
+					errmsg("lease_fence: could not confirm a lease release sent after an earlier COMMIT"),
+					errdetail("%s", r == LF_REPLY ? "Redis did not answer it with the release's result." : err),
+					errhint("The lease expires by its TTL; writes under its generation are still fenced. The server log names its key."));
+		}
 		pfree(key);
 		if (r != LF_REPLY)
-		{
 			close_conn(c);		/* the rest count as unconfirmed */
+		RESUME_INTERRUPTS();
+		if (r != LF_REPLY)
 			return false;
-		}
 		c->answered_at = lf_now_ms();
 	}
 	return true;
+}
+
+/*
+ * Does c hold bytes that no request of ours asked for?  Asked before a
+ * request is sent, once every reply c owes has been read: anything left
+ * then -- in hiredis's reader, in TLS's buffer, or on the socket -- came
+ * from a Redis that sent more replies than it was asked for, or from
+ * something between it and us, and would be read as the answer to the
+ * request.  One system call (a peek) on a plain connection.  Over TLS the
+ * socket may hold records that carry no data (session tickets): only
+ * decrypted bytes count there.
+ */
+static bool
+holds_stray_bytes(LfConn *c)
+{
+	char		byte;
+
+	if (c->reader != NULL && c->reader->len > c->reader->pos)
+		return true;
+	if (c->tls != NULL)
+		return lf_tls_pending(c->tls);
+	return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+/*
+ * Before a request goes on c: read the replies every connection owes (the
+ * releases after COMMIT), then make sure c holds nothing else; a connection
+ * that does is closed as desynchronized (counted, WARNING), its bytes never
+ * read as an answer, and the request goes on a new one.  Returns true when
+ * an interrupt ended the reading (interruptible only): nothing is sent.
+ */
+static bool
+settle_before_request(LfConn *c, bool interruptible)
+{
+	bool		interrupted = read_deferred_except(c, lf_now_ms() + lf_command_timeout_ms,
+												   interruptible);
+
+	if (!interrupted && c->ndeferred > 0)
+		(void) drain_deferred_by(c, lf_now_ms() + lf_command_timeout_ms, interruptible,
+								 &interrupted);
+	if (interrupted)
+		return true;
+	if (c->fd != PGINVALID_SOCKET && holds_stray_bytes(c))
+	{
+		lf_count(LF_C_CONNECTION_DESYNCHRONIZED);
+		close_conn(c);
+		HOLD_INTERRUPTS();		/* the request's own wait serves a cancel */
+		ereport(WARNING,
+				errmsg("lease_fence: closed a Redis connection that sent a reply no request asked for"),
+				errdetail("Bytes were waiting on it before a request was sent; they were not read as an answer, and the request goes on a new connection."),
+				errhint("A Redis server, or something between it and this server, sent them; on a network you do not trust, use TLS (lease_fence.redis_sslmode)."));
+		RESUME_INTERRUPTS();
+	}
+	return false;
 }
 
 /* Is reply an error reply whose code (first word) is code? */
@@ -1349,8 +1477,12 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	else if (flags & LF_SAME_CONN)
 	{
 		c = last_used;
-		if (c != NULL && c->ndeferred > 0)
-			(void) drain_deferred(c);
+		if (c != NULL && settle_before_request(c, interruptible))
+		{
+			CHECK_FOR_INTERRUPTS();
+			snprintf(err, LF_ERRLEN, "interrupted while reading the answers to earlier releases");
+			return LF_NOT_SENT;
+		}
 		if (c == NULL || c->fd == PGINVALID_SOCKET ||
 			(!answered_recently(c) && !connection_looks_alive(c)))
 		{
@@ -1363,9 +1495,13 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	else
 	{
 		c = lookup_conn(ep);
-		if (c->ndeferred > 0 && drain_deferred(c) && !fresh &&
-			!answered_recently(c) && !connection_looks_alive(c))
-			close_conn(c);
+		if (settle_before_request(c, interruptible))
+		{
+			/* nothing of the command was sent: a cancel can act right away */
+			CHECK_FOR_INTERRUPTS();
+			snprintf(err, LF_ERRLEN, "interrupted while reading the answers to earlier releases");
+			return LF_NOT_SENT;
+		}
 		if (fresh && c->fd != PGINVALID_SOCKET)
 			close_conn(c);
 	}
@@ -1423,6 +1559,7 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 			c->deferred_key[c->ndeferred++] = pnstrdup(argv[3], argvlen[3]);
+			deferred_total++;
 			MemoryContextSwitchTo(old);
 			return r;
 		}

@@ -56,6 +56,7 @@
 	X(RESOURCE_FENCE_LF004, "resource_fence", "LF004") \
 	X(CLUSTER_REDIRECT_FOLLOWED, "cluster", "redirect_followed") \
 	X(SENTINEL_MASTER_DISCOVERED, "sentinel", "master_discovered") \
+	X(CONNECTION_DESYNCHRONIZED, "connection", "desynchronized") \
 	X(WAIT_WAITED, "wait", "waited") \
 	X(WAIT_WOKEN, "wait", "woken") \
 	X(WAIT_DEADLINE, "wait", "deadline") \

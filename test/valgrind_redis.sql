@@ -195,6 +195,21 @@ SELECT vg_step('cancel_commit_state', string_agg(state, ','), 'unconfirmed')
 RESET lease_fence.commit_check;
 \! redisctl wait
 RESET lease_fence.command_timeout_ms;
+-- the answer to a release sent after COMMIT, awaited before the next request
+-- while Redis is paused: a cancel ends that wait at once (57014; the release
+-- is unconfirmed, its WARNING names no resource), the request is not sent
+SET lease_fence.command_timeout_ms = 30000;
+BEGIN;
+SELECT vg_step('cancel_drain_setup', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-drain', 60000, 0, 'transaction') a;
+\! redisctl pause 8000
+COMMIT;
+\! redisctl cancel-later "$VG_PID"
+SELECT a.status FROM lease_fence.acquire('vg:after-drain', 30000) a;
+\set err :SQLSTATE
+SELECT vg_step('cancel_drain', :'err', '57014');
+\! redisctl wait
+RESET lease_fence.command_timeout_ms;
 
 -- ------------------------------------------------ transaction scope
 SELECT vg_step('tx_outside_block', a.status, '-', a::text) FROM lease_fence.acquire('vg:tx-none', 30000, 0, 'transaction') a;
