@@ -913,7 +913,9 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 		*row = outcome_row(fcinfo, &o);
 		return LF_C_ACQUIRE_INSUFFICIENT_VALIDITY;
 	}
-	if (a->keepalive && !lf_keepalive_start(e, start, validity))
+	if (a->keepalive && lf_keepalive_start(e, start, validity))
+		lf_update_write_check();	/* its fenced writes are checked from now on */
+	else if (a->keepalive)
 	{
 		settle(e, false);
 		ereport(ERROR,
@@ -1263,10 +1265,15 @@ lf_renew(PG_FUNCTION_ARGS)
 	if (r == LF_UNKNOWN)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_UNKNOWN, resource));
 
+	/*
+	 * Lost: a session- or transaction-scoped lease of this session is lost
+	 * to it (lf_mark_lease_lost: its writes and its COMMIT fail with
+	 * LF010), never "released" (that would switch the commit check off).
+	 */
 	if (answer != 1)
 	{
 		if (e && e->state == STATE_HELD)
-			e->state = STATE_RELEASED;
+			lf_mark_lease_lost(e, "lease_fence.renew() found that the lease key no longer holds this lease's identity");
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_LOST, resource));
 	}
 	if (lf_min_replicas > 0)
@@ -1287,7 +1294,16 @@ lf_renew(PG_FUNCTION_ARGS)
 		lf_lease_validity_set(e, o.validity);
 	o.have_validity = true;
 	if (o.validity < minv)
+	{
+		/*
+		 * It may expire before the work under it is done: as lost, for a
+		 * session- or transaction-scoped lease (an explicit one stays
+		 * held; its caller decides).
+		 */
 		o.status = LF_C_RENEW_INSUFFICIENT_VALIDITY;
+		if (e && e->state == STATE_HELD && e->scope != SCOPE_EXPLICIT)
+			lf_mark_lease_lost(e, "lease_fence.renew() left it less than min_validity_ms of validity");
+	}
 	PG_RETURN_DATUM(outcome_row(fcinfo, &o));
 }
 
@@ -1343,6 +1359,7 @@ lf_release(PG_FUNCTION_ARGS)
 	}
 	if (e)
 		e->state = STATE_RELEASED;
+	lf_update_write_check();	/* a lost lease released: its loss acknowledged */
 	PG_RETURN_DATUM(status_only(fcinfo, answer == 1 ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
 								resource));
 }

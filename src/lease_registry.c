@@ -38,6 +38,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pidfile.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_session_leases);
@@ -52,7 +53,7 @@ PG_FUNCTION_INFO_V1(lf_session_leases);
 #define LF_KEEP_UNCONFIRMED 1000
 
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
-static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released"};
+static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 /*
  * The session's leases, oldest first, and everything they use, in a memory
@@ -61,6 +62,14 @@ static const char *const state_names[] = {"held", "unknown", "unconfirmed", "rel
  */
 static List *leases = NIL;
 static MemoryContext lease_cxt = NULL;
+
+/*
+ * The session- and transaction-scoped entries of leases that a renew found
+ * lost (STATE_LOST): fenced writes under their generations are refused
+ * (check_write).  Entries that have left that state since are pruned by
+ * prune_lost, which runs before trim_entries frees anything.
+ */
+static List *lost_leases = NIL;
 static bool exit_hook_registered = false;
 
 /* the highest generation of a transaction-scoped lease of this transaction */
@@ -103,10 +112,12 @@ lf_find_lease(const char *resource, const char *identity)
  *	  LF_KEEP_HELD_EXPLICIT;
  *	- the oldest unconfirmed leases beyond LF_KEEP_UNCONFIRMED (their exit
  *	  retry is lost; they expire by their TTL);
- *	- the oldest released leases beyond LF_KEEP_RELEASED.
- * Session- and transaction-scoped held leases are obligations (released at
- * exit or at transaction end) and never dropped; unknown ones are settled at
- * transaction end.  keep, if not NULL, is never dropped (an entry a caller
+ *	- the oldest released leases beyond LF_KEEP_RELEASED (explicit-scope
+ *	  leases a renew found lost count as released: nothing is left to do).
+ * Session- and transaction-scoped held or lost leases are obligations
+ * (released at exit or at transaction end, and a lost one refuses writes
+ * until then) and never dropped; unknown ones are settled at transaction
+ * end.  keep, if not NULL, is never dropped (an entry a caller
  * is about to use).
  *
  * The view trims before it shows anything, so it always shows the caps
@@ -129,6 +140,7 @@ trim_entries(LeaseEntry *keep)
 	ListCell   *lc;
 
 	added_since_trim = 0;
+	lf_update_write_check();	/* before any entry is freed */
 	if (leases == NIL)
 		return;
 	now = GetCurrentTimestamp();
@@ -140,7 +152,7 @@ trim_entries(LeaseEntry *keep)
 			held++;
 		else if (e->state == STATE_UNCONFIRMED)
 			unconfirmed++;
-		else if (e->state == STATE_RELEASED)
+		else if (e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT))
 			released++;
 	}
 	foreach(lc, leases)
@@ -165,7 +177,8 @@ trim_entries(LeaseEntry *keep)
 			drop = true;
 			unconfirmed--;
 		}
-		else if (e->state == STATE_RELEASED && released > LF_KEEP_RELEASED)
+		else if ((e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT)) &&
+				 released > LF_KEEP_RELEASED)
 		{
 			drop = true;
 			released--;
@@ -418,8 +431,8 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 
 	if (e == NULL)
 		e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
-	else
-		e->state = STATE_UNKNOWN;
+	else if (!(e->state == STATE_LOST && e->scope != SCOPE_EXPLICIT))
+		e->state = STATE_UNKNOWN;	/* (a lost lease stays lost: it is settled all the same) */
 	CHECK_FOR_INTERRUPTS();
 	/* not reached when the interrupt throws; if it did not, say so */
 	ereport(ERROR,
@@ -433,6 +446,93 @@ lf_report_redis_problem(const char *what, const char *resource, const char *err)
 {
 	ereport(WARNING,
 			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, err));
+}
+
+/*
+ * A renew found e lost (the key gone or another's) or left it too little
+ * validity.  A session- or transaction-scoped lease is then as good as lost
+ * to this session, as a lost kept-alive lease is: fenced writes under its
+ * generation are refused (LF010) until it is released or its transaction
+ * ends, and a transaction-scoped one fails its COMMIT (LF010), whatever
+ * lease_fence.commit_check says.  It is still released at the end of its
+ * transaction or session (a conditional release: the key may still be
+ * ours).  An explicit-scope lease is only shown as lost: nothing about it
+ * is automatic, and its writes may run on another backend than its renew.
+ */
+void
+lf_mark_lease_lost(LeaseEntry *e, const char *why)
+{
+	MemoryContext old;
+
+	lf_keepalive_stop(e);
+	e->state = STATE_LOST;
+	e->lost_why = why;
+	if (e->scope == SCOPE_EXPLICIT)
+		return;
+	old = MemoryContextSwitchTo(lease_cxt);
+	lost_leases = lappend(lost_leases, e);
+	MemoryContextSwitchTo(old);
+	lf_update_write_check();
+}
+
+/* LF010: a write under the generation of e, a lease a renew found lost. */
+LF_NORETURN_BEFORE static void report_lost_write(const LeaseEntry *e, Relation rel, int attnum,
+												 const char *resource) LF_NORETURN_AFTER;
+
+static void
+report_lost_write(const LeaseEntry *e, Relation rel, int attnum, const char *resource)
+{
+	lf_count(LF_C_FENCE_LF010);
+	ereport(ERROR,
+			errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+			errmsg("lease on resource \"%s\" was lost: write refused", e->resource),
+			errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->lost_why),
+			errhint("Stop working under this lease; acquire it again. Releasing it acknowledges the loss."),
+			rel != NULL ? errtablecol(rel, attnum) : 0,
+			resource != NULL ? lf_errresource(resource) : 0);
+}
+
+/*
+ * The fence's lf_write_check_hook while this session has a lost lease or
+ * keeps one alive: a fenced write under the generation of a lease a renew
+ * found lost is refused (LF010), then keepalive.c checks its own.
+ */
+static void
+check_write(int64 g, Relation rel, int attnum, const char *resource)
+{
+	ListCell   *lc;
+
+	foreach(lc, lost_leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state == STATE_LOST && e->generation == g)
+			report_lost_write(e, rel, attnum, resource);
+	}
+	lf_keepalive_check_write(g, rel, attnum, resource);
+}
+
+/*
+ * Install the fence's write check while anything needs it (a lost lease, a
+ * kept-alive one), and remove it otherwise, so that the fence pays one
+ * branch; forget entries that are no longer lost.  Called after every
+ * change that may need the check (a lease found lost, a keep-alive
+ * started); one that ends the need may leave it installed until the next
+ * call, which costs a call per fenced row and nothing else.
+ */
+void
+lf_update_write_check(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, lost_leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state != STATE_LOST)
+			lost_leases = foreach_delete_current(lost_leases, lc);
+	}
+	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
 }
 
 /* Make the transaction's current generation g (transaction scope). */
@@ -553,6 +653,16 @@ verify_at_commit(void)
 		int64		start;
 		int64		pttl = -3;
 
+		/* a lease a renew found lost: no need to ask, whatever commit_check says */
+		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_LOST)
+		{
+			lf_count(LF_C_COMMIT_CHECK_LF010);
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" was lost before commit", e->resource),
+					errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->lost_why),
+					errhint("The transaction was rolled back; acquire the lease again and retry."));
+		}
 		if (e->scope != SCOPE_TRANSACTION || e->state != STATE_HELD)
 			continue;
 		/* a kept-alive lease the worker found lost: no need to ask */
@@ -643,13 +753,15 @@ release_at_xact_end(bool committed)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD) ||
+		if ((e->scope == SCOPE_TRANSACTION &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN)
 			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
 				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
 	}
 	report_skipped(skipped, proc_exit_inprogress ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
 				   proc_exit_inprogress ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
+	lf_update_write_check();
 	maybe_trim(NULL);
 }
 
@@ -680,7 +792,8 @@ lease_xact_callback(XactEvent event, void *arg)
 				{
 					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-					if (e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD)
+					if (e->scope == SCOPE_TRANSACTION &&
+						(e->state == STATE_HELD || e->state == STATE_LOST))
 						ereport(ERROR,
 								errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"));
@@ -722,7 +835,8 @@ release_at_exit(int code, Datum arg)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+		if ((e->scope != SCOPE_EXPLICIT &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
 			pending++;
 	}
@@ -735,7 +849,8 @@ release_at_exit(int code, Datum arg)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+		if ((e->scope != SCOPE_EXPLICIT &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
 			skipped += settle_by(e, false, exit_cleanup_deadline());
 	}
