@@ -70,6 +70,8 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
 extern void lf_update_write_check(void);
+extern bool lf_may_see_settings(void);
+extern const char *lf_visible_error(const char *err, char *buf, size_t buflen);
 
 extern void lf_registry_init(void);
 

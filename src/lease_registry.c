@@ -27,6 +27,7 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "fence.h"
 #include "funcapi.h"
 #include "lease.h"
@@ -34,6 +35,7 @@
 #include "nodes/pg_list.h"
 #include "redis.h"
 #include "storage/ipc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -322,10 +324,15 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	}
 	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
 	if (!confirmed)
+	{
+		char		buf[LF_ERRLEN];
+
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
-				errdetail("%s", err),
+				errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
+				errdetail_log("%s", err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
+	}
 	pfree(key);
 	return confirmed;
 }
@@ -440,12 +447,98 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 			errmsg("lease_fence: Redis request interrupted"));
 }
 
-/* Say why Redis was unavailable or the outcome unknown, without secrets. */
+/*
+ * May the current user see where Redis is?  The rule of the where-to-connect
+ * settings (GUC_SUPERUSER_ONLY): superusers and members of
+ * pg_read_all_settings.
+ */
+bool
+lf_may_see_settings(void)
+{
+	return superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+}
+
+/* Is tok (len bytes) an endpoint: host:port, [v6]:port, or a socket path? */
+static bool
+looks_like_endpoint(const char *tok, size_t len)
+{
+	size_t		digits = 0;
+
+	/* a colon or full stop that ends a sentence is not part of it */
+	while (len > 0 && (tok[len - 1] == ':' || tok[len - 1] == '.'))
+		len--;
+	if (len == 0)
+		return false;
+	if (tok[0] == '/')
+		return true;
+	while (digits < len && tok[len - 1 - digits] >= '0' && tok[len - 1 - digits] <= '9')
+		digits++;
+	if (digits > 0 && digits < len - 1 && tok[len - 1 - digits] == ':')
+		return true;
+	/* the configured host, also where it is named without a port */
+	return lf_redis_host != NULL && lf_redis_host[0] != '\0' &&
+		strlen(lf_redis_host) == len && strncmp(tok, lf_redis_host, len) == 0;
+}
+
+/*
+ * err as the current user may see it: unchanged for those who may see the
+ * where-to-connect settings (lf_may_see_settings), else with every endpoint
+ * in it (host:port, a socket path, the configured host) written as
+ * <hidden>, in buf.  The Redis layer's texts name the server they concern;
+ * the server log keeps them whole (the callers' errdetail_log).
+ */
+const char *
+lf_visible_error(const char *err, char *buf, size_t buflen)
+{
+	static const char seps[] = " \t\n\"'(),;";
+	const char *p = err;
+	size_t		n = 0;
+
+	if (lf_may_see_settings())
+		return err;
+	while (*p != '\0' && n + 1 < buflen)
+	{
+		size_t		len = strcspn(p, seps);
+
+		if (len == 0)
+			buf[n++] = *p++;
+		else if (looks_like_endpoint(p, len))
+		{
+			size_t		keep = len;
+
+			while (keep > 0 && (p[keep - 1] == ':' || p[keep - 1] == '.'))
+				keep--;
+			n += strlcpy(buf + n, "<hidden>", buflen - n);
+			if (n >= buflen)
+				n = buflen - 1;
+			p += keep;
+		}
+		else
+		{
+			size_t		m = Min(len, buflen - 1 - n);
+
+			memcpy(buf + n, p, m);
+			n += m;
+			p += len;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * Say why Redis was unavailable or the outcome unknown, without secrets:
+ * endpoints only to those who may see them (the server log has them).
+ */
 void
 lf_report_redis_problem(const char *what, const char *resource, const char *err)
 {
+	char		buf[LF_ERRLEN];
+	const char *shown = lf_visible_error(err, buf, sizeof(buf));
+
 	ereport(WARNING,
-			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, err));
+			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, shown),
+			shown != err ? errdetail_log("The full text: %s", err) : 0);
 }
 
 /*
@@ -703,11 +796,16 @@ verify_at_commit(void)
 			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
 
 		if (r != LF_APPLIED)
+		{
+			char		buf[LF_ERRLEN];
+
 			ereport(ERROR,
 					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
 					errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
-					errdetail("%s", err),
+					errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
+					errdetail_log("%s", err),
 					errhint("The transaction was rolled back because its lease may have been lost."));
+		}
 		if (pttl == -3 || pttl == -2)
 			ereport(ERROR,
 					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
