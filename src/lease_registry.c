@@ -691,7 +691,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 										"lost" : state_names[e->state]);
 		values[5] = TimestampTzGetDatum(e->acquired_at);
 		values[6] = TimestampTzGetDatum(e->expires_at);
-		nulls[6] = (e->state != STATE_HELD);
+		nulls[6] = (e->state != STATE_HELD && e->state != STATE_LOST);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

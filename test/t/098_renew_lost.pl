@@ -44,7 +44,9 @@ for my $check ('always', 'near_expiry')
 	$redis->cli('DEL', lkey("tx-$check"));
 	is(renew($s, "tx-$check", $r->{identity}, 30000)->{status}, 'lost',
 		"$check: renew answers lost once the key is gone");
-	is(lease_view($s, $r->{identity})->{state}, 'lost', "$check: lease_fence.leases shows it lost");
+	my $view = lease_view($s, $r->{identity});
+	is($view->{state}, 'lost', "$check: lease_fence.leases shows it lost");
+	ok(defined $view->{expires_at}, "$check: with its expires_at, as for a lost kept-alive lease");
 	my (undef, $err) = run_sql($s, "UPDATE t SET who = 'A after loss' WHERE id = 2");
 	is(sqlstate($err), 'LF010', "$check: a fenced write after the lost renew is LF010");
 	run_sql($s, 'COMMIT');
