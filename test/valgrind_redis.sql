@@ -260,8 +260,9 @@ SELECT identity AS id_trl FROM lease_fence.leases WHERE resource = 'vg:tx-renew-
 SELECT vg_step('tx_renew_lost', r.status, 'lost', r::text) FROM lease_fence.renew('vg:tx-renew-lost', :'id_trl', 30000) r;
 SELECT vg_step('tx_renew_lost_state', string_agg(state, ','), 'lost') FROM lease_fence.leases WHERE resource = 'vg:tx-renew-lost';
 SELECT lease_fence.fence_resource('vg:tx-renew-lost') \g /dev/null
-SELECT vg_step('tx_renew_lost_write', :'SQLSTATE', 'LF010');
+\set err :SQLSTATE
 ROLLBACK;
+SELECT vg_step('tx_renew_lost_write', :'err', 'LF010');
 BEGIN;
 SELECT vg_step('tx_renew_short_acquired', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:tx-renew-short', 30000, 0, 'transaction') a;
