@@ -450,11 +450,15 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 /*
  * May the current user see where Redis is?  The rule of the where-to-connect
  * settings (GUC_SUPERUSER_ONLY): superusers and members of
- * pg_read_all_settings.
+ * pg_read_all_settings.  Outside a valid transaction (the cleanups after
+ * COMMIT or ROLLBACK, and at backend exit) the catalogs cannot be read, so
+ * the answer is no: the server log has the full text anyway.
  */
 bool
 lf_may_see_settings(void)
 {
+	if (!IsTransactionState())
+		return false;
 	return superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
 }
 
