@@ -7,7 +7,10 @@
  * Each acquire, renew and release records its outcome here (lease.c).  The
  * registry keeps the promises of the scopes: a transaction-scoped lease is
  * verified at PRE_COMMIT (LF010 if lost) and released at the transaction's
- * end; a session-scoped one at backend exit.  A lease whose outcome is
+ * end; a session-scoped one at backend exit.  A renew that finds a
+ * session- or transaction-scoped lease lost marks it so, and this file then
+ * refuses fenced writes under its generation and its transaction's COMMIT
+ * (LF010), through the fence's write-check hook.  A lease whose outcome is
  * unknown is released conditionally, bounded by cleanup_timeout_ms, and
  * recorded as "unconfirmed" when that is not confirmed either.  The list
  * is the view lease_fence.leases.
@@ -68,8 +71,8 @@ static MemoryContext lease_cxt = NULL;
 /*
  * The session- and transaction-scoped entries of leases that a renew found
  * lost (STATE_LOST): fenced writes under their generations are refused
- * (check_write).  Entries that have left that state since are pruned by
- * prune_lost, which runs before trim_entries frees anything.
+ * (check_write).  Entries that have left that state since are dropped by
+ * lf_update_write_check, which runs before trim_entries frees anything.
  */
 static List *lost_leases = NIL;
 static bool exit_hook_registered = false;
