@@ -80,6 +80,22 @@ SELECT lease_fence.current_generation();
 RESET lease_fence.generation;
 SELECT lease_fence.current_generation() IS NULL AS gone_after_reset;
 
+-- outside a transaction block (autocommit) a transaction-scoped generation
+-- would be gone when the statement ends, and the next statement would write
+-- without it: set_generation(g) is an error (25P01) that says so, not a
+-- silent no-op, and so is set_generation(g, true); bad input comes first
+SELECT lease_fence.set_generation(462);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_fence.set_generation(462, true);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_fence.set_generation(462, NULL::text);
+\echo :LAST_ERROR_SQLSTATE
+DO $$BEGIN PERFORM lease_fence.set_generation(462); END$$;
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_fence.set_generation(-1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT lease_fence.current_generation() IS NULL AS nothing_set;
+
 -- the GUC is the same thing: SET LOCAL from any client
 BEGIN;
 SET LOCAL lease_fence.generation = 44;

@@ -115,6 +115,7 @@ GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint
                           lease_fence.claim_key_prefix() TO regress_lf_client;
 SET ROLE regress_lf_client;
 \set VERBOSITY terse
+-- (the WARNING shows where Redis is only to those who may read that setting)
 SELECT acquired, status FROM lease_fence.acquire('r', 1000);
 \set VERBOSITY default
 -- and a GRANT does not make a non-superuser able to take one over

@@ -234,6 +234,12 @@ SELECT lease_fence.current_generation();
 COMMIT;
 SELECT lease_fence.current_generation() IS NULL AS transaction_scoped;
 SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:1';
+-- outside a transaction block the resource form still works, in its own
+-- one-statement transaction: the fence is made and kept (the generation
+-- alone is refused there: sql/generation.sql)
+SELECT lease_fence.set_generation(50, 'rf:job:5') AS autocommit_fenced;
+SELECT lease_fence.current_generation() IS NULL AS transaction_scoped;
+SELECT * FROM pg_temp.fences() WHERE resource = 'rf:job:5';
 -- a later call with a lower generation is LF001, and nothing changes
 BEGIN;
 SELECT pg_temp.try($$SELECT lease_fence.set_generation(45, 'rf:job:1')$$);

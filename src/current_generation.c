@@ -33,6 +33,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "access/xact.h"
 #include "compat.h"
 #include "fence.h"
 #include "fmgr.h"
@@ -263,6 +264,24 @@ lf_set_current_generation(int64 generation, bool is_local)
 							 true, 0, false);
 }
 
+/*
+ * A transaction-scoped generation set outside a transaction block would be
+ * gone when the statement ends, and the next statement, in a transaction of
+ * its own, would write without it: unfenced on a lenient table.  Refuse it
+ * (25P01) rather than return it as if it had been set: a driver in
+ * autocommit shows no WARNING, and the returned value reads as success.
+ */
+void
+lf_require_transaction_block(void)
+{
+	if (!IsTransactionBlock())
+		ereport(ERROR,
+				errcode(ERRCODE_NO_ACTIVE_SQL_TRANSACTION),
+				errmsg("set_generation only works inside a transaction block"),
+				errdetail("Outside one, the generation would be gone when this statement ends, and the next statement would write without it."),
+				errhint("Use BEGIN first, or the resource form lease_fence.set_generation(generation, resource)."));
+}
+
 Datum
 lf_set_generation(PG_FUNCTION_ARGS)
 {
@@ -272,6 +291,8 @@ lf_set_generation(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				errmsg("is_local must not be NULL"));
+	if (PG_GETARG_BOOL(1))
+		lf_require_transaction_block();
 	lf_set_current_generation(generation, PG_GETARG_BOOL(1));
 	PG_RETURN_INT64(generation);
 }

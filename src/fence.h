@@ -100,6 +100,7 @@ extern bool lf_parse_generation(const char *s, bool *is_set, int64 *value);
 extern void lf_set_lease_generation(bool is_set, int64 g);
 extern int64 lf_check_generation_arg(FunctionCallInfo fcinfo, int argno);
 extern void lf_set_current_generation(int64 generation, bool is_local);
+extern void lf_require_transaction_block(void);
 extern void lf_current_generation_init(void);
 
 /*

@@ -21,9 +21,9 @@
  * the end of an idle owner's lease (its TTL ran out) and keepalive_max_ms.
  * The owner checks the mark, and the lease's local expiry, on every fenced
  * write under the lease's generation and at COMMIT of a transaction that
- * made one: both fail with LF010 (check_write, which this file installs as
- * the fence's lf_write_check_hook while the session keeps a lease alive,
- * and lf_keepalive_check_commit), before the write reaches a row.
+ * made one: both fail with LF010 (lf_keepalive_check_write, which the
+ * registry's lf_write_check_hook calls while the session keeps a lease
+ * alive, and lf_keepalive_check_commit), before the write reaches a row.
  *
  * The worker connects to no database, so it uses the server's settings
  * (postgresql.conf, ALTER SYSTEM): each entry carries a fingerprint of the
@@ -142,7 +142,6 @@ typedef struct MyKeepalive
 static MyKeepalive mine[LF_KEEPALIVE_SLOTS];
 static int	held = 0;
 
-static void check_write(int64 g, Relation rel, int attnum, const char *resource);
 
 /* ---------------------------------------------------------------------
  * Shared memory
@@ -272,7 +271,6 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 	mine[held].written = false;
 	mine[held].resource = e->resource;
 	held++;
-	lf_write_check_hook = check_write;
 	e->keepalive_slot = slot;
 	return true;
 }
@@ -294,9 +292,14 @@ lf_keepalive_stop(LeaseEntry *e)
 			mine[i] = mine[--held];
 			break;
 		}
-	if (held == 0)
-		lf_write_check_hook = NULL;
 	e->keepalive_slot = -1;
+}
+
+/* Does this session keep a lease alive (so its fenced writes need checking)? */
+bool
+lf_keepalive_any(void)
+{
+	return held > 0;
 }
 
 /* Is the kept-alive lease in slot lost?  Its reason in *why. */
@@ -351,12 +354,13 @@ report_lost(const MyKeepalive *m, const char *why, bool at_commit,
 }
 
 /*
- * The fence's lf_write_check_hook while this session keeps leases alive: a
- * fenced write under generation g is refused (LF010) when g is the
- * generation of a kept-alive lease of this session that was lost.
+ * Part of the fence's lf_write_check_hook (the registry installs it while
+ * this session keeps leases alive): a fenced write under generation g is
+ * refused (LF010) when g is the generation of a kept-alive lease of this
+ * session that was lost.
  */
-static void
-check_write(int64 g, Relation rel, int attnum, const char *resource)
+void
+lf_keepalive_check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	int			i;
 

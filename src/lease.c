@@ -33,7 +33,6 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fence.h"
 #include "funcapi.h"
@@ -41,7 +40,6 @@
 #include "miscadmin.h"
 #include "redis.h"
 #include "storage/latch.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
@@ -110,18 +108,28 @@ typedef struct LfOutcome
 
 /*
  * Why the last request could not be applied or its outcome is not known (the
- * text of its WARNING, never a secret): the reason column of an unavailable,
- * unknown or unreplicated row.  Set by report_problem(), used and cleared by
- * the next row built.
+ * text of its WARNING, never a secret, endpoints only for those who may see
+ * them): the reason column of an unavailable, unknown or unreplicated row.
+ * Set by report_problem() and the other reports, used and cleared by the
+ * next row built.
  */
 static char reason[LF_ERRLEN];
+
+/* Keep why, as the current user may see it, as the reason of the next row. */
+static void
+set_reason(const char *why)
+{
+	char		buf[LF_ERRLEN];
+
+	strlcpy(reason, lf_visible_error(why, buf, sizeof(buf)), sizeof(reason));
+}
 
 /* Say why a request was not applied or its outcome is unknown, and keep it. */
 static void
 report_problem(const char *operation, const char *resource, const char *err)
 {
 	lf_report_redis_problem(operation, resource, err);
-	strlcpy(reason, err, sizeof(reason));
+	set_reason(err);
 }
 
 /*
@@ -505,11 +513,25 @@ key_prefix_is_ours(const char *resource)
 
 	if (code == 0)
 	{
+		/*
+		 * The reason says what happened; the other database's name, OID and
+		 * system identifier only superusers see (pg_control_system() is
+		 * theirs; the server log has them), and the key_prefix (a
+		 * where-to-connect setting) only those who may read it.
+		 */
+		char	   *full = psprintf("The key \"%s\" names %s; this is %s. Two databases sharing a key_prefix would push each other's generations up.",
+									key, describe_owner(owner), describe_owner(value));
+
+		if (lf_may_see_settings())
+			snprintf(reason, sizeof(reason), "key_prefix \"%s\" on this Redis belongs to another database",
+					 lf_key_prefix ? lf_key_prefix : "");
+		else
+			snprintf(reason, sizeof(reason), "key_prefix on this Redis belongs to another database");
 		ereport(WARNING,
-				errmsg("lease_fence: key_prefix \"%s\" on this Redis belongs to another database",
-					   lf_key_prefix ? lf_key_prefix : ""),
-				errdetail("The key \"%s\" names %s; this is %s. Two databases sharing a key_prefix would push each other's generations up.",
-						  key, describe_owner(owner), describe_owner(value)),
+				errmsg("lease_fence: %s", reason),
+				superuser() ? errdetail("%s", full) :
+				errdetail("The key_prefix is claimed by another database (the server log says which). Two databases sharing a key_prefix would push each other's generations up."),
+				errdetail_log("%s", full),
 				errhint("Give each database its own lease_fence.key_prefix. If this database replaces that one (a dump restored into a new cluster), a superuser takes the prefix over with SELECT lease_fence.claim_key_prefix()."));
 		return false;
 	}
@@ -693,9 +715,13 @@ report_unreplicated(const char *operation, const char *resource, int acked, cons
 	}
 	else
 	{
-		snprintf(reason, sizeof(reason), "could not learn whether replicas have it (%s)", err);
+		char		why[LF_ERRLEN + 64];
+
+		snprintf(why, sizeof(why), "could not learn whether replicas have it (%s)", err);
+		set_reason(why);
 		ereport(WARNING,
-				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, reason));
+				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, reason),
+				errdetail_log("The full text: %s", why));
 	}
 }
 
@@ -731,12 +757,18 @@ acquire_unreplicated(FunctionCallInfo fcinfo, const char *resource, const char *
 				 acked, lf_min_replicas, lf_replica_timeout_ms);
 	else
 		snprintf(why, sizeof(why), "could not learn whether replicas have the grant (%s)", err);
-	ereport(WARNING,
-			errmsg("lease_fence: acquire of resource \"%s\": %s; releasing it", resource, why));
+	{
+		char		buf[LF_ERRLEN];
+		const char *shown = lf_visible_error(why, buf, sizeof(buf));
+
+		ereport(WARNING,
+				errmsg("lease_fence: acquire of resource \"%s\": %s; releasing it", resource, shown),
+				shown != why ? errdetail_log("The full text: %s", why) : 0);
+	}
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, 0);
 	settle(e, acked < 0);
 	/* (the release's own WARNING, if any, comes first; the row says why it was needed) */
-	strlcpy(reason, why, sizeof(reason));
+	set_reason(why);
 	*released = e->state == STATE_RELEASED;
 	if (e->state == STATE_RELEASED)
 		return status_only(fcinfo, LF_C_ACQUIRE_UNREPLICATED, resource);
@@ -913,7 +945,9 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 		*row = outcome_row(fcinfo, &o);
 		return LF_C_ACQUIRE_INSUFFICIENT_VALIDITY;
 	}
-	if (a->keepalive && !lf_keepalive_start(e, start, validity))
+	if (a->keepalive && lf_keepalive_start(e, start, validity))
+		lf_update_write_check();	/* its fenced writes are checked from now on */
+	else if (a->keepalive)
 	{
 		settle(e, false);
 		ereport(ERROR,
@@ -1026,10 +1060,12 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 				subscribed = true;
 			else
 			{
+				char		buf[LF_ERRLEN];
+
 				no_subscription = true;
 				ereport(DEBUG1,
 						errmsg("lease_fence: waiting for resource \"%s\" without a subscription: %s",
-							   a->resource, err));
+							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
 			}
 			continue;			/* a release before the subscription was missed: ask again */
 		}
@@ -1263,10 +1299,15 @@ lf_renew(PG_FUNCTION_ARGS)
 	if (r == LF_UNKNOWN)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_UNKNOWN, resource));
 
+	/*
+	 * Lost: a session- or transaction-scoped lease of this session is lost
+	 * to it (lf_mark_lease_lost: its writes and its COMMIT fail with
+	 * LF010), never "released" (that would switch the commit check off).
+	 */
 	if (answer != 1)
 	{
 		if (e && e->state == STATE_HELD)
-			e->state = STATE_RELEASED;
+			lf_mark_lease_lost(e, "lease_fence.renew() found that the lease key no longer holds this lease's identity");
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_LOST, resource));
 	}
 	if (lf_min_replicas > 0)
@@ -1287,7 +1328,16 @@ lf_renew(PG_FUNCTION_ARGS)
 		lf_lease_validity_set(e, o.validity);
 	o.have_validity = true;
 	if (o.validity < minv)
+	{
+		/*
+		 * It may expire before the work under it is done: as lost, for a
+		 * session- or transaction-scoped lease (an explicit one stays
+		 * held; its caller decides).
+		 */
 		o.status = LF_C_RENEW_INSUFFICIENT_VALIDITY;
+		if (e && e->state == STATE_HELD && e->scope != SCOPE_EXPLICIT)
+			lf_mark_lease_lost(e, "lease_fence.renew() left it less than min_validity_ms of validity");
+	}
 	PG_RETURN_DATUM(outcome_row(fcinfo, &o));
 }
 
@@ -1343,6 +1393,7 @@ lf_release(PG_FUNCTION_ARGS)
 	}
 	if (e)
 		e->state = STATE_RELEASED;
+	lf_update_write_check();	/* a lost lease released: its loss acknowledged */
 	PG_RETURN_DATUM(status_only(fcinfo, answer == 1 ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
 								resource));
 }
@@ -1374,8 +1425,7 @@ Datum
 lf_redis_connections_sql(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	bool		may_see = superuser() ||
-		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+	bool		may_see = lf_may_see_settings();
 	LfConnInfo *conns;
 	int			n;
 	int			i;

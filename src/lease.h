@@ -16,6 +16,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "utils/relcache.h"
 
 #include "compat.h"
 
@@ -34,7 +35,8 @@ typedef enum LeaseState
 	STATE_HELD,
 	STATE_UNKNOWN,				/* outcome unknown, cleanup pending */
 	STATE_UNCONFIRMED,			/* cleanup tried, not confirmed */
-	STATE_RELEASED
+	STATE_RELEASED,
+	STATE_LOST					/* a renew found it lost: writes under it refused */
 } LeaseState;
 
 /* one lease of this session */
@@ -52,6 +54,7 @@ typedef struct LeaseEntry
 	int64		min_validity_ms;
 	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
 	int			keepalive_slot;	/* kept alive: its slot (keepalive.c), else -1 */
+	const char *lost_why;		/* STATE_LOST: why, for the LF010 (a constant) */
 } LeaseEntry;
 
 extern LeaseEntry *lf_find_lease(const char *resource, const char *identity);
@@ -65,6 +68,10 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 generation, LeaseScope scope,
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
+extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
+extern void lf_update_write_check(void);
+extern bool lf_may_see_settings(void);
+extern const char *lf_visible_error(const char *err, char *buf, size_t buflen);
 
 extern void lf_registry_init(void);
 
@@ -85,6 +92,8 @@ extern int	lf_keepalive_max_ms;
 extern void lf_keepalive_precheck(LeaseScope scope);
 extern bool lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
 extern void lf_keepalive_stop(LeaseEntry *e);
+extern bool lf_keepalive_any(void);
+extern void lf_keepalive_check_write(int64 g, Relation rel, int attnum, const char *resource);
 extern bool lf_keepalive_is_lost(const LeaseEntry *e);
 extern void lf_keepalive_check_commit(void);
 extern void lf_keepalive_check_prepare(void);

@@ -7,7 +7,10 @@
  * Each acquire, renew and release records its outcome here (lease.c).  The
  * registry keeps the promises of the scopes: a transaction-scoped lease is
  * verified at PRE_COMMIT (LF010 if lost) and released at the transaction's
- * end; a session-scoped one at backend exit.  A lease whose outcome is
+ * end; a session-scoped one at backend exit.  A renew that finds a
+ * session- or transaction-scoped lease lost marks it so, and this file then
+ * refuses fenced writes under its generation and its transaction's COMMIT
+ * (LF010), through the fence's write-check hook.  A lease whose outcome is
  * unknown is released conditionally, bounded by cleanup_timeout_ms, and
  * recorded as "unconfirmed" when that is not confirmed either.  The list
  * is the view lease_fence.leases.
@@ -27,6 +30,7 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "fence.h"
 #include "funcapi.h"
 #include "lease.h"
@@ -34,10 +38,12 @@
 #include "nodes/pg_list.h"
 #include "redis.h"
 #include "storage/ipc.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/pidfile.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_session_leases);
@@ -52,7 +58,7 @@ PG_FUNCTION_INFO_V1(lf_session_leases);
 #define LF_KEEP_UNCONFIRMED 1000
 
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
-static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released"};
+static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 /*
  * The session's leases, oldest first, and everything they use, in a memory
@@ -61,6 +67,14 @@ static const char *const state_names[] = {"held", "unknown", "unconfirmed", "rel
  */
 static List *leases = NIL;
 static MemoryContext lease_cxt = NULL;
+
+/*
+ * The session- and transaction-scoped entries of leases that a renew found
+ * lost (STATE_LOST): fenced writes under their generations are refused
+ * (check_write).  Entries that have left that state since are dropped by
+ * lf_update_write_check, which runs before trim_entries frees anything.
+ */
+static List *lost_leases = NIL;
 static bool exit_hook_registered = false;
 
 /* the highest generation of a transaction-scoped lease of this transaction */
@@ -103,10 +117,12 @@ lf_find_lease(const char *resource, const char *identity)
  *	  LF_KEEP_HELD_EXPLICIT;
  *	- the oldest unconfirmed leases beyond LF_KEEP_UNCONFIRMED (their exit
  *	  retry is lost; they expire by their TTL);
- *	- the oldest released leases beyond LF_KEEP_RELEASED.
- * Session- and transaction-scoped held leases are obligations (released at
- * exit or at transaction end) and never dropped; unknown ones are settled at
- * transaction end.  keep, if not NULL, is never dropped (an entry a caller
+ *	- the oldest released leases beyond LF_KEEP_RELEASED (explicit-scope
+ *	  leases a renew found lost count as released: nothing is left to do).
+ * Session- and transaction-scoped held or lost leases are obligations
+ * (released at exit or at transaction end, and a lost one refuses writes
+ * until then) and never dropped; unknown ones are settled at transaction
+ * end.  keep, if not NULL, is never dropped (an entry a caller
  * is about to use).
  *
  * The view trims before it shows anything, so it always shows the caps
@@ -129,6 +145,7 @@ trim_entries(LeaseEntry *keep)
 	ListCell   *lc;
 
 	added_since_trim = 0;
+	lf_update_write_check();	/* before any entry is freed */
 	if (leases == NIL)
 		return;
 	now = GetCurrentTimestamp();
@@ -140,7 +157,7 @@ trim_entries(LeaseEntry *keep)
 			held++;
 		else if (e->state == STATE_UNCONFIRMED)
 			unconfirmed++;
-		else if (e->state == STATE_RELEASED)
+		else if (e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT))
 			released++;
 	}
 	foreach(lc, leases)
@@ -165,7 +182,8 @@ trim_entries(LeaseEntry *keep)
 			drop = true;
 			unconfirmed--;
 		}
-		else if (e->state == STATE_RELEASED && released > LF_KEEP_RELEASED)
+		else if ((e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT)) &&
+				 released > LF_KEEP_RELEASED)
 		{
 			drop = true;
 			released--;
@@ -320,10 +338,15 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	}
 	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
 	if (!confirmed)
+	{
+		char		buf[LF_ERRLEN];
+
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
-				errdetail("%s", err),
+				errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
+				errdetail_log("%s", err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
+	}
 	pfree(key);
 	return confirmed;
 }
@@ -429,8 +452,8 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 
 	if (e == NULL)
 		e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
-	else
-		e->state = STATE_UNKNOWN;
+	else if (!(e->state == STATE_LOST && e->scope != SCOPE_EXPLICIT))
+		e->state = STATE_UNKNOWN;	/* (a lost lease stays lost: it is settled all the same) */
 	CHECK_FOR_INTERRUPTS();
 	/* not reached when the interrupt throws; if it did not, say so */
 	ereport(ERROR,
@@ -438,12 +461,189 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 			errmsg("lease_fence: Redis request interrupted"));
 }
 
-/* Say why Redis was unavailable or the outcome unknown, without secrets. */
+/*
+ * May the current user see where Redis is?  The rule of the where-to-connect
+ * settings (GUC_SUPERUSER_ONLY): superusers and members of
+ * pg_read_all_settings.  Outside a valid transaction (the cleanups after
+ * COMMIT or ROLLBACK, and at backend exit) the catalogs cannot be read, so
+ * the answer is no: the server log has the full text anyway.
+ */
+bool
+lf_may_see_settings(void)
+{
+	if (!IsTransactionState())
+		return false;
+	return superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
+}
+
+/* Is tok (len bytes) an endpoint: host:port, [v6]:port, or a socket path? */
+static bool
+looks_like_endpoint(const char *tok, size_t len)
+{
+	size_t		digits = 0;
+
+	/* a colon or full stop that ends a sentence is not part of it */
+	while (len > 0 && (tok[len - 1] == ':' || tok[len - 1] == '.'))
+		len--;
+	if (len == 0)
+		return false;
+	if (tok[0] == '/')
+		return true;
+	while (digits < len && tok[len - 1 - digits] >= '0' && tok[len - 1 - digits] <= '9')
+		digits++;
+	if (digits > 0 && digits < len - 1 && tok[len - 1 - digits] == ':')
+		return true;
+	/* the configured host, also where it is named without a port */
+	return lf_redis_host != NULL && lf_redis_host[0] != '\0' &&
+		strlen(lf_redis_host) == len && strncmp(tok, lf_redis_host, len) == 0;
+}
+
+/*
+ * err as the current user may see it: unchanged for those who may see the
+ * where-to-connect settings (lf_may_see_settings), else with every endpoint
+ * in it (host:port, a socket path, the configured host) written as
+ * <hidden>, in buf.  The Redis layer's texts name the server they concern;
+ * the server log keeps them whole (the callers' errdetail_log).
+ */
+const char *
+lf_visible_error(const char *err, char *buf, size_t buflen)
+{
+	static const char seps[] = " \t\n\"'(),;";
+	const char *p = err;
+	size_t		n = 0;
+
+	if (lf_may_see_settings())
+		return err;
+	while (*p != '\0' && n + 1 < buflen)
+	{
+		size_t		len = strcspn(p, seps);
+
+		if (len == 0)
+			buf[n++] = *p++;
+		else if (looks_like_endpoint(p, len))
+		{
+			size_t		keep = len;
+
+			while (keep > 0 && (p[keep - 1] == ':' || p[keep - 1] == '.'))
+				keep--;
+			n += strlcpy(buf + n, "<hidden>", buflen - n);
+			if (n >= buflen)
+				n = buflen - 1;
+			p += keep;
+		}
+		else
+		{
+			size_t		m = Min(len, buflen - 1 - n);
+
+			memcpy(buf + n, p, m);
+			n += m;
+			p += len;
+		}
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/*
+ * Say why Redis was unavailable or the outcome unknown, without secrets:
+ * endpoints only to those who may see them (the server log has them).
+ */
 void
 lf_report_redis_problem(const char *what, const char *resource, const char *err)
 {
+	char		buf[LF_ERRLEN];
+	const char *shown = lf_visible_error(err, buf, sizeof(buf));
+
 	ereport(WARNING,
-			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, err));
+			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, shown),
+			shown != err ? errdetail_log("The full text: %s", err) : 0);
+}
+
+/*
+ * A renew found e lost (the key gone or another's) or left it too little
+ * validity.  A session- or transaction-scoped lease is then as good as lost
+ * to this session, as a lost kept-alive lease is: fenced writes under its
+ * generation are refused (LF010) until it is released or its transaction
+ * ends, and a transaction-scoped one fails its COMMIT (LF010), whatever
+ * lease_fence.commit_check says.  It is still released at the end of its
+ * transaction or session (a conditional release: the key may still be
+ * ours).  An explicit-scope lease is only shown as lost: nothing about it
+ * is automatic, and its writes may run on another backend than its renew.
+ */
+void
+lf_mark_lease_lost(LeaseEntry *e, const char *why)
+{
+	MemoryContext old;
+
+	lf_keepalive_stop(e);
+	e->state = STATE_LOST;
+	e->lost_why = why;
+	if (e->scope == SCOPE_EXPLICIT)
+		return;
+	old = MemoryContextSwitchTo(lease_cxt);
+	lost_leases = lappend(lost_leases, e);
+	MemoryContextSwitchTo(old);
+	lf_update_write_check();
+}
+
+/* LF010: a write under the generation of e, a lease a renew found lost. */
+LF_NORETURN_BEFORE static void report_lost_write(const LeaseEntry *e, Relation rel, int attnum,
+												 const char *resource) LF_NORETURN_AFTER;
+
+static void
+report_lost_write(const LeaseEntry *e, Relation rel, int attnum, const char *resource)
+{
+	lf_count(LF_C_FENCE_LF010);
+	ereport(ERROR,
+			errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+			errmsg("lease on resource \"%s\" was lost: write refused", e->resource),
+			errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->lost_why),
+			errhint("Stop working under this lease; acquire it again. Releasing it acknowledges the loss."),
+			rel != NULL ? errtablecol(rel, attnum) : 0,
+			resource != NULL ? lf_errresource(resource) : 0);
+}
+
+/*
+ * The fence's lf_write_check_hook while this session has a lost lease or
+ * keeps one alive: a fenced write under the generation of a lease a renew
+ * found lost is refused (LF010), then keepalive.c checks its own.
+ */
+static void
+check_write(int64 g, Relation rel, int attnum, const char *resource)
+{
+	ListCell   *lc;
+
+	foreach(lc, lost_leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state == STATE_LOST && e->generation == g)
+			report_lost_write(e, rel, attnum, resource);
+	}
+	lf_keepalive_check_write(g, rel, attnum, resource);
+}
+
+/*
+ * Install the fence's write check while anything needs it (a lost lease, a
+ * kept-alive one), and remove it otherwise, so that the fence pays one
+ * branch; forget entries that are no longer lost.  Called after every
+ * change that may need the check (a lease found lost, a keep-alive
+ * started); one that ends the need may leave it installed until the next
+ * call, which costs a call per fenced row and nothing else.
+ */
+void
+lf_update_write_check(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, lost_leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state != STATE_LOST)
+			lost_leases = foreach_delete_current(lost_leases, lc);
+	}
+	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
 }
 
 /* Make the transaction's current generation g (transaction scope). */
@@ -509,7 +709,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 										"lost" : state_names[e->state]);
 		values[5] = TimestampTzGetDatum(e->acquired_at);
 		values[6] = TimestampTzGetDatum(e->expires_at);
-		nulls[6] = (e->state != STATE_HELD);
+		nulls[6] = (e->state != STATE_HELD && e->state != STATE_LOST);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
@@ -564,6 +764,16 @@ verify_at_commit(void)
 		int64		start;
 		int64		pttl = -3;
 
+		/* a lease a renew found lost: no need to ask, whatever commit_check says */
+		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_LOST)
+		{
+			lf_count(LF_C_COMMIT_CHECK_LF010);
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" was lost before commit", e->resource),
+					errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->lost_why),
+					errhint("The transaction was rolled back; acquire the lease again and retry."));
+		}
 		if (e->scope != SCOPE_TRANSACTION || e->state != STATE_HELD)
 			continue;
 		/* a kept-alive lease the worker found lost: no need to ask */
@@ -604,11 +814,16 @@ verify_at_commit(void)
 			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
 
 		if (r != LF_APPLIED)
+		{
+			char		buf[LF_ERRLEN];
+
 			ereport(ERROR,
 					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
 					errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
-					errdetail("%s", err),
+					errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
+					errdetail_log("%s", err),
 					errhint("The transaction was rolled back because its lease may have been lost."));
+		}
 		if (pttl == -3 || pttl == -2)
 			ereport(ERROR,
 					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
@@ -655,7 +870,8 @@ release_at_xact_end(bool committed)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD) ||
+		if ((e->scope == SCOPE_TRANSACTION &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN)
 			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
 				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
@@ -664,6 +880,7 @@ release_at_xact_end(bool committed)
 	dying = proc_exit_inprogress || ProcDiePending;
 	report_skipped(skipped, dying ? "the exit's cleanup budget" : "lease_fence.cleanup_timeout_ms",
 				   dying ? Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms) : lf_cleanup_timeout_ms);
+	lf_update_write_check();
 	maybe_trim(NULL);
 }
 
@@ -694,7 +911,8 @@ lease_xact_callback(XactEvent event, void *arg)
 				{
 					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-					if (e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD)
+					if (e->scope == SCOPE_TRANSACTION &&
+						(e->state == STATE_HELD || e->state == STATE_LOST))
 						ereport(ERROR,
 								errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"));
@@ -736,7 +954,8 @@ release_at_exit(int code, Datum arg)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+		if ((e->scope != SCOPE_EXPLICIT &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
 			pending++;
 	}
@@ -749,7 +968,8 @@ release_at_exit(int code, Datum arg)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if ((e->scope != SCOPE_EXPLICIT && e->state == STATE_HELD) ||
+		if ((e->scope != SCOPE_EXPLICIT &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN || e->state == STATE_UNCONFIRMED)
 			skipped += settle_by(e, false, exit_cleanup_deadline());
 	}

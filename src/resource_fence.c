@@ -444,7 +444,9 @@ lf_fence_resource(PG_FUNCTION_ARGS)
  * transaction).  Fencing a resource needs EXECUTE on fence_resource(): this
  * function, which everybody may call, is no way around that grant.  Bad
  * input (22004, 22023) and a missing privilege (42501) come before
- * anything is set or fenced.  Returns the generation.
+ * anything is set or fenced.  Without a resource it must run in a
+ * transaction block (25P01): outside one the generation would be gone when
+ * the statement ends.  Returns the generation.
  */
 Datum
 lf_set_generation_resource(PG_FUNCTION_ARGS)
@@ -468,6 +470,8 @@ lf_set_generation_resource(PG_FUNCTION_ARGS)
 					errmsg("permission denied for function fence_resource"),
 					errdetail("set_generation() with a resource fences it, which needs EXECUTE on lease_fence.fence_resource()."));
 	}
+	else
+		lf_require_transaction_block();
 	lf_set_current_generation(generation, true);
 	if (resource != NULL)
 		(void) lf_fence_resource_current(resource);

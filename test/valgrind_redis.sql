@@ -35,6 +35,9 @@ $$;
 SELECT 'PID|' || pg_backend_pid();
 SELECT pg_backend_pid() AS pid_a \gset
 SELECT vg_step('preloaded', current_setting('shared_preload_libraries'), 'lease_fence');
+-- a role that may not see where Redis is (reasons and WARNINGs hide it)
+CREATE ROLE vg_app;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO vg_app;
 
 -- ------------------------------------------------ acquired, busy, renewed, released, not_held, lost
 SELECT vg_step('acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:basic', 30000) a;
@@ -100,6 +103,10 @@ SELECT identity AS id_down FROM lease_fence.leases WHERE resource = 'vg:down-hel
 SELECT vg_step('unavailable_acquire', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:down', 30000) a;
 SELECT vg_step('unavailable_renew', r.status, 'unavailable', r::text) FROM lease_fence.renew('vg:down-held', :'id_down', 30000) r;
 SELECT vg_step('unavailable_release', r.status, 'unavailable', r::text) FROM lease_fence.release('vg:down-held', :'id_down') r;
+SET ROLE vg_app;
+SELECT vg_step('unavailable_endpoint_hidden', (a.reason LIKE 'could not connect to Redis at <hidden>: %')::text, 'true', a::text)
+	FROM lease_fence.acquire('vg:down', 30000) a;
+RESET ROLE;
 \! redisctl start
 SELECT vg_step('reconnect_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:down', 30000) a;
 SELECT identity AS id_down2 FROM lease_fence.leases WHERE resource = 'vg:down' AND state = 'held' \gset
@@ -265,6 +272,28 @@ SELECT pg_sleep(1.5) \g /dev/null
 COMMIT;
 SELECT vg_step('tx_lf010_validity', :'SQLSTATE', 'LF010');
 \! redisctl expect tx_lf010_keys_gone 0 EXISTS 'lease_fence:{vg:tx-lost}' 'lease_fence:{vg:tx-short}'
+-- LF010: a renew found the lease lost (key deleted): a fenced write under
+-- it is refused; a renew left too little validity: COMMIT is refused
+BEGIN;
+SELECT vg_step('tx_renew_lost_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-renew-lost', 30000, 0, 'transaction') a;
+SELECT identity AS id_trl FROM lease_fence.leases WHERE resource = 'vg:tx-renew-lost' AND state = 'held' \gset
+\! redisctl cli DEL 'lease_fence:{vg:tx-renew-lost}' >/dev/null
+SELECT vg_step('tx_renew_lost', r.status, 'lost', r::text) FROM lease_fence.renew('vg:tx-renew-lost', :'id_trl', 30000) r;
+SELECT vg_step('tx_renew_lost_state', string_agg(state, ','), 'lost') FROM lease_fence.leases WHERE resource = 'vg:tx-renew-lost';
+SELECT lease_fence.fence_resource('vg:tx-renew-lost') \g /dev/null
+\set err :SQLSTATE
+ROLLBACK;
+SELECT vg_step('tx_renew_lost_write', :'err', 'LF010');
+BEGIN;
+SELECT vg_step('tx_renew_short_acquired', a.status, 'acquired', a::text)
+	FROM lease_fence.acquire('vg:tx-renew-short', 30000, 0, 'transaction') a;
+SELECT identity AS id_trs FROM lease_fence.leases WHERE resource = 'vg:tx-renew-short' AND state = 'held' \gset
+SELECT vg_step('tx_renew_short', r.status, 'insufficient_validity', r::text)
+	FROM lease_fence.renew('vg:tx-renew-short', :'id_trs', 1000, 1000) r;
+COMMIT;
+SELECT vg_step('tx_renew_short_commit', :'SQLSTATE', 'LF010');
+\! redisctl expect tx_renew_keys_gone 0 EXISTS 'lease_fence:{vg:tx-renew-lost}' 'lease_fence:{vg:tx-renew-short}'
 -- LF010: Redis paused at commit, the check times out; its cleanup too
 BEGIN;
 SELECT vg_step('tx_pause_acquired', a.status, 'acquired', a::text)
@@ -365,6 +394,10 @@ RESET lease_fence.redis_db;
 \! redisctl cli SET 'vg-other:owner' '1:2:elsewhere' >/dev/null
 SET lease_fence.key_prefix = 'vg-other:';
 SELECT vg_step('prefix_other_owner', a.status, 'unavailable', a::text) FROM lease_fence.acquire('vg:prefix', 30000) a;
+SET ROLE vg_app;
+SELECT vg_step('prefix_other_owner_reason', a.reason, 'key_prefix on this Redis belongs to another database', a::text)
+	FROM lease_fence.acquire('vg:prefix', 30000) a;
+RESET ROLE;
 SELECT vg_step('prefix_takeover', lease_fence.claim_key_prefix(), '1:2:elsewhere');
 SELECT vg_step('prefix_taken_over', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:prefix', 30000) a;
 SELECT identity AS id_prefix FROM lease_fence.leases WHERE resource = 'vg:prefix' AND state = 'held' \gset
