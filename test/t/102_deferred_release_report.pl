@@ -1,4 +1,4 @@
-# 099_deferred_release_report.pl — what becomes of the release sent after
+# 102_deferred_release_report.pl — what becomes of the release sent after
 # COMMIT when its answer is not read on that connection's next request
 # (docs/guides/orms-and-poolers.md, "Behind PgBouncer";
 # docs/operations.md, "Warnings").

@@ -1,4 +1,4 @@
-# 098_stray_reply.pl — a reply no request asked for is never taken as an
+# 101_stray_reply.pl — a reply no request asked for is never taken as an
 # answer (docs/security.md, "Replies from Redis, and who sees what they were about";
 # lease_fence.stats: connection/desynchronized).
 #

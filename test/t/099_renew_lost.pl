@@ -1,4 +1,4 @@
-# 098_renew_lost.pl — a renew that answers "lost" or "insufficient_validity"
+# 099_renew_lost.pl — a renew that answers "lost" or "insufficient_validity"
 # never weakens the guarantee (docs/guides/leases.md, "Renewing").
 #
 # For a transaction- or session-scoped lease the session marks the lease

@@ -1,4 +1,4 @@
-# 099_reason_visibility.pl — what the reason column and the WARNINGs of an
+# 100_reason_visibility.pl — what the reason column and the WARNINGs of an
 # unavailable acquire show, and to whom (docs/security.md, "Who sees what").
 #
 # Where Redis is (host:port, a socket path) is shown as it is by

@@ -1,4 +1,4 @@
-# 100_interrupt_cleanup.pl — a termination ends the cleanups a session is
+# 103_interrupt_cleanup.pl — a termination ends the cleanups a session is
 # waiting in, and a cancel ends the reading of an earlier release's answer
 # (docs/guides/leases.md, "Cancel and terminate during cleanup";
 # lease_fence.stats: cleanup/skipped).
