@@ -51,7 +51,9 @@ make_root() {
 	fi
 	command -v debootstrap >/dev/null || {
 		say "installing debootstrap"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+		# one apt-get at a time (test/lib.sh takes the same lock)
+		flock -w 1800 /run/lock/lease_fence-apt.lock \
+			env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 	}
 	local mirror t0
 	mirror=$(sed -nE 's/^URIs:[[:space:]]*(\S+\/debian)\/?$/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)

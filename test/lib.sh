@@ -69,8 +69,13 @@ lf_need_packages() {
 	fi
 	lf_log "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >/dev/null
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# one apt-get at a time: .ci/run runs majors side by side, and a second
+	# apt-get would find dpkg locked and fail
+	(
+		flock -w 1800 9 || exit 1
+		apt-get update -qq >/dev/null
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	) 9>/run/lock/lease_fence-apt.lock
 }
 
 # PostgreSQL refuses to run as root: as root, servers and tests run as the

@@ -43,6 +43,8 @@
 #                                  regress isolation server readme tap portable
 #                                  clients demo valgrind faults logs)
 #   LF_TAP="test/t/010_*.pl"       run only these TAP files
+#   LF_TAP_JOBS=1                  TAP files one at a time (default 2:
+#                                  prove -j2; each file has its own servers)
 #   LF_REGRESS="fence protect"     run only these pg_regress files
 set -uo pipefail
 
@@ -56,9 +58,37 @@ if [ "${LF_PG:-}" = 17 ] && [ "$LF_DEBIAN_MAJOR" != 17 ]; then
 	exit $?
 fi
 
+# the suites, in the order they run; a name that is none of them is an error
+all_suites="layers docs regress isolation server readme tap portable clients demo valgrind faults logs"
+for s in ${LF_SUITES:-}; do
+	[[ " $all_suites " == *" $s "* ]] ||
+		{ echo "LF_SUITES: unknown suite $s (one of: $all_suites)" >&2; exit 2; }
+done
+
+# Each suite's time: begin NAME closes the one before; the run's last line
+# but one lists them all ("== suite times: setup=25 regress=9 ..."), which
+# .ci/run reads into its table
+suite_times=()
+t_name=""
+t_from=0
+begin() {
+	local now
+	now=$(date +%s)
+	[ -n "$t_name" ] && suite_times+=("$t_name=$((now - t_from))")
+	t_name=$1
+	t_from=$now
+}
+
+begin setup
 lf_need_packages || exit 1
 trap lf_cleanup EXIT
 lf_make_workdir "$top" || exit 1
+# TAP clusters and Redis servers take their TCP ports through
+# PostgreSQL::Test::Cluster's reservations: one directory per user for all
+# runs on the machine, so that runs side by side (.ci/run) never take the
+# same port
+export PG_TEST_PORT_DIR=${PG_TEST_PORT_DIR:-/tmp/lease_fence_ports-$LF_USER}
+lf_as_user mkdir -p "$PG_TEST_PORT_DIR" || exit 1
 lf_build_install || exit 1
 lf_start_pg || exit 1
 lf_log "$("$PG_BIN/postgres" --version), assertions: $(lf_as_user "$PG_BIN/psql" -X -Atc 'SHOW debug_assertions')"
@@ -111,6 +141,7 @@ run_suite() {
 
 # the layers of src/, read from the object files the build just made
 if want layers; then
+	begin layers
 	lf_log "layers"
 	bash "$top/test/layers.sh" --self-test "$LF_SRC/src" >"$LF_WORK/layers.out" 2>&1
 	cat "$LF_WORK/layers.out"
@@ -125,6 +156,7 @@ fi
 # install (every function, view, setting and SQLSTATE), every relative link
 # of the Markdown files; and the check refuses each kind of drift
 if want docs; then
+	begin docs
 	lf_log "docs"
 	lf_as_user "$PG_BIN/psql" -X -q -c 'CREATE DATABASE lf_docs' &&
 		lf_as_user "$PG_BIN/psql" -X -q -d lf_docs -c 'CREATE EXTENSION lease_fence' &&
@@ -181,6 +213,7 @@ fi
 
 # pg_regress
 if want regress; then
+	begin regress
 	run_suite regress ISOLATION= TAP_TESTS= ${LF_REGRESS:+REGRESS="$LF_REGRESS"}
 	rc=$?
 	count_regress "$LF_WORK/regress.out"
@@ -193,6 +226,7 @@ fi
 
 # isolation
 if want isolation; then
+	begin isolation
 	run_suite isolation REGRESS= TAP_TESTS=
 	rc=$?
 	count_regress "$LF_WORK/isolation.out"
@@ -211,6 +245,7 @@ fi
 # called with invalid pointer" and a PANIC.  The logs suite below reads the
 # server log for both.
 if want server; then
+	begin server
 	lf_log "server: fenced commit and acquire"
 	lf_start_redis || exit 1
 	sq() { lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -d lf_server "$@"; }
@@ -252,6 +287,7 @@ fi
 # README says it prints.  What the set-up block does to the machine
 # (packages, make install, a restart) is what this script does to its copy.
 if want readme; then
+	begin readme
 	lf_log "readme: the set-up and the fenced write from Python"
 	lf_start_redis || exit 1
 	rd=$LF_WORK/readme
@@ -317,7 +353,8 @@ fi
 # dies without a "not ok" still counts as one failure
 lf_stop_pg   # TAP tests start clusters of their own
 if want tap; then
-	run_suite tap REGRESS= ISOLATION= PROVE_FLAGS=-v ${LF_TAP:+PROVE_TESTS="$LF_TAP"}
+	begin tap
+	run_suite tap REGRESS= ISOLATION= PROVE_FLAGS="-v -j${LF_TAP_JOBS:-2}" ${LF_TAP:+PROVE_TESTS="$LF_TAP"}
 	rc=$?
 	ok=$(grep -cE '^ok [0-9]+' "$LF_WORK/tap.out")
 	bad=$(grep -cE '^not ok [0-9]+' "$LF_WORK/tap.out")
@@ -351,9 +388,9 @@ run_runner() {
 }
 
 # the portable edition (a server of its own, without the C library)
-want portable && run_runner portable "$top/test/portable/run.sh"
+want portable && begin portable && run_runner portable "$top/test/portable/run.sh"
 # the client libraries: Python, Node.js, Java
-want clients && run_runner clients "$top/test/clients/run.sh"
+want clients && begin clients && run_runner clients "$top/test/clients/run.sh"
 
 # The README's first command, as a newcomer runs it: from a clone in a
 # directory the postgres user cannot enter (mode 0700, owned by root when we
@@ -361,6 +398,7 @@ want clients && run_runner clients "$top/test/clients/run.sh"
 # exits 0, its table shows A's write rejected with LF001, and no command it
 # ran complained about its working directory.
 if want demo; then
+	begin demo
 	lf_log "demo from a private directory"
 	priv="$LF_WORK/private home"
 	mkdir -m 0700 "$priv"
@@ -383,6 +421,7 @@ fi
 # read off its closing line ("regress: N passed, 0 failed, 0 lease_fence error
 # reports" and "redis: ... 0 with a lease_fence/hiredis frame ... OK")
 if want valgrind; then
+	begin valgrind
 	lf_log "valgrind"
 	bash "$top/test/valgrind.sh" >"$LF_WORK/valgrind.out" 2>&1
 	rc=$?
@@ -407,6 +446,7 @@ fi
 # test point; its availability report is printed as it is, and its closing
 # line renamed, like the client tests'.
 if want faults; then
+	begin faults
 	lf_log "faults"
 	(
 		LF_FAULTS_SECONDS=${LF_FAULTS_SECONDS:-8} lf_faults
@@ -428,6 +468,7 @@ fi
 # server: neither may appear in any server log of this run.  The run's own
 # server wrote one (it ran the suites above), so there is always a log.
 if want logs; then
+	begin logs
 	logs=("$LF_WORK/postgres.log")
 	for f in "$LF_SRC"/tmp_check/log/*.log "$LF_WORK"/faults/*/*/postgres.log; do
 		[ -f "$f" ] && logs+=("$f")
@@ -439,5 +480,7 @@ if want logs; then
 	check "logs: no TRAP or PANIC in ${#logs[@]} server logs" no_trap
 fi
 
+begin ""
+lf_log "suite times: ${suite_times[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

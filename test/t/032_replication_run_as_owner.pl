@@ -10,7 +10,10 @@
 # replication"): here the worker is fenced like any other writer — its
 # unfenced rows into a strict table fail with LF002 and are not written —
 # while the same subscription run as the table owner replicates as usual.
-# PostgreSQL 15 has neither pg_create_subscription nor run_as_owner: skipped.
+# PostgreSQL 15 has neither pg_create_subscription nor run_as_owner: there
+# the file checks that premise instead: a role that may write the fenced
+# table, short of a superuser, can neither create a subscription nor be
+# handed one.
 
 use strict;
 use warnings;
@@ -24,8 +27,31 @@ $pub->init(allows_streaming => 'logical');
 $pub->start;
 if ($pub->safe_psql('postgres', 'SHOW server_version_num') < 160000)
 {
+	$pub->safe_psql('postgres', q{
+CREATE EXTENSION lease_fence;
+CREATE TABLE st (id int PRIMARY KEY, v text NOT NULL);
+SELECT lease_fence.protect('st', strict => true);
+CREATE ROLE writer LOGIN;
+GRANT INSERT, UPDATE, DELETE, SELECT ON st TO writer;
+GRANT CREATE ON DATABASE postgres TO writer;
+});
+	my $connstr = $pub->connstr . ' dbname=postgres';
+	my ($rc, $out, $err) = $pub->psql('postgres',
+		"SET ROLE writer; CREATE SUBSCRIPTION s CONNECTION '$connstr' PUBLICATION p WITH (connect = false)",
+		on_error_stop => 1);
+	like($err, qr/must be superuser to create subscriptions/,
+		'PostgreSQL 15: a role that may write the fenced table cannot create a subscription');
+	# nor can the superuser hand one over to it
+	$pub->safe_psql('postgres', qq{
+CREATE SUBSCRIPTION s CONNECTION '$connstr' PUBLICATION p WITH (connect = false);
+});
+	($rc, $out, $err) = $pub->psql('postgres', 'ALTER SUBSCRIPTION s OWNER TO writer', on_error_stop => 1);
+	like($err, qr/permission denied to change owner of subscription/,
+		'PostgreSQL 15: a subscription cannot be handed to a role short of a superuser');
+	$pub->safe_psql('postgres', 'ALTER SUBSCRIPTION s SET (slot_name = NONE); DROP SUBSCRIPTION s');
 	$pub->stop;
-	plan skip_all => 'run_as_owner subscriptions exist from PostgreSQL 16 on';
+	done_testing();
+	exit 0;
 }
 
 my $sub = PostgreSQL::Test::Cluster->new('subscriber');
