@@ -107,7 +107,7 @@ case ${1:-} in
 			--exclude results --exclude output_iso --exclude tmp_check --exclude dist \
 			"$top"/ "$work/src"/
 		# the .git of a checkout, for scripts that make an archive of HEAD
-		[ -d "$top/.git" ] && git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 &&
+		[ -e "$top/.git" ] && git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 &&
 			git clone -q --no-local "$top" "$work/git" && mv "$work/git/.git" "$work/src/.git" &&
 			rm -rf "$work/git"
 		mountpoint -q "$root/proc" || { mount -t proc proc "$root/proc"; mounted+=("$root/proc"); }
