@@ -47,7 +47,6 @@ sub settled
 	}
 	return 1;
 }
-LeaseFenceTopology::wait_for('the sentinels to settle', \&settled);
 
 # the first sentinel listed is down: the next one that answers is asked
 my $dead_port = PostgreSQL::Test::Cluster::get_free_port();
@@ -58,6 +57,9 @@ my $node = $master->node('sentinel',
 	"lease_fence.redis_sentinel_master = 'lf'",
 	'lease_fence.connect_timeout_ms = 500');
 # (the node's redis_socket, the master's, is not used with sentinels)
+# (the node is made while the sentinels find each other; its first request
+# waits until they have)
+LeaseFenceTopology::wait_for('the sentinels to settle', \&settled);
 my $s = session($node);
 my $pid = sql_ok($s, 'SELECT pg_backend_pid()');
 
@@ -177,7 +179,10 @@ LeaseFenceTopology::wait_for('every sentinel to name the new master', sub {
 		  || $_->cli('SENTINEL', 'master', 'lf') !~ /\nflags\n[^\n]*\n/
 		  || $_->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress|s_down|o_down/
 	} @sentinels });
+# (made a replica at once: Sentinel would do it too, but only 8 s after it
+# sees the old master back as a master)
 $master->start;
+need($master->cli('REPLICAOF', '127.0.0.1', $replica->port), 'OK', 'REPLICAOF the new master');
 LeaseFenceTopology::wait_for('the old master to become a replica', sub {
 	$master->cli('INFO', 'replication') =~ /role:slave.*master_link_status:up/s });
 LeaseFenceTopology::wait_for('the sentinels to settle after the failover', \&settled);
