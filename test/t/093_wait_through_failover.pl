@@ -37,7 +37,16 @@ my @sentinels = map {
 	LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $master->port)
 } 1 .. 3;
 
+my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
+my $node = $master->node('wait_failover',
+	"shared_preload_libraries = 'lease_fence'",
+	"lease_fence.redis_sentinels = '$list'",
+	"lease_fence.redis_sentinel_master = 'lf'",
+	'lease_fence.connect_timeout_ms = 500');
+
 # every sentinel sees the master, both replicas and the two other sentinels
+# (they find each other while the node above is made; its first request
+# waits until they have)
 LeaseFenceTopology::wait_for('the sentinels to settle', sub {
 	!grep {
 		my $m = $_->cli('SENTINEL', 'master', 'lf');
@@ -45,13 +54,6 @@ LeaseFenceTopology::wait_for('the sentinels to settle', sub {
 		$m !~ /\nflags\nmaster\n/ || $m !~ /\nnum-slaves\n2\n/
 		  || $m !~ /\nnum-other-sentinels\n2\n/ || @up != 2
 	} @sentinels });
-
-my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
-my $node = $master->node('wait_failover',
-	"shared_preload_libraries = 'lease_fence'",
-	"lease_fence.redis_sentinels = '$list'",
-	"lease_fence.redis_sentinel_master = 'lf'",
-	'lease_fence.connect_timeout_ms = 500');
 
 sub counter
 {
