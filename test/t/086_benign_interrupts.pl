@@ -92,7 +92,9 @@ my $drop_db = "CREATE DATABASE lf_benign;\nDROP DATABASE lf_benign;";
 	my $w = session($node);
 	my $pid = sql_ok($w, 'SELECT pg_backend_pid()');
 	make_busy('b-wait');
-	start_sql($w, "SELECT row_to_json(a) FROM lease_fence.acquire('b-wait', 10000, wait_ms => 5000) a;");
+	# the wait (3 s) outlasts the subscription, CREATE and DROP DATABASE and
+	# the look at pg_stat_activity (about 0.5 s) with a wide margin
+	start_sql($w, "SELECT row_to_json(a) FROM lease_fence.acquire('b-wait', 10000, wait_ms => 3000) a;");
 	wait_subscribed('b-wait');
 	$node->safe_psql('postgres', $drop_db);
 	is(waiting($pid), 'active Extension', 'busy wait: DROP DATABASE returns while the acquire still waits');
