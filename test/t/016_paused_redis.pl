@@ -3,11 +3,12 @@
 # "Statuses" and "Scopes").
 #
 # CLIENT PAUSE holds every command sent on the session's cached connection
-# past command_timeout_ms.  lease_fence closes the timed-out connection, so
-# Redis drops the paused command: acquire, renew and release are unknown
-# (NULL), acquire still returns identity and generation and runs a bounded
-# cleanup, the key is ours or absent afterwards — never another identity —
-# and it is never "busy".  statement_timeout and pg_cancel_backend end a wait
+# past command_timeout_ms (300 ms for the paused call, in a pause of 2 s).
+# lease_fence closes the timed-out connection, so Redis drops the paused
+# command: acquire, renew and release are unknown (NULL), acquire still
+# returns identity and generation and runs a bounded cleanup, the key is
+# ours or absent afterwards — never another identity — and it is never
+# "busy".  statement_timeout and pg_cancel_backend end a wait
 # for a paused Redis with 57014, and the interrupted acquire is recorded as
 # unknown (or already cleaned up at the end of the failed transaction).
 
@@ -39,7 +40,10 @@ my $json = JSON::PP->new;
 	renew($p, 'r-warm', $w->{identity}, 30000);
 	release($p, 'r-warm', $w->{identity});
 
-	pause_redis($redis, 3000);
+	# 300 ms is node()'s value too; each paused call sets it itself, since
+	# the 2 s pause must outlast it and the cleanup after it (300 ms)
+	sql_ok($p, 'SET lease_fence.command_timeout_ms = 300');
+	pause_redis($redis, 2000);
 	my $r = acquire($p, 'r-pause', 30000);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): acquire during a pause is unknown');
 	is(tf($r->{acquired}), 'NULL', 'unknown (CLIENT PAUSE): acquired IS NULL');
@@ -52,6 +56,7 @@ my $json = JSON::PP->new;
 		'unknown (CLIENT PAUSE): the bounded cleanup ran; the lease is not recorded as held (state '
 		  . ($v ? $v->{state} : 'none') . ')');
 	wait_pause_over($redis);
+	sql_ok($p, 'RESET lease_fence.command_timeout_ms');
 	my $cur = $redis->cli('GET', lkey('r-pause'));
 	ok($cur eq '' || $cur eq $r->{identity},
 		'unknown (CLIENT PAUSE): afterwards the key is ours or absent, never another identity');
@@ -65,12 +70,14 @@ my $json = JSON::PP->new;
 	# renew during a pause
 	$r = acquire($p, 'r-pause-renew', 30000);
 	my $id = $r->{identity};
-	pause_redis($redis, 3000);
+	sql_ok($p, 'SET lease_fence.command_timeout_ms = 300');
+	pause_redis($redis, 2000);
 	$r = renew($p, 'r-pause-renew', $id, 30000);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): renew during a pause is unknown');
 	is(tf($r->{renewed}), 'NULL', 'unknown (CLIENT PAUSE): renewed IS NULL');
 	like($r->{reason} // '', qr/timed out/, 'unknown renew: the reason column says why');
 	wait_pause_over($redis);
+	sql_ok($p, 'RESET lease_fence.command_timeout_ms');
 	is($redis->cli('GET', lkey('r-pause-renew')), $id,
 		'unknown renew: the lease key still holds our identity');
 	$r = release($p, 'r-pause-renew', $id);
@@ -80,12 +87,14 @@ my $json = JSON::PP->new;
 	# release during a pause
 	$r = acquire($p, 'r-pause-rel', 30000);
 	$id = $r->{identity};
-	pause_redis($redis, 3000);
+	sql_ok($p, 'SET lease_fence.command_timeout_ms = 300');
+	pause_redis($redis, 2000);
 	$r = release($p, 'r-pause-rel', $id);
 	is($r->{status}, 'unknown', 'unknown (CLIENT PAUSE): release during a pause is unknown');
 	is(tf($r->{released}), 'NULL', 'unknown (CLIENT PAUSE): released IS NULL');
 	like($r->{reason} // '', qr/timed out/, 'unknown release: the reason column says why');
 	wait_pause_over($redis);
+	sql_ok($p, 'RESET lease_fence.command_timeout_ms');
 	$cur = $redis->cli('GET', lkey('r-pause-rel'));
 	ok($cur eq '' || $cur eq $id, 'unknown release: the key is ours or absent afterwards');
 	$r = release($p, 'r-pause-rel', $id);
@@ -105,11 +114,13 @@ my $json = JSON::PP->new;
 	my $pid = sql_ok($c, 'SELECT pg_backend_pid()');
 	my $w = acquire($c, 'r-warm2', 30000);
 	release($c, 'r-warm2', $w->{identity});
-	# Redis waits longer than the pause: only the interrupt can end it
+	# Redis waits longer than the pause: only the interrupt can end it.  The
+	# pauses (2.5 s) outlast each interrupt and the cleanup after it (about
+	# 1 s) with a margin for a slow scheduler.
 	sql_ok($c, 'SET lease_fence.command_timeout_ms = 20000');
 
 	sql_ok($c, 'SET statement_timeout = 500');
-	pause_redis($redis, 4000);
+	pause_redis($redis, 2500);
 	my (undef, $err) = run_sql($c, "SELECT * FROM lease_fence.acquire('r-stmt-timeout', 30000)");
 	is(sqlstate($err), '57014', 'statement_timeout during a paused Redis: ERROR 57014');
 	sql_ok($c, 'RESET statement_timeout');
@@ -129,7 +140,7 @@ my $json = JSON::PP->new;
 	# key_prefix owner check) first, so that the acquire below is what waits
 	$w = acquire($c, 'r-warm3', 30000);
 	release($c, 'r-warm3', $w->{identity});
-	pause_redis($redis, 4000);
+	pause_redis($redis, 2500);
 	$c->query_until(qr/started/,
 		"\\echo started\nSELECT * FROM lease_fence.acquire('r-cancel', 30000);\n");
 	$node->poll_query_until('postgres',

@@ -119,14 +119,19 @@ counters_are('acquire',
 
 # unknown: Redis paused past command_timeout_ms; the bounded cleanup, also
 # paused, is unconfirmed, and so is its retry when the session exits (the
-# pause outlasts both).  The session's first acquire checks the key_prefix
-# owner on its new connection, so a warm-up acquire does that before the
-# pause, and the counters are reset after it.
+# pause, 2500 ms, outlasts all three: 300 ms each, the values node() gives
+# command_timeout_ms and cleanup_timeout_ms, set again in the paused session
+# since the pause's margin rests on them).  The session's
+# first acquire checks the key_prefix owner on its new connection, so a
+# warm-up acquire does that before the pause, and the counters are reset
+# after it.
 ($out) = try_sql(q{
 SELECT identity AS warm FROM lease_fence.acquire('a4-warm', 60000) \gset
 SELECT status FROM lease_fence.release('a4-warm', :'warm');
 SELECT lease_fence.stats_reset();
-\! redis-cli -s } . $sock . q{ CLIENT PAUSE 4000 ALL > /dev/null
+SET lease_fence.command_timeout_ms = 300;
+SET lease_fence.cleanup_timeout_ms = 300;
+\! redis-cli -s } . $sock . q{ CLIENT PAUSE 2500 ALL > /dev/null
 SELECT status FROM lease_fence.acquire('a4', 60000);
 });
 die "warm-up failed: $out" unless $out =~ /\Areleased\n/;
@@ -155,7 +160,9 @@ counters_are('renew/release',
 
 # unknown renew and release: a paused Redis.  An unknown renew leaves nothing
 # to undo; an unknown release is retried at the end of its transaction, and
-# again when its session exits, both within the pause: unconfirmed twice.
+# again when its session exits, both within the pause: unconfirmed twice
+# (the pause, 2000 ms, outlasts the three, 300 ms each, with
+# command_timeout_ms and cleanup_timeout_ms set so, as above).
 # Each in a session whose connection is made before the pause (a release of
 # a lease nobody holds: not_held): a new connection's check (PING) would
 # wait in the pause, and its request would be unavailable, not unknown
@@ -164,7 +171,8 @@ reset_stats();
 my $id5 = $node->safe_psql('postgres',
 	q{SELECT identity FROM lease_fence.acquire('a5', 60000)});
 my $warm = "SELECT status FROM lease_fence.release('warm', repeat('a', 32)) \\g /dev/null\n"
-  . "\\! $LeaseFenceRedis::REDIS_CLI -s '$sock' CLIENT PAUSE 3000 ALL >/dev/null\n";
+  . "SET lease_fence.command_timeout_ms = 300;\nSET lease_fence.cleanup_timeout_ms = 300;\n"
+  . "\\! $LeaseFenceRedis::REDIS_CLI -s '$sock' CLIENT PAUSE 2000 ALL >/dev/null\n";
 ($out) = try_sql($warm . qq{SELECT status FROM lease_fence.renew('a5', '$id5', 60000);});
 is($out, 'unknown', 'renew during CLIENT PAUSE is unknown');
 pause_over();

@@ -22,8 +22,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $master = LeaseFenceRedis->new;
-my $replica = LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ]);
+# a master starts a replica's full sync at once, not after Redis's default
+# 5 s wait for more replicas (repl-diskless-sync-delay): at the start, and
+# when the old master comes back as a replica of the promoted one
+my @sync_now = ('--repl-diskless-sync-delay', '0');
+my $master = LeaseFenceRedis->new(extra => [@sync_now]);
+my $replica = LeaseFenceRedis->new(extra => [ @sync_now, '--replicaof', '127.0.0.1', $master->port ]);
 LeaseFenceTopology::wait_for('the replica to sync',
 	sub { $replica->cli('INFO', 'replication') =~ /master_link_status:up/ });
 my @sentinels = map {
@@ -43,7 +47,6 @@ sub settled
 	}
 	return 1;
 }
-LeaseFenceTopology::wait_for('the sentinels to settle', \&settled);
 
 # the first sentinel listed is down: the next one that answers is asked
 my $dead_port = PostgreSQL::Test::Cluster::get_free_port();
@@ -54,6 +57,9 @@ my $node = $master->node('sentinel',
 	"lease_fence.redis_sentinel_master = 'lf'",
 	'lease_fence.connect_timeout_ms = 500');
 # (the node's redis_socket, the master's, is not used with sentinels)
+# (the node is made while the sentinels find each other; its first request
+# waits until they have)
+LeaseFenceTopology::wait_for('the sentinels to settle', \&settled);
 my $s = session($node);
 my $pid = sql_ok($s, 'SELECT pg_backend_pid()');
 
@@ -173,7 +179,10 @@ LeaseFenceTopology::wait_for('every sentinel to name the new master', sub {
 		  || $_->cli('SENTINEL', 'master', 'lf') !~ /\nflags\n[^\n]*\n/
 		  || $_->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress|s_down|o_down/
 	} @sentinels });
+# (made a replica at once: Sentinel would do it too, but only 8 s after it
+# sees the old master back as a master)
 $master->start;
+need($master->cli('REPLICAOF', '127.0.0.1', $replica->port), 'OK', 'REPLICAOF the new master');
 LeaseFenceTopology::wait_for('the old master to become a replica', sub {
 	$master->cli('INFO', 'replication') =~ /role:slave.*master_link_status:up/s });
 LeaseFenceTopology::wait_for('the sentinels to settle after the failover', \&settled);

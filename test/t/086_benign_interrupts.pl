@@ -15,7 +15,9 @@
 #     arm it, the next statement's start does not disarm it, and it fires
 #     10 s into a 12 s wait: busy.  The timeout came with PostgreSQL 15
 #     (15.18's and 18.6's postgres.c arm it alike); on a major that disarmed
-#     it when a statement starts this point would pass, but could not fail;
+#     it when a statement starts this point would pass, but could not fail.
+#     Its wait starts before 1 and is read after 1, before 2: it also
+#     absorbs 1's DROP DATABASE barrier;
 #  4. real interrupts still end waits: pg_cancel_backend and
 #     statement_timeout give 57014, and the waiter holds nothing.
 
@@ -87,12 +89,22 @@ sub waiting
 # DROP DATABASE returns once every backend has absorbed its barrier
 my $drop_db = "CREATE DATABASE lf_benign;\nDROP DATABASE lf_benign;";
 
+# 3. is started first, in a session of its own: its 12 s wait runs while 1
+# does, and is read (and asserted) after 1, before 2 (whose CLIENT PAUSE
+# would hold the wait's rechecks)
+my $stats_session = session($node);
+make_busy('b-stats');
+start_sql($stats_session, "SELECT count(*) FROM touched;\nSELECT count(*) FROM touched;\n"
+	  . "SELECT row_to_json(a) FROM lease_fence.acquire('b-stats', 10000, wait_ms => 12000) a;");
+
 # 1. DROP DATABASE's barrier during a wait for a busy lease
 {
 	my $w = session($node);
 	my $pid = sql_ok($w, 'SELECT pg_backend_pid()');
 	make_busy('b-wait');
-	start_sql($w, "SELECT row_to_json(a) FROM lease_fence.acquire('b-wait', 10000, wait_ms => 5000) a;");
+	# the wait (3 s) outlasts the subscription, CREATE and DROP DATABASE and
+	# the look at pg_stat_activity (about 0.5 s) with a wide margin
+	start_sql($w, "SELECT row_to_json(a) FROM lease_fence.acquire('b-wait', 10000, wait_ms => 3000) a;");
 	wait_subscribed('b-wait');
 	$node->safe_psql('postgres', $drop_db);
 	is(waiting($pid), 'active Extension', 'busy wait: DROP DATABASE returns while the acquire still waits');
@@ -101,6 +113,16 @@ my $drop_db = "CREATE DATABASE lf_benign;\nDROP DATABASE lf_benign;";
 	is($r->{status}, 'busy', 'busy wait: the acquire returns busy at its deadline');
 	is($redis->cli('GET', lkey('b-wait')), 'another-client', "busy wait: the holder's key is untouched");
 	$w->quit;
+}
+
+# 3. the idle-stats-update timeout (armed by the two counts) during a 12 s
+# wait, started before 1
+{
+	my $s = $stats_session;
+	my ($r, $state) = finish($s);
+	is($state, '', 'idle-stats timeout: it does not end the wait with an error (57014)');
+	is($r->{status}, 'busy', 'idle-stats timeout: the acquire returns busy at its deadline');
+	$s->quit;
 }
 
 # 2. DROP DATABASE's barrier during a request in flight: the acquire waits
@@ -127,18 +149,6 @@ my $drop_db = "CREATE DATABASE lf_benign;\nDROP DATABASE lf_benign;";
 	is($r->{status}, 'acquired', 'in flight: the acquire is acquired once Redis answers, not unknown');
 	is($redis->cli('GET', lkey('b-flight')), $r->{identity} // '(none returned)', 'in flight: the key holds its identity');
 	is((lease_view($s, $r->{identity} // '') // {})->{state}, 'held', 'in flight: lease_fence.leases says held');
-	$s->quit;
-}
-
-# 3. the idle-stats-update timeout (armed by the two counts) during a 12 s wait
-{
-	my $s = session($node);
-	make_busy('b-stats');
-	start_sql($s, "SELECT count(*) FROM touched;\nSELECT count(*) FROM touched;\n"
-		  . "SELECT row_to_json(a) FROM lease_fence.acquire('b-stats', 10000, wait_ms => 12000) a;");
-	my ($r, $state) = finish($s);
-	is($state, '', 'idle-stats timeout: it does not end the wait with an error (57014)');
-	is($r->{status}, 'busy', 'idle-stats timeout: the acquire returns busy at its deadline');
 	$s->quit;
 }
 

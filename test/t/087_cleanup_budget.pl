@@ -2,9 +2,11 @@
 # backend exit share one deadline, and a frozen Redis cannot stretch it
 # (docs/guides/leases.md, "Scopes" and "Settings"; lease_fence.stats: cleanup/skipped).
 #
-# Redis is frozen with CLIENT PAUSE 5000 ALL (a new connection's PING waits
-# too), longer than the budgets below, so a release that waited for the
-# session's own large timeouts would see the pause end and be confirmed:
+# Redis is frozen with CLIENT PAUSE 2500 ALL (a new connection's PING waits
+# too), longer than the budgets below (at most 600 ms: a commit check and a
+# release of 300 each) with about 2 s to spare for a slow scheduler, so a
+# release that waited for the session's own large timeouts would see the
+# pause end and be confirmed:
 #  - a disconnect, and pg_terminate_backend, of a session holding 20
 #    session-scoped leases with cleanup_timeout_ms = connect_timeout_ms =
 #    60000 of its own: the exit's budget is exit_timeout_ms (300, superuser):
@@ -30,6 +32,9 @@ use LeaseFenceTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+# each step waits this pause out (keys_left); see the header for its margin
+my $pause_ms = 2500;
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('cleanup_budget', "shared_preload_libraries = 'lease_fence'",
@@ -80,7 +85,7 @@ for my $how ('disconnect', 'pg_terminate_backend')
 	my $before = cleanups();
 	my ($s, $pid) = holder("exit-$how", 20, 'session', @large);
 	my $offset = -s $node->logfile;
-	pause_redis($redis, 5000);
+	pause_redis($redis, $pause_ms);
 	if ($how eq 'disconnect') { $s->quit; }
 	else { need(sql_ok($node, "SELECT pg_terminate_backend($pid)"), 't', 'pg_terminate_backend'); }
 	wait_backend_gone($pid);
@@ -100,7 +105,7 @@ for my $how ('disconnect', 'pg_terminate_backend')
 	my $before = cleanups();
 	my ($s) = holder('rb', 20, 'transaction', 'SET lease_fence.cleanup_timeout_ms = 300',
 		'SET lease_fence.connect_timeout_ms = 60000', 'BEGIN');
-	pause_redis($redis, 5000);
+	pause_redis($redis, $pause_ms);
 	my (undef, $err) = run_sql($s, 'ROLLBACK');
 	like($err, qr/19 lease releases not tried: lease_fence.cleanup_timeout_ms \(300 ms\) had passed/,
 		'ROLLBACK of 20 transaction-scoped leases: a WARNING says 19 releases were not tried');
@@ -119,7 +124,7 @@ for my $how ('disconnect', 'pg_terminate_backend')
 		'SET lease_fence.connect_timeout_ms = 60000', 'SET lease_fence.cleanup_timeout_ms = 300', 'BEGIN');
 	my $id = sql_ok($s, "SELECT identity FROM lease_fence.leases WHERE resource = 'cc-1'");
 	my $before = cleanups();
-	pause_redis($redis, 5000);
+	pause_redis($redis, $pause_ms);
 	my (undef, $err) = run_sql($s, 'COMMIT');
 	is(sqlstate($err), 'LF010', 'commit check unanswered: COMMIT fails with LF010');
 	is(cleanups($before), '0 confirmed, 1 unconfirmed, 0 skipped',
@@ -136,7 +141,7 @@ for my $how ('disconnect', 'pg_terminate_backend')
 	my ($s1) = holder('stop1', 2, 'session', @large);
 	my ($s2) = holder('stop2', 3, 'session', @large);
 	my $offset = -s $node->logfile;
-	pause_redis($redis, 5000);
+	pause_redis($redis, $pause_ms);
 	$node->stop('fast');
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, qr/lease_fence: the server is shutting down: 2 leases of this session are left to expire by their TTL/,

@@ -27,9 +27,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $old = LeaseFenceRedis->new;
+# a master starts a replica's full sync at once, not after Redis's default
+# 5 s wait for more replicas (repl-diskless-sync-delay); so does a promoted
+# replica, for the replica left
+my @sync_now = ('--repl-diskless-sync-delay', '0');
+my $old = LeaseFenceRedis->new(extra => [@sync_now]);
 my @replicas = map {
-	LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $old->port ])
+	LeaseFenceRedis->new(extra => [ @sync_now, '--replicaof', '127.0.0.1', $old->port ])
 } 1 .. 2;
 LeaseFenceTopology::wait_for('the replicas to sync', sub {
 	!grep { $_->cli('INFO', 'replication') !~ /master_link_status:up/ } @replicas });
@@ -37,7 +41,16 @@ my @sentinels = map {
 	LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $old->port)
 } 1 .. 3;
 
+my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
+my $node = $old->node('graceful',
+	"shared_preload_libraries = 'lease_fence'",
+	"lease_fence.redis_sentinels = '$list'",
+	"lease_fence.redis_sentinel_master = 'lf'",
+	'lease_fence.connect_timeout_ms = 500');
+
 # every sentinel sees the master, both replicas and the two other sentinels
+# (they find each other while the node above is made; its first request
+# waits until they have)
 LeaseFenceTopology::wait_for('the sentinels to settle', sub {
 	!grep {
 		my $m = $_->cli('SENTINEL', 'master', 'lf');
@@ -45,13 +58,6 @@ LeaseFenceTopology::wait_for('the sentinels to settle', sub {
 		$m !~ /\nflags\nmaster\n/ || $m !~ /\nnum-slaves\n2\n/
 		  || $m !~ /\nnum-other-sentinels\n2\n/ || @up != 2
 	} @sentinels });
-
-my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
-my $node = $old->node('graceful',
-	"shared_preload_libraries = 'lease_fence'",
-	"lease_fence.redis_sentinels = '$list'",
-	"lease_fence.redis_sentinel_master = 'lf'",
-	'lease_fence.connect_timeout_ms = 500');
 
 my ($h, $c, $w) = map { session($node) } 1 .. 3;
 my $held = acquire($h, 'R', 60000);

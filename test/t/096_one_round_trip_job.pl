@@ -186,10 +186,13 @@ for my $check ('always', 'near_expiry')
 	sql_ok($s, 'SET lease_fence.command_timeout_ms = 20000');
 	sql_ok($s, 'SET lease_fence.cleanup_timeout_ms = 20000');
 	sql_ok($s, 'BEGIN');
-	my $r = acquire($s, $res, 8000, 0, 'transaction');
+	# the pause must outlast the steps up to the kill (about 0.5 s), the TTL
+	# the pause and the restart, each with a wide margin; then the TTL is
+	# waited out
+	my $r = acquire($s, $res, 6000, 0, 'transaction');
 	is($r->{status}, 'acquired', "crash ($check): the job acquired");
 	sql_ok($s, "UPDATE item SET v = v + 1 WHERE id = $id");
-	pause_redis($redis, 5000);
+	pause_redis($redis, 3000);
 	if ($check eq 'always')
 	{
 		$s->query_until(qr/lf-sent/, "\\echo lf-sent\nCOMMIT;\n");
