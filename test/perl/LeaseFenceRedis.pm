@@ -110,6 +110,10 @@ sub _command
 		'--daemonize' => 'no',
 		'--enable-debug-command' => 'local',
 		'--protected-mode' => 'yes',
+		# as a master, a replica's full sync starts at once, not after
+		# Redis's default 5 s wait for more replicas: the replication tests
+		# wait for their replicas to sync
+		'--repl-diskless-sync-delay' => '0',
 		defined $self->{password} ? ('--requirepass' => $self->{password}) : (),
 		@{ $self->{extra} });
 }

@@ -22,12 +22,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-# a master starts a replica's full sync at once, not after Redis's default
-# 5 s wait for more replicas (repl-diskless-sync-delay): at the start, and
-# when the old master comes back as a replica of the promoted one
-my @sync_now = ('--repl-diskless-sync-delay', '0');
-my $master = LeaseFenceRedis->new(extra => [@sync_now]);
-my $replica = LeaseFenceRedis->new(extra => [ @sync_now, '--replicaof', '127.0.0.1', $master->port ]);
+my $master = LeaseFenceRedis->new;
+my $replica = LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ]);
 LeaseFenceTopology::wait_for('the replica to sync',
 	sub { $replica->cli('INFO', 'replication') =~ /master_link_status:up/ });
 my @sentinels = map {

@@ -23,13 +23,9 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# a master starts a replica's full sync at once, not after Redis's default
-# 5 s wait for more replicas (repl-diskless-sync-delay); so does a promoted
-# replica, for the replica left
-my @sync_now = ('--repl-diskless-sync-delay', '0');
-my $master = LeaseFenceRedis->new(extra => [@sync_now]);
+my $master = LeaseFenceRedis->new;
 my @replicas = map {
-	LeaseFenceRedis->new(extra => [ @sync_now, '--replicaof', '127.0.0.1', $master->port ])
+	LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ])
 } 1 .. 2;
 LeaseFenceTopology::wait_for('the replicas to sync', sub {
 	!grep { $_->cli('INFO', 'replication') !~ /master_link_status:up/ } @replicas });
