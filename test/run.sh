@@ -360,6 +360,12 @@ if want tap; then
 	bad=$(grep -cE '^not ok [0-9]+' "$LF_WORK/tap.out")
 	if [ $rc -ne 0 ]; then
 		[ "$bad" -eq 0 ] && bad=1
+		# a file that died says why only in its own log (PostgreSQL's test
+		# modules send a script's stderr there): the end of each failed one's
+		for t in $(sed -nE 's/^(test\/t\/[^ ]+)\.pl +\(Wstat.*/\1/p' "$LF_WORK/tap.out"); do
+			f=$LF_SRC/tmp_check/log/regress_log_${t##*/}
+			[ -f "$f" ] && { echo "--- $f"; tail -n 60 "$f"; }
+		done
 		for f in "$LF_SRC"/tmp_check/log/*.log; do
 			[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
 		done
