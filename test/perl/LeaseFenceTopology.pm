@@ -37,6 +37,40 @@ sub wait_for
 	return;
 }
 
+# A Redis master with two replicas (synced) and three sentinels watching it
+# as "lf", and a node $name whose lease helper finds the master through them
+# (lease_fence preloaded, connect_timeout_ms 500).  Returns once every
+# sentinel sees the master, both replicas and the two other sentinels (they
+# find each other while the node is made): ($master, \@replicas,
+# \@sentinels, $node).
+sub sentinel_group
+{
+	my ($name) = @_;
+	my $master = LeaseFenceRedis->new;
+	my @replicas = map {
+		LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ])
+	} 1 .. 2;
+	wait_for('the replicas to sync', sub {
+		!grep { $_->cli('INFO', 'replication') !~ /master_link_status:up/ } @replicas });
+	my @sentinels = map {
+		LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $master->port)
+	} 1 .. 3;
+	my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
+	my $node = $master->node($name,
+		"shared_preload_libraries = 'lease_fence'",
+		"lease_fence.redis_sentinels = '$list'",
+		"lease_fence.redis_sentinel_master = 'lf'",
+		'lease_fence.connect_timeout_ms = 500');
+	wait_for('the sentinels to settle', sub {
+		!grep {
+			my $m = $_->cli('SENTINEL', 'master', 'lf');
+			my @up = $_->cli('SENTINEL', 'replicas', 'lf') =~ /\nflags\nslave\n/g;
+			$m !~ /\nflags\nmaster\n/ || $m !~ /\nnum-slaves\n2\n/
+			  || $m !~ /\nnum-other-sentinels\n2\n/ || @up != 2
+		} @sentinels });
+	return ($master, \@replicas, \@sentinels, $node);
+}
+
 # kill -9 a LeaseFenceRedis server and reap it: it stops mid-flight, as a
 # crashed host does (start() brings it back, empty)
 sub kill9

@@ -23,33 +23,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $master = LeaseFenceRedis->new;
-my @replicas = map {
-	LeaseFenceRedis->new(extra => [ '--replicaof', '127.0.0.1', $master->port ])
-} 1 .. 2;
-LeaseFenceTopology::wait_for('the replicas to sync', sub {
-	!grep { $_->cli('INFO', 'replication') !~ /master_link_status:up/ } @replicas });
-my @sentinels = map {
-	LeaseFenceTopology::Sentinel->new(master_name => 'lf', master_port => $master->port)
-} 1 .. 3;
-
-my $list = join ',', map { '127.0.0.1:' . $_->port } @sentinels;
-my $node = $master->node('wait_failover',
-	"shared_preload_libraries = 'lease_fence'",
-	"lease_fence.redis_sentinels = '$list'",
-	"lease_fence.redis_sentinel_master = 'lf'",
-	'lease_fence.connect_timeout_ms = 500');
-
-# every sentinel sees the master, both replicas and the two other sentinels
-# (they find each other while the node above is made; its first request
-# waits until they have)
-LeaseFenceTopology::wait_for('the sentinels to settle', sub {
-	!grep {
-		my $m = $_->cli('SENTINEL', 'master', 'lf');
-		my @up = $_->cli('SENTINEL', 'replicas', 'lf') =~ /\nflags\nslave\n/g;
-		$m !~ /\nflags\nmaster\n/ || $m !~ /\nnum-slaves\n2\n/
-		  || $m !~ /\nnum-other-sentinels\n2\n/ || @up != 2
-	} @sentinels });
+# a master, two replicas, three sentinels, and the node that finds the
+# master through them, all settled
+my ($master, $replicas, $sentinels, $node) = LeaseFenceTopology::sentinel_group('wait_failover');
+my @replicas = @$replicas;
+my @sentinels = @$sentinels;
 
 sub counter
 {
