@@ -107,6 +107,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -125,6 +126,14 @@ ACQUIRE_STATUSES = {'acquired', 'busy', 'stale', 'insufficient_validity',
 RELEASE_STATUSES = {'released', 'not_held', 'unavailable', 'unknown'}
 
 SETTLE_TIMEOUT = 60.0
+
+
+def program(name, env):
+    """A Redis program: the environment's choice, else the first on PATH."""
+    path = os.environ.get(env) or shutil.which(name)
+    if not path:
+        raise SystemExit('faults: no %s on PATH; set %s' % (name, env))
+    return path
 
 
 def env_num(name, default, kind=float):
@@ -233,8 +242,8 @@ class Redis:
                         'sentinel down-after-milliseconds %s 1000' % mname,
                         'sentinel failover-timeout %s 3000' % mname,
                         'sentinel parallel-syncs %s 1' % mname]) + '\n')
-            return ['/usr/bin/redis-sentinel', conf]
-        return ['/usr/bin/redis-server', '--port', str(self.port), '--bind', '127.0.0.1',
+            return [program('redis-sentinel', 'LF_REDIS_SENTINEL'), conf]
+        return [program('redis-server', 'LF_REDIS_SERVER'), '--port', str(self.port), '--bind', '127.0.0.1',
                 '--unixsocket', self.sock, '--unixsocketperm', '700',
                 '--dir', self.dir, '--logfile', self.log,
                 '--save', '', '--appendonly', 'no', '--daemonize', 'no',
@@ -579,7 +588,7 @@ class ClusterScenario:
         extra = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
                  '--cluster-node-timeout', '1000', '--cluster-replica-validity-factor', '0']
         self.nodes = [Redis(self.work, 'node%d' % i, extra).start() for i in range(1, 7)]
-        r = subprocess.run(['/usr/bin/redis-cli', '--cluster', 'create'] +
+        r = subprocess.run([program('redis-cli', 'LF_REDIS_CLI'), '--cluster', 'create'] +
                            ['127.0.0.1:%d' % n.port for n in self.nodes] +
                            ['--cluster-replicas', '1', '--cluster-yes'],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)

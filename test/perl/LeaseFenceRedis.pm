@@ -1,7 +1,9 @@
 # LeaseFenceRedis.pm — a throwaway redis-server for lease_fence's TAP tests,
 # and a reply-holding TCP proxy in front of it.
 #
-# The server is the real /usr/bin/redis-server (the tests never use a mock),
+# The server is the real redis-server, the first on PATH (the tests never
+# use a mock; LF_REDIS_SERVER, LF_REDIS_CLI and LF_REDIS_SENTINEL name other
+# programs),
 # private to one test: it lives in a temp dir under the test's tmp_check,
 # listens on a unix socket in that dir and on a free 127.0.0.1 TCP port, keeps
 # nothing on disk (--save '' --appendonly no, so a restart loses every key, as
@@ -39,8 +41,22 @@ use Scalar::Util qw(weaken);
 use Test::More ();
 use Time::HiRes qw(usleep);
 
-our $REDIS_SERVER = '/usr/bin/redis-server';
-our $REDIS_CLI = '/usr/bin/redis-cli';
+# a program: the environment's choice, else the first on PATH, else none
+# (a test that needs it then fails at its start, naming it)
+sub find_program
+{
+	my ($name, $env) = @_;
+	return $ENV{$env} if defined $ENV{$env} && $ENV{$env} ne '';
+	for my $dir (split /:/, $ENV{PATH} // '')
+	{
+		next if $dir eq '';
+		return "$dir/$name" if -f "$dir/$name" && -x _;
+	}
+	die "LeaseFenceRedis: no $name on PATH ($ENV{PATH}); set $env\n";
+}
+
+our $REDIS_SERVER = find_program('redis-server', 'LF_REDIS_SERVER');
+our $REDIS_CLI = find_program('redis-cli', 'LF_REDIS_CLI');
 
 # every live server and proxy of this process, for END
 my @live;

@@ -9,7 +9,7 @@
 #   my $l = LeaseFenceTLS::Listener->new($dir);        # accepts, records, never answers
 #
 # Certificates are made by the openssl command line tool; every key file is
-# mode 0600.  The TLS servers are the real /usr/bin/redis-server, through
+# mode 0600.  The TLS servers are the real redis-server (found on PATH), through
 # LeaseFenceRedis (its unix socket and plain port stay, so cli() works).
 
 package LeaseFenceTLS;

@@ -233,7 +233,7 @@ sub _command
 			"sentinel parallel-syncs $name 1"), "\n";
 		close $fh;
 	}
-	return ('/usr/bin/redis-sentinel', $conf);
+	return (LeaseFenceRedis::find_program('redis-sentinel', 'LF_REDIS_SENTINEL'), $conf);
 }
 
 # a sentinel is reached over TCP (and TLS, if it has it)
