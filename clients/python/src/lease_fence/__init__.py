@@ -26,10 +26,10 @@ LeaseDenied).
 trips: with psycopg 3, BEGIN and the acquire go out in one pipeline.
 """
 
-from ._errors import (ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied,
-                      LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
-                      MissingGeneration, ReleaseStatus, StaleGeneration, UnissuedGeneration,
-                      fence_error_from, fence_errors)
+from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, LeaseBusy,
+                      LeaseDenied, LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable,
+                      LeaseUnknown, MissingGeneration, ReleaseStatus, StaleGeneration,
+                      UnissuedGeneration, fence_error_from, fence_errors)
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
@@ -39,7 +39,7 @@ __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus",
-    "fence_error_from", "fence_errors",
+    "DataCorrupted", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease", "keepalive_state",
     "fenced", "renew", "release",
 ]

@@ -80,9 +80,11 @@ def acquire(resource: str, ttl_ms: int, min_validity_ms: int = 0, retry_stale: b
 
 
 def try_acquire(resource: str, ttl_ms: int, min_validity_ms: int = 0, wait_ms: int = 0,
-                using: str = "default") -> Lease:
-    """``lease_fence.try_acquire`` on the Django connection ``using``."""
-    return _sync.try_acquire(connection_for(using), resource, ttl_ms, min_validity_ms, wait_ms)
+                using: str = "default", retry_stale: bool = True) -> Optional[Lease]:
+    """``lease_fence.try_acquire`` on the Django connection ``using``: the
+    Lease, None when busy, the exceptions of ``acquire`` otherwise."""
+    return _sync.try_acquire(connection_for(using), resource, ttl_ms, min_validity_ms, wait_ms,
+                             retry_stale)
 
 
 def renew(lease: Lease, ttl_ms: int, min_validity_ms: int = 0, using: str = "default") -> int:
