@@ -503,7 +503,8 @@ class ClientSideLeases(_Settings):
     The methods take the arguments of the module's functions;
     ``acquire`` / ``try_acquire`` draw generations on ``conn`` (a psycopg 3
     connection, a SQLAlchemy Connection / Session or a Django connection;
-    each draw in its own transaction: ``conn`` must not be in one);
+    each draw a statement of its own, alone under autocommit, else in a
+    transaction of its own: ``conn`` must not be in one);
     ``renew`` and ``release`` talk to Redis only (``conn`` is not used; it
     may be None).
     """
