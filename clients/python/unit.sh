@@ -12,8 +12,9 @@
 #   LF_ANSWERS     the answer table to read (default: the repository's
 #                  scripts/answers.json), e.g. a changed copy to see the
 #                  tests fail
-#   LF_UNIT_WORK   an empty writable directory for the package copy and the
-#                  report (default: a new mktemp -d directory)
+#   LF_UNIT_WORK   a writable directory for the package copy and the report
+#                  (in its python-unit/; default: a new mktemp -d directory,
+#                  removed at the end)
 #
 # Writes nothing into the source tree: the package is copied (with the
 # repository's scripts/*.lua, as the wheel ships them) into LF_UNIT_WORK,
@@ -24,7 +25,10 @@ PY=/usr/bin/python3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 work=${LF_UNIT_WORK:-}
-[ -n "$work" ] || work=$(mktemp -d) || { echo "not ok 1 - python: no work directory"; exit 1; }
+if [ -z "$work" ]; then
+	work=$(mktemp -d) || { echo "not ok 1 - python: no work directory"; exit 1; }
+	trap 'rm -rf "$work"' EXIT		# ours: removed at the end
+fi
 work=$work/python-unit
 answers=${LF_ANSWERS:-$top/scripts/answers.json}
 

@@ -365,10 +365,17 @@ def test_status_release(row: Dict[str, Any]) -> None:
     assert got == row["status"] and isinstance(got, lease_fence.ReleaseStatus)
 
 
-def test_the_public_verbs_use_the_translation() -> None:
-    """The verb table's names, in lease_fence and lease_fence.aio."""
-    from lease_fence import aio
+def test_the_verb_table_in_both_modules() -> None:
+    """The verb table's names, in lease_fence and lease_fence.aio, and the
+    one translation the tests above assert is the one both modules and the
+    client-side classes use."""
+    from lease_fence import _sync, aio
     for mod in (lease_fence, aio):
         for name in ("acquire", "try_acquire", "job", "transaction_lease", "kept_alive_lease",
                      "fenced", "renew", "release"):
             assert callable(getattr(mod, name)), (mod.__name__, name)
+    for name in ("_acquired", "_try_acquired", "_renewed", "_released"):
+        shared = getattr(_errors, name)
+        assert getattr(_sync, name) is shared and getattr(aio, name) is shared, name
+        client_side = _client_side()
+        assert getattr(client_side, name) is shared, name
