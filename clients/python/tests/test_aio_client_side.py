@@ -131,8 +131,9 @@ async def test_async_stale_heal_and_unavailable():
         lease = await leases.acquire(conn, res, ttl_ms=10000)
         assert lease.generation > stored
         assert await leases.release(conn, lease) == "released"
-        none = await AsyncClientSideLeases(absent).try_acquire(conn, res, ttl_ms=1000)
-        assert (none.acquired, none.status) == (False, "unavailable")
+        with pytest.raises(LeaseUnavailable) as tried:
+            await AsyncClientSideLeases(absent).try_acquire(conn, res, ttl_ms=1000)
+        assert (tried.value.lease.acquired, tried.value.lease.status) == (False, "unavailable")
         with pytest.raises(LeaseUnavailable):
             await AsyncClientSideLeases(absent).acquire(conn, res, ttl_ms=1000)
         with pytest.raises(TypeError):

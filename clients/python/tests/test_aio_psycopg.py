@@ -83,8 +83,7 @@ async def test_transaction_lease_commits_and_lost_at_commit():
 
         holder = lease_fence.acquire(check, res, ttl_ms=10000)
         try:
-            raw = await aio.try_acquire(conn, res, ttl_ms=10000)
-            assert (raw.acquired, raw.status) == (False, "busy")
+            assert await aio.try_acquire(conn, res, ttl_ms=10000) is None    # busy
             with pytest.raises(LeaseBusy):
                 async with aio.transaction_lease(conn, res, ttl_ms=10000):
                     pytest.fail("block must not run")
@@ -102,12 +101,14 @@ async def test_transaction_lease_commits_and_lost_at_commit():
 
 @pytest.mark.asyncio
 async def test_unavailable_is_a_definite_no_with_a_reason():
-    """Redis unreachable: aio.acquire raises LeaseUnavailable (a
-    LeaseDenied, acquired false) with the reason; release says
-    unavailable."""
+    """Redis unreachable: aio.acquire and aio.try_acquire raise
+    LeaseUnavailable (a LeaseDenied, acquired false) with the reason;
+    release says unavailable."""
     conn = await aconnect(user=NOREDIS_USER)
     try:
         res = resource_name("aio_unavailable")
+        with pytest.raises(LeaseUnavailable):
+            await aio.try_acquire(conn, res, ttl_ms=10000)
         with pytest.raises(LeaseUnavailable) as info:
             await aio.acquire(conn, res, ttl_ms=10000)
         assert isinstance(info.value, LeaseDenied)

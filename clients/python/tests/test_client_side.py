@@ -20,7 +20,7 @@ import pytest
 import redis as redis_py
 from redis.asyncio import Redis as AsyncRedis
 
-from lease_fence import (Lease, LeaseBusy, LeaseDenied, LeaseLost, LeaseUnavailable,
+from lease_fence import (DataCorrupted, Lease, LeaseBusy, LeaseDenied, LeaseLost, LeaseUnavailable,
                          LeaseUnknown, ReleaseStatus, StaleGeneration, fenced)
 from lease_fence import acquire as c_acquire
 from lease_fence import release as c_release
@@ -226,7 +226,7 @@ class ClientSideTests(unittest.TestCase):
 
     def test_unknown_outcome_stays_unknown(self):
         """Redis paused: the acquire times out after sending → unknown
-        (LeaseUnknown, not a LeaseDenied; try_acquire: acquired None), the
+        (LeaseUnknown, not a LeaseDenied, from acquire and try_acquire), the
         conditional cleanup is bounded and unconfirmed, and after the pause
         the key is absent or holds exactly that identity."""
         res = resource_name(self)
@@ -245,7 +245,9 @@ class ClientSideTests(unittest.TestCase):
         try:
             with self.assertRaises(LeaseUnknown) as cm:
                 L.acquire(self.conn, res, ttl_ms=60000)
-            lease = L2.try_acquire(self.conn, res + "b", ttl_ms=60000)
+            with self.assertRaises(LeaseUnknown) as cm2:
+                L2.try_acquire(self.conn, res + "b", ttl_ms=60000)
+            lease = cm2.exception.lease
         finally:
             wait_for_redis()                     # PING waits out the pause
         e = cm.exception
@@ -358,16 +360,28 @@ class ClientSideTests(unittest.TestCase):
         self.assertGreater(lease.generation, stored)
         self.assertEqual(self.leases.release(self.conn, lease), "released")
 
+    def test_corrupt_generation_key_is_data_corrupted(self):
+        """The generation key holds no generation: DataCorrupted (a
+        RuntimeError; SQLSTATE XX001, as the C edition says it), from
+        acquire and try_acquire alike; nothing held."""
+        res = resource_name(self)
+        redis("SET", generation_key(res), "abc")
+        for call in (self.leases.acquire, self.leases.try_acquire):
+            with self.assertRaises(DataCorrupted) as cm:
+                call(self.conn, res, ttl_ms=10000)
+            self.assertIsInstance(cm.exception, RuntimeError)
+            self.assertEqual(cm.exception.sqlstate, "XX001")
+            self.assertIn("does not hold a generation", str(cm.exception))
+        self.assertEqual(redis("EXISTS", self.key(res)), "0")
+
     # ------------------------------------------------------------ busy, unavailable
 
     def test_busy(self):
-        """A held lease: busy (acquired False, LeaseBusy), the holder's key untouched."""
+        """A held lease: busy (try_acquire None, LeaseBusy), the holder's key untouched."""
         res = resource_name(self)
         held = self.leases.acquire(self.conn, res, ttl_ms=30000)
         self.addCleanup(self.leases.release, None, held)
-        other = self.leases.try_acquire(self.conn, res, ttl_ms=30000)
-        self.assertEqual((other.acquired, other.status, other.identity, other.generation),
-                         (False, "busy", None, None))
+        self.assertIsNone(self.leases.try_acquire(self.conn, res, ttl_ms=30000))
         with self.assertRaises(LeaseBusy) as cm:
             self.leases.acquire(self.conn, res, ttl_ms=30000)
         self.assertIsInstance(cm.exception, LeaseDenied)
@@ -379,7 +393,9 @@ class ClientSideTests(unittest.TestCase):
         which the drift allowance never leaves): insufficient_validity, a
         definite no, the grant released at once (cleanup confirmed)."""
         res = resource_name(self)
-        lease = self.leases.try_acquire(self.conn, res, ttl_ms=10000, min_validity_ms=10000)
+        with self.assertRaises(LeaseDenied) as tried:
+            self.leases.try_acquire(self.conn, res, ttl_ms=10000, min_validity_ms=10000)
+        lease = tried.exception.lease
         self.assertEqual((lease.acquired, lease.status, lease.identity, lease.cleanup),
                          (False, "insufficient_validity", None, "confirmed"))
         self.assertLess(lease.validity_ms, 10000)
@@ -405,7 +421,9 @@ class ClientSideTests(unittest.TestCase):
         absent = redis_client(sock=REDIS_SOCK + ".absent")
         self.addCleanup(absent.close)
         L = ClientSideLeases(absent)
-        lease = L.try_acquire(self.conn, res, ttl_ms=1000)
+        with self.assertRaises(LeaseUnavailable) as tried:
+            L.try_acquire(self.conn, res, ttl_ms=1000)
+        lease = tried.exception.lease
         self.assertEqual((lease.acquired, lease.status, lease.identity), (False, "unavailable",
                                                                          None))
         self.assertTrue(lease.reason)
@@ -478,8 +496,7 @@ class ClientSideTests(unittest.TestCase):
         self.addCleanup(appdb.close)
         c_lease = c_acquire(appdb, res, ttl_ms=30000)
         self.assertEqual(redis("GET", lease_key(res, prefix)), c_lease.identity)
-        busy = L.try_acquire(self.conn, res, ttl_ms=30000)
-        self.assertEqual((busy.acquired, busy.status), (False, "busy"))
+        self.assertIsNone(L.try_acquire(self.conn, res, ttl_ms=30000))
         with self.assertRaises(LeaseBusy):
             L.acquire(self.conn, res, ttl_ms=30000)
         self.assertEqual(c_release(appdb, c_lease), "released")
@@ -502,15 +519,14 @@ class ClientSideTests(unittest.TestCase):
         self.conn.execute("SELECT lease_fence.next_generation(%s::bigint)", (c_next + 1000,))
         mine = L.acquire(self.conn, res, ttl_ms=30000)
         self.assertGreater(mine.generation, c_next + 1000)
-        busy = c_try_acquire(appdb, res, ttl_ms=30000)
-        self.assertEqual((busy.acquired, busy.status), (False, "busy"))
+        self.assertIsNone(c_try_acquire(appdb, res, ttl_ms=30000))
         self.assertEqual(L.release(self.conn, mine), "released")
         c_lease = c_acquire(appdb, res, ttl_ms=30000)      # stale, healed, tried again
         self.addCleanup(c_release, appdb, c_lease)
         self.assertGreater(c_lease.generation, mine.generation)
         self.assertEqual(redis("GET", lease_key(res, prefix)), c_lease.identity)
         # and the client side now sees the C side's lease as busy
-        self.assertEqual(L.try_acquire(self.conn, res, ttl_ms=1000).status, "busy")
+        self.assertIsNone(L.try_acquire(self.conn, res, ttl_ms=1000))
 
 
 def test_harness_gives_the_portable_server():

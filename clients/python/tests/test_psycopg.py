@@ -255,17 +255,16 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(read_row(self.conn, row_id), ("new", 100, new))
 
     def test_busy_is_reported_as_busy(self):
-        """someone else holds it: LeaseBusy (a LeaseDenied, acquired false),
-        never LeaseUnknown; a transaction_lease block does not run."""
+        """someone else holds it: try_acquire returns None; acquire raises
+        LeaseBusy (a LeaseDenied, acquired false), never LeaseUnknown; a
+        transaction_lease block does not run."""
         res = resource_name(self)
         holder = acquire(self.conn, res, ttl_ms=10000)
         self.addCleanup(release, self.conn, holder)
         other = connect()
         self.addCleanup(other.close)
 
-        raw = try_acquire(other, res, ttl_ms=10000)
-        self.assertEqual((raw.acquired, raw.status, raw.identity, raw.generation),
-                         (False, "busy", None, None))
+        self.assertIsNone(try_acquire(other, res, ttl_ms=10000), "busy: try_acquire is None")
 
         with self.assertRaises(LeaseBusy) as cm:
             acquire(other, res, ttl_ms=10000)
@@ -304,7 +303,9 @@ class PsycopgTests(unittest.TestCase):
 
         redis("CLIENT", "PAUSE", PAUSE_MS, "ALL")
         try:
-            raw = try_acquire(conn, res, ttl_ms=10000)
+            with self.assertRaises(LeaseUnknown) as tried:
+                try_acquire(conn, res, ttl_ms=10000)
+            raw = tried.exception.lease
             with self.assertRaises(LeaseUnknown) as cm:
                 acquire(conn2, res, ttl_ms=10000)
             ran = []
@@ -345,12 +346,15 @@ class PsycopgTests(unittest.TestCase):
         self.assertEqual(release(conn, fresh), "released")
 
     def test_unavailable_is_a_definite_no(self):
-        """Redis unreachable (connect fails): acquire is LeaseUnavailable with
-        acquired false — nothing was sent; renew and release say unavailable."""
+        """Redis unreachable (connect fails): acquire and try_acquire raise
+        LeaseUnavailable with acquired false — nothing was sent; renew and
+        release say unavailable."""
         conn = connect(user=NOREDIS_USER)
         self.addCleanup(conn.close)
         res = resource_name(self)
-        raw = try_acquire(conn, res, ttl_ms=10000)
+        with self.assertRaises(LeaseUnavailable) as tried:
+            try_acquire(conn, res, ttl_ms=10000)
+        raw = tried.exception.lease
         self.assertEqual((raw.acquired, raw.status), (False, "unavailable"))
         with self.assertRaises(LeaseUnavailable) as cm:
             acquire(conn, res, ttl_ms=10000)
@@ -371,7 +375,9 @@ class PsycopgTests(unittest.TestCase):
         conn = connect(user=NOREDIS_USER)
         self.addCleanup(conn.close)
         res = resource_name(self)
-        raw = try_acquire(conn, res, ttl_ms=10000)
+        with self.assertRaises(LeaseUnavailable) as tried:
+            try_acquire(conn, res, ttl_ms=10000)
+        raw = tried.exception.lease
         self.assertEqual(raw.status, "unavailable")
         self.assertRegex(raw.reason, r"\bRedis\b")
         with self.assertRaises(LeaseUnavailable) as cm:
@@ -549,9 +555,8 @@ class PsycopgTests(unittest.TestCase):
         self.assertIs(cm.exception.lease.acquired, False)
 
         t0 = time.monotonic()
-        raw = try_acquire(other, res, ttl_ms=10000, wait_ms=300)
+        self.assertIsNone(try_acquire(other, res, ttl_ms=10000, wait_ms=300))
         self.assertGreaterEqual(time.monotonic() - t0, 0.3)
-        self.assertEqual((raw.acquired, raw.status, raw.identity), (False, "busy", None))
         self.assertEqual(redis("GET", lease_key(res)), holder.identity)
 
         other.execute("SET statement_timeout = 300")
@@ -734,6 +739,8 @@ def test_fenced_sends_begin_and_set_generation_in_one_round_trip(tmp_path, autoc
         row_id = new_row(check)
         res = resource_name(f"one_round_trip_{autocommit}")
         lease = acquire(conn, res, ttl_ms=10000)
+        if not autocommit:
+            conn.commit()               # acquire ran in psycopg's transaction: end it
         trace = tmp_path / "trace.txt"
         with open(trace, "w") as f:
             conn.pgconn.trace(f.fileno())
@@ -752,6 +759,83 @@ def test_fenced_sends_begin_and_set_generation_in_one_round_trip(tmp_path, autoc
         assert "UPDATE account" in sent[-2] and "COMMIT" in sent[-1], sent
         assert read_row(check, row_id) == ("rt", 100, lease.generation)
         assert release(conn, lease) == "released"
+    finally:
+        conn.close()
+        check.close()
+
+
+def _statements(trace_text):
+    """What a libpq trace shows the frontend sent: (statements executed,
+    round trips, the statements' texts). A statement is an Execute (its
+    Parse text, when not prepared) or a simple Query; a Sync or a Query ends
+    a round trip."""
+    executed, trips, texts = 0, 0, []
+    for line in trace_text.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or parts[0] != "F":
+            continue
+        if parts[2] == "Parse":
+            texts.append(parts[3] if len(parts) > 3 else "")
+        elif parts[2] == "Execute":
+            executed += 1
+        elif parts[2] == "Query":
+            executed += 1
+            trips += 1
+            texts.append(parts[3] if len(parts) > 3 else "")
+        elif parts[2] == "Sync":
+            trips += 1
+    return executed, trips, texts
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_acquire_renew_release_send_one_statement(tmp_path, autocommit):
+    """libpq's protocol trace: under autocommit acquire, try_acquire, renew
+    and release each send exactly one statement (one round trip), no BEGIN
+    or COMMIT around it. With autocommit off the statement runs in the
+    caller's transaction: psycopg's own BEGIN before the first one, no
+    COMMIT (the caller commits)."""
+    conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER,
+                           autocommit=autocommit, prepare_threshold=None)
+    check = connect()
+    try:
+        res = resource_name(f"one_statement_{autocommit}")
+        out = {}
+
+        def traced(name, fn):
+            path = tmp_path / f"{name}.txt"
+            with open(path, "w") as f:
+                conn.pgconn.trace(f.fileno())
+                conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+                try:
+                    out[name] = fn()
+                finally:
+                    conn.pgconn.untrace()
+            return _statements(path.read_text())
+
+        def one(name, fn, function, begin=False):
+            executed, trips, texts = traced(name, fn)
+            want = [f"lease_fence.{function}("]
+            if begin:
+                want.insert(0, "BEGIN")
+            assert (executed, trips) == (len(want), len(want)), (name, texts)
+            assert all(w in t for w, t in zip(want, texts)), (name, texts)
+            assert not any("COMMIT" in t for t in texts), (name, texts)
+
+        first = not autocommit          # psycopg begins the caller's transaction once
+        one("acquire", lambda: acquire(conn, res, ttl_ms=10000), "acquire", begin=first)
+        one("renew", lambda: renew(conn, out["acquire"], ttl_ms=10000), "renew")
+        one("release", lambda: release(conn, out["acquire"]), "release")
+        holder = acquire(check, res, ttl_ms=10000)
+        one("busy", lambda: try_acquire(conn, res, ttl_ms=10000), "acquire")
+        assert out["busy"] is None
+        assert release(check, holder) == "released"
+        one("try_acquire", lambda: try_acquire(conn, res, ttl_ms=10000), "acquire")
+        assert out["try_acquire"].acquired is True
+        one("release2", lambda: release(conn, out["try_acquire"]), "release")
+        assert out["release2"] == "released"
+        if not autocommit:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            conn.commit()
     finally:
         conn.close()
         check.close()

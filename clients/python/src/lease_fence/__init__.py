@@ -22,14 +22,23 @@ error's fields ``sqlstate``, ``schema``, ``table``, ``column``,
 ``insufficient_validity``) and ``LeaseUnknown`` (maybe applied; *not* a
 LeaseDenied).
 
+The verbs, as in the Node and Java clients: ``acquire`` (the Lease, or a
+LeaseError), ``try_acquire`` (the Lease, **None** when busy, acquire's
+exceptions otherwise), ``job``, ``transaction_lease``, ``kept_alive_lease``,
+``fenced``, ``renew``, ``release``. ``acquire``, ``try_acquire``, ``renew``
+and ``release`` send one statement: alone under autocommit, in the
+caller's transaction otherwise.
+
 ``job(conn, resource, ttl_ms)`` is ``transaction_lease`` in the fewest round
 trips: with psycopg 3, BEGIN and the acquire go out in one pipeline.
+``DataCorrupted`` (a RuntimeError, XX001): the client-side mode found a
+generation key that holds no generation.
 """
 
-from ._errors import (ConflictingGeneration, FenceError, Lease, LeaseBusy, LeaseDenied,
-                      LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable, LeaseUnknown,
-                      MissingGeneration, ReleaseStatus, StaleGeneration, UnissuedGeneration,
-                      fence_error_from, fence_errors)
+from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, LeaseBusy,
+                      LeaseDenied, LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable,
+                      LeaseUnknown, MissingGeneration, ReleaseStatus, StaleGeneration,
+                      UnissuedGeneration, fence_error_from, fence_errors)
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
@@ -39,7 +48,7 @@ __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus",
-    "fence_error_from", "fence_errors",
+    "DataCorrupted", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease", "keepalive_state",
     "fenced", "renew", "release",
 ]

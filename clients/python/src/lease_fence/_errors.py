@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, Optional, Type
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
-    "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "ReleaseStatus",
+    "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "ReleaseStatus", "DataCorrupted",
     "fence_error_from", "fence_errors",
 ]
 
@@ -258,6 +258,59 @@ def _lease_error(status: str, lease: Optional[Lease], what: str, resource: str,
     cls: Type[LeaseError] = {"busy": LeaseBusy, "unavailable": LeaseUnavailable,
                              "lost": LeaseLost, "unknown": LeaseUnknown}.get(status, LeaseDenied)
     return cls(status, lease, f"{what} of lease {resource!r}: {status}", reason)
+
+
+class DataCorrupted(RuntimeError):
+    """Data corrupted (the C edition raises SQLSTATE XX001 for it): the
+    generation key of ``resource`` in Redis holds something that is not a
+    generation, so something other than lease_fence wrote it. No retry can
+    help: a person must delete the key. A RuntimeError, not a LeaseError."""
+
+    sqlstate = "XX001"
+
+    def __init__(self, resource: str, detail: Optional[str] = None) -> None:
+        super().__init__(f"lease_fence: the generation key of resource {resource!r} does not "
+                         f"hold a generation" + (f" ({detail})" if detail else "")
+                         + ": something other than lease_fence wrote it; delete it")
+        self.resource = resource
+        self.detail = detail
+
+
+# --------------------------------------------------------------------------
+# What each verb does with each status (scripts/answers.json, "statuses"):
+# one translation for the SQL functions' rows (sync and aio) and the
+# client-side leases
+# --------------------------------------------------------------------------
+
+def _acquired(lease: Lease) -> Lease:
+    """acquire: the lease when acquired; else its LeaseError (acquired NULL
+    is LeaseUnknown whatever the status says)."""
+    if lease.acquired is True:
+        return lease
+    status = "unknown" if lease.acquired is None else lease.status
+    raise _lease_error(status, lease, "acquire", lease.resource, lease.reason)
+
+
+def _try_acquired(lease: Lease) -> Optional[Lease]:
+    """try_acquire: None when busy, else as acquire."""
+    if lease.acquired is False and lease.status == "busy":
+        return None
+    return _acquired(lease)
+
+
+def _renewed(status: str, lease: Lease, validity_ms: Optional[int],
+             reason: Optional[str] = None, renewed: Optional[bool] = True) -> int:
+    """renew: the validity when renewed; else its LeaseError."""
+    if renewed is True and status == "renewed":
+        return validity_ms  # type: ignore[return-value]
+    if renewed is None:
+        status = "unknown"
+    raise _lease_error(status, lease, "renew", lease.resource, reason)
+
+
+def _released(status: str, reason: Optional[str] = None) -> "ReleaseStatus":
+    """release: the status, never raised."""
+    return ReleaseStatus(status, reason)
 
 
 class ReleaseStatus(str):

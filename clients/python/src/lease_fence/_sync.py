@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, ContextManager, Dict, Iterator, Mapping, Optional, TypeVar, Union
 
-from ._errors import (Lease, LeaseLost, ReleaseStatus, _lease_error, _lease_from_row,
-                      fence_errors)
+from ._errors import (Lease, LeaseLost, ReleaseStatus, _acquired, _lease_from_row, _released,
+                      _renewed, _try_acquired, fence_errors)
 
 __all__ = [
     "KeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
@@ -86,6 +86,20 @@ class _Adapter:
     def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """One statement of a verb (acquire, renew, release): under autocommit
+        that statement alone; otherwise in the caller's transaction (the
+        driver's own rule). SQLAlchemy: in a transaction of its own (one
+        statement on the wire with isolation_level='AUTOCOMMIT')."""
+        with self.begin():
+            return self.query_one(sql, params)
+
+    def own(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """One statement in a transaction of its own: the statement alone
+        under autocommit, else BEGIN; it; COMMIT (the connection idle)."""
+        with self.begin():
+            return self.query_one(sql, params)
+
     @contextmanager
     def fenced_tx(self, args: Mapping[str, Any]) -> Iterator[None]:
         """BEGIN; set_generation(g, resource); the block; COMMIT (ROLLBACK on error)."""
@@ -134,6 +148,15 @@ class _Psycopg(_Adapter):
         cur = self.conn.execute(sql, params)
         row = cur.fetchone()
         return dict(zip([c.name for c in cur.description], row))
+
+    def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        return self.query_one(sql, params)      # autocommit: one statement; else psycopg's BEGIN
+
+    def own(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        self._check_idle()
+        if self.conn.autocommit:
+            return self.query_one(sql, params)
+        return super().own(sql, params)
 
     @contextmanager
     def fenced_tx(self, args: Mapping[str, Any]) -> Iterator[None]:
@@ -247,6 +270,14 @@ class _Django(_Adapter):
             row = cur.fetchone()
             return dict(zip([c[0] for c in cur.description], row))
 
+    def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        return self.query_one(sql, params)      # autocommit, or the caller's atomic()
+
+    def own(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        if not self.conn.in_atomic_block and self.conn.get_autocommit():
+            return self.query_one(sql, params)
+        return super().own(sql, params)
+
 
 def _is_psycopg(conn: Any) -> bool:
     module = type(conn).__module__
@@ -281,9 +312,7 @@ def _check_acquired(db: _Adapter, lease: Lease, params: Mapping[str, Any],
         # stale left nothing in Redis and moved next_generation() past the
         # stored one: one more try with a fresh generation is safe
         lease = _lease_from_row(db.query_one(ACQUIRE_SQL, params))
-    if lease.acquired is not True:
-        raise _lease_error(lease.status, lease, "acquire", params["resource"], lease.reason)
-    return lease
+    return _acquired(lease)
 
 
 def _acquire_row_checked(db: _Adapter, params: Mapping[str, Any], retry_stale: bool) -> Lease:
@@ -298,35 +327,48 @@ def _acquire_checked(db: _Adapter, resource: str, ttl_ms: int, min_validity_ms: 
     return _acquire_row_checked(db, params, retry_stale)
 
 
-def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
-                wait_ms: int = 0) -> Lease:
-    """Explicit-scope acquire that never raises for an outcome: returns the row.
+def _acquire_alone(db: _Adapter, params: Mapping[str, Any], retry_stale: bool) -> Lease:
+    """The explicit acquire of acquire / try_acquire: one statement (a
+    second one only to retry a stale answer), unchecked."""
+    lease = _lease_from_row(db.alone(ACQUIRE_SQL, params))
+    if lease.status == "stale" and retry_stale:
+        lease = _lease_from_row(db.alone(ACQUIRE_SQL, params))
+    return lease
 
-    ``lease.acquired`` is True (``acquired``), False (``busy``, ``stale``,
-    ``unavailable``, ``insufficient_validity``) or **None** (``unknown``).
-    ``wait_ms`` > 0 waits that long at most while the lease is busy (woken by
-    the holder's release) before answering ``busy``.
+
+def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+                wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
+    """``acquire``, but **None** when the lease is busy.
+
+    Returns the Lease when acquired, None when another identity holds it
+    (``wait_ms`` > 0: still held at the deadline); raises as ``acquire``
+    for everything else: LeaseUnavailable, LeaseDenied (stale,
+    insufficient_validity, unreplicated), LeaseUnknown (the request may
+    have been applied). One statement, as ``acquire``.
     """
     db = _adapter(conn)
-    with db.begin():
-        return _lease_from_row(db.query_one(ACQUIRE_SQL, _acquire_params(
-            resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False)))
+    return _try_acquired(_acquire_alone(db, _acquire_params(
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
 def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
             retry_stale: bool = True, wait_ms: int = 0) -> Lease:
-    """Take an explicit-scope lease in its own transaction and return it.
+    """Take an explicit-scope lease and return it.
 
     Raises LeaseBusy / LeaseUnavailable / LeaseDenied (stale,
     insufficient_validity) for a definite no, LeaseUnknown when Redis may
     have granted it. ``stale`` is retried once unless ``retry_stale`` is
     false. ``wait_ms`` > 0: while the lease is busy, wait up to that long;
     LeaseBusy if it is still busy then. Release it yourself.
+
+    One statement, ``SELECT ... FROM lease_fence.acquire(...)``: with a
+    connection in autocommit mode that statement alone; with autocommit off
+    it runs in the caller's transaction (psycopg opens one; commit it). A
+    SQLAlchemy Connection / Session runs it in a transaction of its own.
     """
     db = _adapter(conn)
-    with db.begin():
-        return _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit", retry_stale,
-                                wait_ms)
+    return _acquired(_acquire_alone(db, _acquire_params(
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
 @contextmanager
@@ -459,19 +501,21 @@ def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int
     db = _adapter(conn)
     if watch is not None:
         _adapter(watch)                  # a type error now rather than at the first check
-    with db.begin():
-        row = _acquire_checked(db, resource, ttl_ms, min_validity_ms, "session", retry_stale,
-                               wait_ms, keepalive=True)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True)
+    first = _lease_from_row(db.own(ACQUIRE_SQL, params))
+    if first.status == "stale" and retry_stale:
+        first = _lease_from_row(db.own(ACQUIRE_SQL, params))
+    row = _acquired(first)
     lease = KeptAliveLease(**{f.name: getattr(row, f.name) for f in fields(Lease)}, watch=watch)
     try:
         yield lease
     except BaseException:
         try:
-            release(conn, lease)
+            _release_own(db, lease)
         except Exception:
             pass
         raise
-    if release(conn, lease) == "not_held":
+    if _release_own(db, lease) == "not_held":
         raise LeaseLost("lost", lease, f"kept-alive lease {resource!r} was lost before the "
                                        f"block ended (release: not_held)")
 
@@ -484,8 +528,7 @@ def keepalive_state(watch: Any, lease: Union[Lease, str]) -> Optional[str]:
     """
     identity = lease.identity if isinstance(lease, Lease) else lease
     db = _adapter(watch)
-    with db.begin():
-        state = db.query_one(KEEPALIVE_STATE_SQL, {"identity": identity})["state"]
+    state = db.own(KEEPALIVE_STATE_SQL, {"identity": identity})["state"]
     return state  # type: ignore[no-any-return]
 
 
@@ -520,12 +563,9 @@ def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int
     unreplicated.
     """
     db = _adapter(conn)
-    with db.begin():
-        row = db.query_one(RENEW_SQL, {"resource": lease.resource, "identity": lease.identity,
-                                       "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms})
-    if row["renewed"] is not True:
-        raise _lease_error(row["status"], lease, "renew", lease.resource, row["reason"])
-    return row["validity_ms"]  # type: ignore[no-any-return]
+    row = db.alone(RENEW_SQL, {"resource": lease.resource, "identity": lease.identity,
+                               "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms})
+    return _renewed(row["status"], lease, row["validity_ms"], row["reason"], row["renewed"])
 
 
 def release(conn: Any, lease: Lease) -> ReleaseStatus:
@@ -536,7 +576,11 @@ def release(conn: Any, lease: Lease) -> ReleaseStatus:
     last two. Never raises for an outcome.
     """
     db = _adapter(conn)
-    with db.begin():
-        row = db.query_one(RELEASE_SQL, {"resource": lease.resource,
-                                         "identity": lease.identity})
-    return ReleaseStatus(row["status"], row["reason"])
+    row = db.alone(RELEASE_SQL, {"resource": lease.resource, "identity": lease.identity})
+    return _released(row["status"], row["reason"])
+
+
+def _release_own(db: _Adapter, lease: Lease) -> ReleaseStatus:
+    """release in a transaction of its own (the end of kept_alive_lease)."""
+    row = db.own(RELEASE_SQL, {"resource": lease.resource, "identity": lease.identity})
+    return _released(row["status"], row["reason"])

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, fields
 from typing import (Any, AsyncContextManager, AsyncIterator, Awaitable, Dict, Mapping, Optional,
                     TypeVar, Union)
 
-from ._errors import (Lease, LeaseLost, ReleaseStatus, _lease_error,
-                      _lease_from_row, fence_error_from)
+from ._errors import (Lease, LeaseLost, ReleaseStatus, _acquired, _lease_from_row, _released,
+                      _renewed, _try_acquired, fence_error_from)
 from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
                     SET_GENERATION_SQL, _acquire_params, _begin_sql, _fence_args, _is_psycopg,
                     _one_server_session, _sa_text)
@@ -59,6 +59,19 @@ class _AsyncAdapter:
                         params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         raise NotImplementedError
 
+    async def alone(self, sql: str,
+                    params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """As the sync adapter's: one statement of a verb (autocommit: alone;
+        else in the caller's transaction; SQLAlchemy: a transaction of its own)."""
+        async with self.begin():
+            return await self.query_one(sql, params)
+
+    async def own(self, sql: str,
+                  params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """One statement in a transaction of its own (alone under autocommit)."""
+        async with self.begin():
+            return await self.query_one(sql, params)
+
     @asynccontextmanager
     async def fenced_tx(self, args: Mapping[str, Any]) -> AsyncIterator[None]:
         async with self.begin():
@@ -92,6 +105,17 @@ class _AsyncPsycopg(_AsyncAdapter):
         cur = await self.conn.execute(sql, params)
         row = await cur.fetchone()
         return dict(zip([c.name for c in cur.description], row))
+
+    async def alone(self, sql: str,
+                    params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        return await self.query_one(sql, params)
+
+    async def own(self, sql: str,
+                  params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        self._check_idle()
+        if self.conn.autocommit:
+            return await self.query_one(sql, params)
+        return await super().own(sql, params)
 
     @asynccontextmanager
     async def fenced_tx(self, args: Mapping[str, Any]) -> AsyncIterator[None]:
@@ -196,9 +220,7 @@ async def _check_acquired(db: _AsyncAdapter, lease: Lease, params: Mapping[str, 
                           retry_stale: bool) -> Lease:
     if lease.status == "stale" and retry_stale:
         lease = _lease_from_row(await db.query_one(ACQUIRE_SQL, params))
-    if lease.acquired is not True:
-        raise _lease_error(lease.status, lease, "acquire", params["resource"], lease.reason)
-    return lease
+    return _acquired(lease)
 
 
 async def _acquire_row_checked(db: _AsyncAdapter, params: Mapping[str, Any],
@@ -214,24 +236,31 @@ async def _acquire_checked(db: _AsyncAdapter, resource: str, ttl_ms: int, min_va
     return await _acquire_row_checked(db, params, retry_stale)
 
 
+async def _acquire_alone(db: _AsyncAdapter, params: Mapping[str, Any],
+                         retry_stale: bool) -> Lease:
+    lease = _lease_from_row(await db.alone(ACQUIRE_SQL, params))
+    if lease.status == "stale" and retry_stale:
+        lease = _lease_from_row(await db.alone(ACQUIRE_SQL, params))
+    return lease
+
+
 async def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
-                      wait_ms: int = 0) -> Lease:
-    """``lease_fence.try_acquire``, awaited: the row, never raises for an outcome
-    (``acquired`` None is unknown)."""
+                      wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
+    """``lease_fence.try_acquire``, awaited: the Lease, **None** when busy, and
+    the exceptions of ``acquire`` for everything else."""
     db = _adapter(conn)
-    async with db.begin():
-        return _lease_from_row(await db.query_one(ACQUIRE_SQL, _acquire_params(
-            resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False)))
+    return _try_acquired(await _acquire_alone(db, _acquire_params(
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
 async def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
                   retry_stale: bool = True, wait_ms: int = 0) -> Lease:
     """``lease_fence.acquire``, awaited: LeaseBusy / LeaseUnavailable / LeaseDenied
-    for a definite no, LeaseUnknown when Redis may have granted it."""
+    for a definite no, LeaseUnknown when Redis may have granted it. One
+    statement (autocommit: alone; else in the caller's transaction)."""
     db = _adapter(conn)
-    async with db.begin():
-        return await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "explicit",
-                                      retry_stale, wait_ms)
+    return _acquired(await _acquire_alone(db, _acquire_params(
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
 @asynccontextmanager
@@ -312,20 +341,22 @@ async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_m
     db = _adapter(conn)
     if watch is not None:
         _adapter(watch)
-    async with db.begin():
-        row = await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "session",
-                                     retry_stale, wait_ms, keepalive=True)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True)
+    first = _lease_from_row(await db.own(ACQUIRE_SQL, params))
+    if first.status == "stale" and retry_stale:
+        first = _lease_from_row(await db.own(ACQUIRE_SQL, params))
+    row = _acquired(first)
     lease = AsyncKeptAliveLease(**{f.name: getattr(row, f.name) for f in fields(Lease)},
                                 watch=watch)
     try:
         yield lease
     except BaseException:
         try:
-            await release(conn, lease)
+            await _release_own(db, lease)
         except Exception:
             pass
         raise
-    if await release(conn, lease) == "not_held":
+    if await _release_own(db, lease) == "not_held":
         raise LeaseLost("lost", lease, f"kept-alive lease {resource!r} was lost before the "
                                        f"block ended (release: not_held)")
 
@@ -334,8 +365,7 @@ async def keepalive_state(watch: Any, lease: Union[Lease, str]) -> Optional[str]
     """``lease_fence.keepalive_state`` on ``watch``: 'active', 'lost' or None."""
     identity = lease.identity if isinstance(lease, Lease) else lease
     db = _adapter(watch)
-    async with db.begin():
-        row = await db.query_one(KEEPALIVE_STATE_SQL, {"identity": identity})
+    row = await db.own(KEEPALIVE_STATE_SQL, {"identity": identity})
     return row["state"]  # type: ignore[no-any-return]
 
 
@@ -358,20 +388,20 @@ async def fenced(conn: C, generation: Union[Lease, int],
 async def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
     """``lease_fence.renew``, awaited: the validity in ms, or a LeaseError."""
     db = _adapter(conn)
-    async with db.begin():
-        row = await db.query_one(RENEW_SQL, {"resource": lease.resource,
-                                             "identity": lease.identity, "ttl_ms": ttl_ms,
-                                             "min_validity_ms": min_validity_ms})
-    if row["renewed"] is not True:
-        raise _lease_error(row["status"], lease, "renew", lease.resource, row["reason"])
-    return row["validity_ms"]  # type: ignore[no-any-return]
+    row = await db.alone(RENEW_SQL, {"resource": lease.resource, "identity": lease.identity,
+                                     "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms})
+    return _renewed(row["status"], lease, row["validity_ms"], row["reason"], row["renewed"])
 
 
 async def release(conn: Any, lease: Lease) -> ReleaseStatus:
     """``lease_fence.release``, awaited: a ReleaseStatus, never raises for an outcome."""
     db = _adapter(conn)
-    async with db.begin():
-        row = await db.query_one(RELEASE_SQL, {"resource": lease.resource,
-                                               "identity": lease.identity})
-    return ReleaseStatus(row["status"], row["reason"])
+    row = await db.alone(RELEASE_SQL, {"resource": lease.resource, "identity": lease.identity})
+    return _released(row["status"], row["reason"])
+
+
+async def _release_own(db: _AsyncAdapter, lease: Lease) -> ReleaseStatus:
+    """release in a transaction of its own (the end of kept_alive_lease)."""
+    row = await db.own(RELEASE_SQL, {"resource": lease.resource, "identity": lease.identity})
+    return _released(row["status"], row["reason"])
 

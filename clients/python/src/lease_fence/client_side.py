@@ -47,10 +47,10 @@ from typing import Any, Dict, Generator, NamedTuple, Optional, Sequence, Tuple
 
 import redis
 import redis.sentinel
-from redis.exceptions import (AuthenticationError, BusyLoadingError, NoPermissionError,
-                              NoScriptError, ReadOnlyError, ResponseError)
 
-from ._errors import Lease, LeaseDenied, ReleaseStatus, _lease_error
+from ._errors import (DataCorrupted, Lease, LeaseDenied, ReleaseStatus, _acquired, _released,
+                      _renewed, _try_acquired)
+from ._protocol import Answer, decode, error_text, transport
 from ._sync import _adapter
 
 __all__ = ["ClientSideLeases", "AsyncClientSideLeases", "ClientSideLease", "Script", "SCRIPTS", "DEFAULT_KEY_PREFIX",
@@ -188,62 +188,16 @@ def _validity_after(ttl: int, elapsed_ms: int) -> int:
     return ttl - elapsed_ms - (ttl // 100 + 2)
 
 
-def _parse_generation(value: object) -> Optional[int]:
-    """A stored generation: decimal digits, no leading zero, fits a bigint."""
-    if isinstance(value, bytes):
-        try:
-            value = value.decode("ascii")
-        except UnicodeDecodeError:
-            return None
-    if not isinstance(value, str) or not value.isdigit() or not value.isascii() or \
-            len(value) > 19 or (value[0] == "0" and len(value) > 1):
-        return None
-    g = int(value)
-    return g if g <= 2 ** 63 - 1 else None
-
-
 # --------------------------------------------------------------------------
-# One script run, and what its end means
+# One script run: an Answer (_protocol.decode, the one decoder)
 # --------------------------------------------------------------------------
-
-_APPLIED, _NOT_APPLIED, _UNKNOWN, _NOSCRIPT = "applied", "not_applied", "unknown", "noscript"
-
-# Errors Redis raises before running any of a script: nothing applied
-# (classify_error_reply() in src/redis_script.c). Anything else: unknown.
-_NOT_APPLIED_CODES = frozenset((
-    "NOSCRIPT", "LOADING", "BUSY", "NOAUTH", "NOPERM", "WRONGPASS", "READONLY", "MASTERDOWN",
-    "OOM", "MISCONF", "CLUSTERDOWN", "MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "NOREPLICAS"))
-
-
-class _Outcome(NamedTuple):
-    kind: str                   # _APPLIED, _NOT_APPLIED, _UNKNOWN, _NOSCRIPT
-    reply: Any = None
-    reason: Optional[str] = None
-
 
 def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _answered_error(e: BaseException) -> Optional[_Outcome]:
-    """The outcome of an error *reply* (redis-py raises some as its own
-    classes, code stripped; BusyLoadingError and AuthenticationError are
-    ConnectionErrors), or None for an exception that is no answer."""
-    if isinstance(e, NoScriptError):
-        return _Outcome(_NOSCRIPT)
-    for cls, code in ((BusyLoadingError, "LOADING"), (ReadOnlyError, "READONLY"),
-                      (AuthenticationError, "NOAUTH"), (NoPermissionError, "NOPERM")):
-        if isinstance(e, cls):
-            return _Outcome(_NOT_APPLIED, reason=f"Redis answered: {code} {e}")
-    if isinstance(e, ResponseError):
-        text = str(e)
-        kind = _NOT_APPLIED if text.split(" ", 1)[0] in _NOT_APPLIED_CODES else _UNKNOWN
-        return _Outcome(kind, reason=f"Redis answered: {text}")
-    return None
-
-
-def _exchange(conn: Any, args: Sequence[Any]) -> _Outcome:
-    """Send one command on a connected connection and read its answer.
+def _exchange(conn: Any, script: Script, args: Sequence[Any]) -> Answer:
+    """Send one command on a connected connection and decode its answer.
 
     Once anything may have been sent, a failure is unknown; the connection
     is dropped so that a late reply is never read as another's answer."""
@@ -253,21 +207,20 @@ def _exchange(conn: Any, args: Sequence[Any]) -> _Outcome:
         conn.disconnect()
         if not isinstance(e, Exception):
             raise
-        return _Outcome(_UNKNOWN, reason=f"lost while sending: {_describe(e)}")
+        return transport("no_reply", f"lost while sending: {_describe(e)}")
     try:
         reply = conn.read_response()
     except BaseException as e:
-        answered = _answered_error(e)
-        if answered is not None:
-            return answered
+        if error_text(e) is not None:   # an error reply: the connection is in step
+            return decode(script.name, e)
         conn.disconnect()               # a timeout, a connection lost: maybe applied
         if not isinstance(e, Exception):
             raise
-        return _Outcome(_UNKNOWN, reason=f"no answer: {_describe(e)}")
-    return _Outcome(_APPLIED, reply)
+        return transport("no_reply", f"no answer: {_describe(e)}")
+    return decode(script.name, reply)
 
 
-async def _aexchange(conn: Any, args: Sequence[Any]) -> _Outcome:
+async def _aexchange(conn: Any, script: Script, args: Sequence[Any]) -> Answer:
     """_exchange on a redis.asyncio connection."""
     try:
         await conn.send_command(*args, check_health=False)
@@ -275,18 +228,17 @@ async def _aexchange(conn: Any, args: Sequence[Any]) -> _Outcome:
         await conn.disconnect()
         if not isinstance(e, Exception):
             raise
-        return _Outcome(_UNKNOWN, reason=f"lost while sending: {_describe(e)}")
+        return transport("no_reply", f"lost while sending: {_describe(e)}")
     try:
         reply = await conn.read_response()
     except BaseException as e:
-        answered = _answered_error(e)
-        if answered is not None:
-            return answered
+        if error_text(e) is not None:
+            return decode(script.name, e)
         await conn.disconnect()
         if not isinstance(e, Exception):
             raise
-        return _Outcome(_UNKNOWN, reason=f"no answer: {_describe(e)}")
-    return _Outcome(_APPLIED, reply)
+        return transport("no_reply", f"no answer: {_describe(e)}")
+    return decode(script.name, reply)
 
 
 def _commands(script: Script, keys: Sequence[bytes],
@@ -295,36 +247,41 @@ def _commands(script: Script, keys: Sequence[bytes],
     return (b"EVALSHA", script.sha1.encode(), *tail), (b"EVAL", script.text, *tail)
 
 
-def _after_eval(out: _Outcome) -> _Outcome:
-    if out.kind == _NOSCRIPT:           # cannot be: EVAL loads it
-        return _Outcome(_UNKNOWN, reason="Redis answered NOSCRIPT to EVAL")
+def _after_eval(out: Answer) -> Answer:
+    if out.outcome == "noscript":       # EVAL carries the text: Redis refused it unrun
+        return Answer("unavailable", reason="Redis answered NOSCRIPT to EVAL")
     return out
 
 
-def _run_on(conn: Any, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> _Outcome:
+def _not_sent(e: BaseException) -> Answer:
+    return transport("not_sent", f"could not reach Redis: {_describe(e)}")
+
+
+def _run_on(conn: Any, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> Answer:
     """EVALSHA, and EVAL of the text on NOSCRIPT, on one connection."""
     try:
         conn.connect()                  # (a no-op when connected) nothing sent yet
         conn.check_health()
     except Exception as e:
         conn.disconnect()
-        return _Outcome(_NOT_APPLIED, reason=f"could not reach Redis: {_describe(e)}")
+        return _not_sent(e)
     evalsha, eval_ = _commands(script, keys, args)
-    out = _exchange(conn, evalsha)
-    return _after_eval(_exchange(conn, eval_)) if out.kind == _NOSCRIPT else out
+    out = _exchange(conn, script, evalsha)
+    return _after_eval(_exchange(conn, script, eval_)) if out.outcome == "noscript" else out
 
 
 async def _arun_on(conn: Any, script: Script, keys: Sequence[bytes],
-                   args: Sequence[bytes]) -> _Outcome:
+                   args: Sequence[bytes]) -> Answer:
     try:
         await conn.connect()
         await conn.check_health()
     except Exception as e:
         await conn.disconnect()
-        return _Outcome(_NOT_APPLIED, reason=f"could not reach Redis: {_describe(e)}")
+        return _not_sent(e)
     evalsha, eval_ = _commands(script, keys, args)
-    out = await _aexchange(conn, evalsha)
-    return _after_eval(await _aexchange(conn, eval_)) if out.kind == _NOSCRIPT else out
+    out = await _aexchange(conn, script, evalsha)
+    return _after_eval(await _aexchange(conn, script, eval_)) if out.outcome == "noscript" \
+        else out
 
 
 def _get_connection(pool: Any) -> Any:
@@ -337,10 +294,6 @@ def _get_connection(pool: Any) -> Any:
     if param is not None and param.default is inspect.Parameter.empty:
         return pool.get_connection("EVALSHA")
     return pool.get_connection()
-
-
-def _as_int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 # --------------------------------------------------------------------------
@@ -366,15 +319,14 @@ def _status_only(status: str, resource: str, reason: Optional[str] = None) -> Cl
                            generation=None, validity_ms=None, reason=reason)
 
 
-def _cleanup_result(out: _Outcome) -> str:
-    return "confirmed" if out.kind == _APPLIED and _as_int(out.reply) in (0, 1) \
-        else "unconfirmed"
+def _cleanup_result(out: Answer) -> str:
+    return "confirmed" if out.outcome in ("released", "not_held") else "unconfirmed"
 
 
 # What the acquire plan asks its driver for (a generator: it yields these
 # and is sent the answers; the driver does the I/O, sync or async):
 #   ("draw", above)             -> a generation (next_generation[(above)])
-#   ("acquire", identity, args) -> the _Outcome of acquire.lua
+#   ("acquire", identity, args) -> the Answer of acquire.lua
 #   ("cleanup", identity)       -> 'confirmed' | 'unconfirmed'
 #   ("sleep", seconds)          -> None
 def _acquire_plan(resource: str, ttl: int, minv: int, wait: int, stale_retries: int,
@@ -403,50 +355,41 @@ def _acquire_plan(resource: str, ttl: int, minv: int, wait: int, stale_retries: 
         args = (identity.encode(), str(ttl).encode(), str(generation).encode(),
                 str(gen_key_ttl_s).encode())
         start = time.monotonic()        # validity is measured from before the request
-        out = yield ("acquire", identity, args)
+        out: Answer = yield ("acquire", identity, args)
         validity = _validity_after(ttl, int((time.monotonic() - start) * 1000))
 
-        if out.kind == _NOT_APPLIED:
+        if out.outcome == "acquired" and out.generation != generation:
+            # the script echoes the generation it was sent: this answers another request
+            out = Answer("unknown", reason=f"the acquire script answered generation "
+                                           f"{out.generation}, not the {generation} sent")
+        if out.outcome == "unavailable":
             s = pause(None)
             if s is not None:
                 yield ("sleep", s)
                 continue
             return _status_only("unavailable", resource, out.reason)
-        reply = out.reply
-        code = value = None
-        if out.kind == _APPLIED and isinstance(reply, list) and len(reply) == 2 and \
-                isinstance(reply[1], (bytes, str)):
-            code, value = _as_int(reply[0]), reply[1]
-        if code not in (0, 1, 2):
-            reason = out.reason if out.kind != _APPLIED else \
-                f"unexpected reply to the acquire script: {reply!r}"
-            cleanup = yield ("cleanup", identity)
-            return ClientSideLease(acquired=None, status="unknown", resource=resource,
-                                   identity=identity, generation=generation, validity_ms=None,
-                                   reason=reason, cleanup=cleanup)
-        if code == 2:
-            stored = _parse_generation(value)
-            if stored is None:
-                raise RuntimeError(
-                    f"lease_fence: the generation key of resource {resource!r} does not hold "
-                    f"a generation ({value!r}): something other than lease_fence wrote it; "
-                    f"delete it")
+        if out.outcome == "corrupt":
+            raise DataCorrupted(resource, out.reason)
+        if out.outcome == "stale":
             # heal: a generation above the stored one (the database bounds it)
-            healed = yield ("draw", stored)
+            healed = yield ("draw", out.stored)
             if stale < stale_retries:
                 stale += 1
                 spare = healed
                 continue
             return _status_only("stale", resource)
-        if code == 0:
+        if out.outcome == "busy":
             spare = generation
-            pttl = _parse_generation(value)
-            s = pause(pttl / 1000.0 if pttl is not None else None)
+            s = pause(out.pttl_ms / 1000.0 if out.pttl_ms is not None else None)
             if s is not None:
                 yield ("sleep", s)
                 continue
             return _status_only("busy", resource)
-        # code == 1: granted
+        if out.outcome != "acquired":   # unknown, and anything the table adds
+            cleanup = yield ("cleanup", identity)
+            return ClientSideLease(acquired=None, status="unknown", resource=resource,
+                                   identity=identity, generation=generation, validity_ms=None,
+                                   reason=out.reason, cleanup=cleanup)
         if validity < minv:
             cleanup = yield ("cleanup", identity)
             return ClientSideLease(acquired=False, status="insufficient_validity",
@@ -456,32 +399,19 @@ def _acquire_plan(resource: str, ttl: int, minv: int, wait: int, stale_retries: 
                                identity=identity, generation=generation, validity_ms=validity)
 
 
-def _renew_result(out: _Outcome, lease: Lease, resource: str, minv: int, validity: int) -> int:
-    if out.kind == _NOT_APPLIED:
-        raise _lease_error("unavailable", lease, "renew", resource, out.reason)
-    answer = _as_int(out.reply) if out.kind == _APPLIED else None
-    if answer not in (0, 1):
-        reason = out.reason or f"unexpected reply to the renew script: {out.reply!r}"
-        raise _lease_error("unknown", lease, "renew", resource, reason)
-    if answer == 0:
-        raise _lease_error("lost", lease, "renew", resource)
-    if validity < minv:
+def _renew_result(out: Answer, lease: Lease, resource: str, minv: int, validity: int) -> int:
+    if out.outcome == "renewed" and validity < minv:
         raise LeaseDenied("insufficient_validity", lease,
                           f"renew of lease {resource!r}: insufficient_validity "
                           f"({validity} ms left)")
-    return validity
+    status = out.outcome if out.outcome in ("renewed", "lost", "unavailable") else "unknown"
+    return _renewed(status, lease, validity, out.reason)
 
 
-def _release_result(out: _Outcome) -> ReleaseStatus:
-    if out.kind == _NOT_APPLIED:
-        return ReleaseStatus("unavailable", out.reason)
-    answer = _as_int(out.reply) if out.kind == _APPLIED else None
-    if answer == 1:
-        return ReleaseStatus("released")
-    if answer == 0:
-        return ReleaseStatus("not_held")
-    return ReleaseStatus("unknown", out.reason or
-                         f"unexpected reply to the release script: {out.reply!r}")
+def _release_result(out: Answer) -> ReleaseStatus:
+    status = out.outcome if out.outcome in ("released", "not_held", "unavailable") \
+        else "unknown"
+    return _released(status, out.reason if status in ("unavailable", "unknown") else None)
 
 
 _DRAW_SQL = "SELECT lease_fence.next_generation() AS g"
@@ -573,7 +503,8 @@ class ClientSideLeases(_Settings):
     The methods take the arguments of the module's functions;
     ``acquire`` / ``try_acquire`` draw generations on ``conn`` (a psycopg 3
     connection, a SQLAlchemy Connection / Session or a Django connection;
-    each draw in its own transaction: ``conn`` must not be in one);
+    each draw a statement of its own, alone under autocommit, else in a
+    transaction of its own: ``conn`` must not be in one);
     ``renew`` and ``release`` talk to Redis only (``conn`` is not used; it
     may be None).
     """
@@ -591,7 +522,7 @@ class ClientSideLeases(_Settings):
 
     # ---------------------------------------------------------------- Redis
 
-    def _run(self, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> _Outcome:
+    def _run(self, script: Script, keys: Sequence[bytes], args: Sequence[bytes]) -> Answer:
         """On a connection of the client's pool (or its single connection)."""
         own = self.client.connection
         if own is not None:
@@ -600,7 +531,7 @@ class ClientSideLeases(_Settings):
         try:
             conn = _get_connection(pool)                # connects: nothing of ours sent yet
         except Exception as e:
-            return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
+            return transport("not_sent", f"could not connect to Redis: {_describe(e)}")
         try:
             return _run_on(conn, script, keys, args)
         finally:
@@ -636,9 +567,8 @@ class ClientSideLeases(_Settings):
             while True:
                 req = plan.send(answer)
                 if req[0] == "draw":
-                    with db.begin():
-                        answer = _drawn(db.query_one(_DRAW_SQL) if req[1] is None else
-                                        db.query_one(_DRAW_ABOVE_SQL, {"above": req[1]}))
+                    answer = _drawn(db.own(_DRAW_SQL) if req[1] is None else
+                                    db.own(_DRAW_ABOVE_SQL, {"above": req[1]}))
                 elif req[0] == "acquire":
                     try:
                         answer = self._run(SCRIPTS["acquire"], keys, req[2])
@@ -656,31 +586,29 @@ class ClientSideLeases(_Settings):
             plan.close()
 
     def try_acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
-                    wait_ms: int = 0) -> ClientSideLease:
-        """Acquire that never raises for an outcome: ``acquired`` is True
-        (``acquired``), False (``busy``, ``stale``, ``unavailable``,
-        ``insufficient_validity``) or **None** (``unknown``: see ``cleanup``).
-
-        ``stale`` is healed (a generation above the stored one, drawn with
-        ``next_generation(above)``) and tried again, at most 3 times.
-        ``wait_ms`` > 0 polls a busy (or unreachable) lease until then.
-        Raises only for bad arguments and database errors (the draw).
-        """
-        return self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                             MAX_STALE_RETRIES)
+                    wait_ms: int = 0,
+                    retry_stale: bool = True) -> Optional[ClientSideLease]:
+        """``acquire``, but **None** when the lease is busy (``wait_ms`` > 0:
+        still busy at the deadline); every other outcome as ``acquire``: the
+        lease, or LeaseUnavailable, LeaseDenied (stale, insufficient_validity),
+        LeaseUnknown (``e.lease.cleanup``)."""
+        return _try_acquired(self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                                           MAX_STALE_RETRIES if retry_stale else 0))
 
     def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
                 retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
         """Take the lease and return it, or raise: LeaseBusy, LeaseUnavailable,
         LeaseDenied (stale, insufficient_validity), LeaseUnknown (``e.lease``
         is the ClientSideLease, its ``cleanup`` says whether the conditional
-        release that followed was confirmed). ``retry_stale=False``: a stale
-        answer is healed but not tried again. Release it yourself."""
-        lease = self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                              MAX_STALE_RETRIES if retry_stale else 0)
-        if lease.acquired is not True:
-            raise _lease_error(lease.status, lease, "acquire", lease.resource, lease.reason)
-        return lease
+        release that followed was confirmed). ``stale`` is healed (a
+        generation above the stored one, drawn with
+        ``next_generation(above)``) and tried again, at most 3 times;
+        ``retry_stale=False``: healed but not tried again. ``wait_ms`` > 0
+        polls a busy (or unreachable) lease until then. Release it yourself.
+        A generation key that holds no generation raises DataCorrupted
+        (SQLSTATE XX001 in the C edition): delete the key."""
+        return _acquired(self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                                       MAX_STALE_RETRIES if retry_stale else 0))
 
     # ---------------------------------------------------------------- renew, release
 
@@ -728,7 +656,7 @@ class AsyncClientSideLeases(_Settings):
         self.client = client
 
     async def _run(self, script: Script, keys: Sequence[bytes],
-                   args: Sequence[bytes]) -> _Outcome:
+                   args: Sequence[bytes]) -> Answer:
         own = self.client.connection
         if own is not None:
             return await _arun_on(own, script, keys, args)
@@ -736,7 +664,7 @@ class AsyncClientSideLeases(_Settings):
         try:
             conn = await _get_connection(pool)
         except Exception as e:
-            return _Outcome(_NOT_APPLIED, reason=f"could not connect to Redis: {_describe(e)}")
+            return transport("not_sent", f"could not connect to Redis: {_describe(e)}")
         try:
             return await _arun_on(conn, script, keys, args)
         finally:
@@ -779,9 +707,8 @@ class AsyncClientSideLeases(_Settings):
             while True:
                 req = plan.send(answer)
                 if req[0] == "draw":
-                    async with db.begin():
-                        answer = _drawn(await db.query_one(_DRAW_SQL) if req[1] is None else
-                                        await db.query_one(_DRAW_ABOVE_SQL, {"above": req[1]}))
+                    answer = _drawn(await db.own(_DRAW_SQL) if req[1] is None else
+                                    await db.own(_DRAW_ABOVE_SQL, {"above": req[1]}))
                 elif req[0] == "acquire":
                     try:
                         answer = await self._run(SCRIPTS["acquire"], keys, req[2])
@@ -799,19 +726,18 @@ class AsyncClientSideLeases(_Settings):
             plan.close()
 
     async def try_acquire(self, conn: Any, resource: str, ttl_ms: int,
-                          min_validity_ms: int = 0, wait_ms: int = 0) -> ClientSideLease:
-        """As ``ClientSideLeases.try_acquire``."""
-        return await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                                   MAX_STALE_RETRIES)
+                          min_validity_ms: int = 0, wait_ms: int = 0,
+                          retry_stale: bool = True) -> Optional[ClientSideLease]:
+        """As ``ClientSideLeases.try_acquire``: None when busy."""
+        return _try_acquired(await self._acquire(conn, resource, ttl_ms, min_validity_ms,
+                                                 wait_ms,
+                                                 MAX_STALE_RETRIES if retry_stale else 0))
 
     async def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
                       retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
         """As ``ClientSideLeases.acquire``."""
-        lease = await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                                    MAX_STALE_RETRIES if retry_stale else 0)
-        if lease.acquired is not True:
-            raise _lease_error(lease.status, lease, "acquire", lease.resource, lease.reason)
-        return lease
+        return _acquired(await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
+                                             MAX_STALE_RETRIES if retry_stale else 0))
 
     async def renew(self, conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
         """As ``ClientSideLeases.renew``."""

@@ -4,7 +4,7 @@
 
     from lease_fence import django as lf, StaleGeneration
 
-    lease = lf.acquire("account:1", ttl_ms=30000)            # its own transaction
+    lease = lf.acquire("account:1", ttl_ms=30000)            # one statement
     try:
         with lf.fenced(lease):            # transaction.atomic() + set_generation(g, resource)
             item = Item.objects.get(pk=1)
@@ -13,10 +13,13 @@
     finally:
         lf.release(lease)
 
-Every function takes ``using`` (the database alias, default ``'default'``)
-and runs its own transaction: calling one inside ``transaction.atomic()``
-raises RuntimeError (the generation and the lease belong to one
-transaction; a savepoint would not end them). Errors with SQLSTATE
+Every function takes ``using`` (the database alias, default ``'default'``).
+``fenced``, ``transaction_lease`` and ``job`` run their own transaction:
+calling one inside ``transaction.atomic()`` raises RuntimeError (the
+generation and the lease belong to one transaction; a savepoint would not
+end them). ``acquire``, ``try_acquire``, ``renew`` and ``release`` send one
+statement: under Django's autocommit alone, inside ``transaction.atomic()``
+in that transaction. Errors with SQLSTATE
 LF001-LF004/LF010 (Django's ``django.db.utils`` errors, the driver's error
 as ``__cause__``) are raised as FenceError subclasses.
 """
@@ -80,9 +83,11 @@ def acquire(resource: str, ttl_ms: int, min_validity_ms: int = 0, retry_stale: b
 
 
 def try_acquire(resource: str, ttl_ms: int, min_validity_ms: int = 0, wait_ms: int = 0,
-                using: str = "default") -> Lease:
-    """``lease_fence.try_acquire`` on the Django connection ``using``."""
-    return _sync.try_acquire(connection_for(using), resource, ttl_ms, min_validity_ms, wait_ms)
+                using: str = "default", retry_stale: bool = True) -> Optional[Lease]:
+    """``lease_fence.try_acquire`` on the Django connection ``using``: the
+    Lease, None when busy, the exceptions of ``acquire`` otherwise."""
+    return _sync.try_acquire(connection_for(using), resource, ttl_ms, min_validity_ms, wait_ms,
+                             retry_stale)
 
 
 def renew(lease: Lease, ttl_ms: int, min_validity_ms: int = 0, using: str = "default") -> int:
