@@ -56,9 +56,12 @@ async def test_async_two_holders_stale_writer_refused():
     try:
         row_id = new_row(check)
         res = resource_name("aio_client_side_two_holders")
-        a = await leases.acquire(a_conn, res, ttl_ms=200)
+        # a TTL long enough to read the key on a busy machine; then the key
+        # is made to expire now, as the TTL would have
+        a = await leases.acquire(a_conn, res, ttl_ms=30000)
         assert (a.acquired, a.status) == (True, "acquired")
         assert redis("GET", lease_key(res)) == a.identity
+        redis("PEXPIRE", lease_key(res), "1")
         while redis("EXISTS", lease_key(res)) != "0":
             await asyncio.sleep(0.05)
         b = await leases.acquire(b_conn, res, ttl_ms=30000)

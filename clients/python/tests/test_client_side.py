@@ -192,12 +192,15 @@ class ClientSideTests(unittest.TestCase):
         conn_b = portable_connect()
         self.addCleanup(conn_b.close)
 
-        a = self.leases.acquire(self.conn, res, ttl_ms=200)
+        # a TTL long enough to look at the keys on a busy machine; then the
+        # key is made to expire now, as the TTL would have
+        a = self.leases.acquire(self.conn, res, ttl_ms=30000)
         self.assertIsInstance(a, Lease)
         self.assertEqual((a.acquired, a.status), (True, "acquired"))
         self.assertRegex(a.identity, IDENTITY)
         self.assertEqual(redis("GET", self.key(res)), a.identity)
         self.assertEqual(redis("GET", generation_key(res)), str(a.generation))
+        redis("PEXPIRE", self.key(res), "1")
         wait_until("A's lease to expire", lambda: redis("EXISTS", self.key(res)) == "0")
 
         b = self.leases.acquire(conn_b, res, ttl_ms=30000)

@@ -739,8 +739,6 @@ def test_fenced_sends_begin_and_set_generation_in_one_round_trip(tmp_path, autoc
         row_id = new_row(check)
         res = resource_name(f"one_round_trip_{autocommit}")
         lease = acquire(conn, res, ttl_ms=10000)
-        if not autocommit:
-            conn.commit()               # acquire ran in psycopg's transaction: end it
         trace = tmp_path / "trace.txt"
         with open(trace, "w") as f:
             conn.pgconn.trace(f.fileno())
@@ -791,9 +789,8 @@ def _statements(trace_text):
 def test_acquire_renew_release_send_one_statement(tmp_path, autocommit):
     """libpq's protocol trace: under autocommit acquire, try_acquire, renew
     and release each send exactly one statement (one round trip), no BEGIN
-    or COMMIT around it. With autocommit off the statement runs in the
-    caller's transaction: psycopg's own BEGIN before the first one, no
-    COMMIT (the caller commits)."""
+    or COMMIT around it. With autocommit off each runs in a transaction of
+    its own (BEGIN, it, COMMIT), so that the connection is idle after it."""
     conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER,
                            autocommit=autocommit, prepare_threshold=None)
     check = connect()
@@ -812,17 +809,18 @@ def test_acquire_renew_release_send_one_statement(tmp_path, autocommit):
                     conn.pgconn.untrace()
             return _statements(path.read_text())
 
-        def one(name, fn, function, begin=False):
+        def one(name, fn, function):
             executed, trips, texts = traced(name, fn)
             want = [f"lease_fence.{function}("]
-            if begin:
-                want.insert(0, "BEGIN")
+            if not autocommit:
+                want = ["BEGIN"] + want + ["COMMIT"]
             assert (executed, trips) == (len(want), len(want)), (name, texts)
             assert all(w in t for w, t in zip(want, texts)), (name, texts)
-            assert not any("COMMIT" in t for t in texts), (name, texts)
+            if autocommit:
+                assert not any("BEGIN" in t or "COMMIT" in t for t in texts), (name, texts)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE, name
 
-        first = not autocommit          # psycopg begins the caller's transaction once
-        one("acquire", lambda: acquire(conn, res, ttl_ms=10000), "acquire", begin=first)
+        one("acquire", lambda: acquire(conn, res, ttl_ms=10000), "acquire")
         one("renew", lambda: renew(conn, out["acquire"], ttl_ms=10000), "renew")
         one("release", lambda: release(conn, out["acquire"]), "release")
         holder = acquire(check, res, ttl_ms=10000)
@@ -833,9 +831,6 @@ def test_acquire_renew_release_send_one_statement(tmp_path, autocommit):
         assert out["try_acquire"].acquired is True
         one("release2", lambda: release(conn, out["try_acquire"]), "release")
         assert out["release2"] == "released"
-        if not autocommit:
-            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-            conn.commit()
     finally:
         conn.close()
         check.close()

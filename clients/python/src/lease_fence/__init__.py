@@ -26,8 +26,8 @@ The verbs, as in the Node and Java clients: ``acquire`` (the Lease, or a
 LeaseError), ``try_acquire`` (the Lease, **None** when busy, acquire's
 exceptions otherwise), ``job``, ``transaction_lease``, ``kept_alive_lease``,
 ``fenced``, ``renew``, ``release``. ``acquire``, ``try_acquire``, ``renew``
-and ``release`` send one statement: alone under autocommit, in the
-caller's transaction otherwise.
+and ``release`` send one statement: alone under autocommit, in a
+transaction of its own otherwise.
 
 ``job(conn, resource, ttl_ms)`` is ``transaction_lease`` in the fewest round
 trips: with psycopg 3, BEGIN and the acquire go out in one pipeline.

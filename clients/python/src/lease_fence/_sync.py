@@ -88,9 +88,10 @@ class _Adapter:
 
     def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """One statement of a verb (acquire, renew, release): under autocommit
-        that statement alone; otherwise in the caller's transaction (the
-        driver's own rule). SQLAlchemy: in a transaction of its own (one
-        statement on the wire with isolation_level='AUTOCOMMIT')."""
+        that statement alone. Otherwise psycopg: a transaction of its own
+        (the connection idle); Django: the caller's atomic() block, if any.
+        SQLAlchemy: in a transaction of its own (one statement on the wire
+        with isolation_level='AUTOCOMMIT')."""
         with self.begin():
             return self.query_one(sql, params)
 
@@ -150,7 +151,11 @@ class _Psycopg(_Adapter):
         return dict(zip([c.name for c in cur.description], row))
 
     def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        return self.query_one(sql, params)      # autocommit: one statement; else psycopg's BEGIN
+        # autocommit: the statement alone. Without it, a transaction of its
+        # own, as in 1.3: left in psycopg's implicit one, the connection
+        # would stay in a transaction after acquire, and fenced() (which
+        # needs an idle connection) would refuse it.
+        return self.own(sql, params)
 
     def own(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         self._check_idle()
@@ -363,7 +368,7 @@ def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
 
     One statement, ``SELECT ... FROM lease_fence.acquire(...)``: with a
     connection in autocommit mode that statement alone; with autocommit off
-    it runs in the caller's transaction (psycopg opens one; commit it). A
+    in a transaction of its own (the connection idle before and after). A
     SQLAlchemy Connection / Session runs it in a transaction of its own.
     """
     db = _adapter(conn)

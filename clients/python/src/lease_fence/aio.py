@@ -62,7 +62,8 @@ class _AsyncAdapter:
     async def alone(self, sql: str,
                     params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """As the sync adapter's: one statement of a verb (autocommit: alone;
-        else in the caller's transaction; SQLAlchemy: a transaction of its own)."""
+        else psycopg: a transaction of its own; SQLAlchemy: a transaction of
+        its own)."""
         async with self.begin():
             return await self.query_one(sql, params)
 
@@ -108,7 +109,8 @@ class _AsyncPsycopg(_AsyncAdapter):
 
     async def alone(self, sql: str,
                     params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        return await self.query_one(sql, params)
+        # as the sync adapter: alone under autocommit, else its own transaction
+        return await self.own(sql, params)
 
     async def own(self, sql: str,
                   params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -257,7 +259,7 @@ async def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 
                   retry_stale: bool = True, wait_ms: int = 0) -> Lease:
     """``lease_fence.acquire``, awaited: LeaseBusy / LeaseUnavailable / LeaseDenied
     for a definite no, LeaseUnknown when Redis may have granted it. One
-    statement (autocommit: alone; else in the caller's transaction)."""
+    statement (autocommit: alone; else in a transaction of its own)."""
     db = _adapter(conn)
     return _acquired(await _acquire_alone(db, _acquire_params(
         resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
