@@ -26,6 +26,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ClientBase } from 'pg';
+import { LeaseDataCorrupted } from './errors.js';
 import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import { decode, decodeRejection, decodeTransport } from './protocol.js';
 import type { Answer, ScriptName as ProtocolScript } from './protocol.js';
@@ -195,20 +196,6 @@ type Sent =
   | { kind: 'reply'; value: unknown }
   | { kind: 'error'; err: unknown }
   | { kind: 'timeout' };
-
-/**
- * A lease_fence error for data that is not what lease_fence wrote
- * (SQLSTATE XX001, data_corrupted, as the C edition raises it): no retry,
- * a person must look. `code` is 'XX001'.
- */
-export class LeaseDataCorrupted extends Error {
-  readonly code = 'XX001';
-
-  constructor(message: string) {
-    super(message);
-    this.name = 'LeaseDataCorrupted';
-  }
-}
 
 /**
  * Leases taken by the application in Redis (ioredis), with generations drawn

@@ -29,10 +29,10 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  translateError,
+  LeaseDataCorrupted, translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
-export { RedisLeases, clientSideScripts, LeaseDataCorrupted } from './client-side.js';
+export { RedisLeases, clientSideScripts } from './client-side.js';
 export type {
   ClientSideAcquireCheckedOptions, ClientSideAcquireOptions, RedisClientLike, RedisLeasesOptions,
   ShippedScript,
