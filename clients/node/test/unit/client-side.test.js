@@ -151,3 +151,70 @@ for (const row of table.replies.filter((r) => r.script === 'release')) {
     assert.equal(out.released, { released: true, not_held: false, unknown: null }[row.outcome]);
   });
 }
+
+// The statuses rows in the client-side mode: a reply that makes each status
+// (unreplicated is the C edition's alone: Redis topologies), then what
+// acquire / tryAcquire / renew / release do with it, as in the SQL mode.
+const MAKES = {
+  acquire: {
+    acquired: [{ array: [{ integer: 1 }, { bulk: '42' }] }],
+    busy: [{ array: [{ integer: 0 }, { bulk: '100' }] }],
+    stale: Array(4).fill({ array: [{ integer: 2 }, { bulk: '77' }] }),
+    unknown: [{ array: [{ integer: 3 }, { bulk: '42' }] }],
+    unavailable: [{ error: 'LOADING Redis is loading the dataset in memory' }],
+    insufficient_validity: [{ array: [{ integer: 1 }, { bulk: '42' }] }],
+  },
+  renew: {
+    renewed: [{ integer: 1 }],
+    lost: [{ integer: 0 }],
+    insufficient_validity: [{ integer: 1 }],
+    unavailable: [{ error: 'READONLY You can\'t write against a read only replica.' }],
+    unknown: [{ integer: 2 }],
+  },
+  release: {
+    released: [{ integer: 1 }],
+    not_held: [{ integer: 0 }],
+    unavailable: [{ error: 'NOAUTH Authentication required.' }],
+    unknown: [{ nil: true }],
+  },
+};
+
+async function callOutcome(promise) {
+  try {
+    const value = await promise;
+    return value === null ? ['none', null] : ['return', value];
+  } catch (err) {
+    return [err.constructor.name, err];
+  }
+}
+
+for (const row of table.statuses) {
+  const replies = MAKES[row.operation] && MAKES[row.operation][row.status];
+  const calls = Object.keys(row).filter((k) => !['operation', 'status', 'acquired', 'renewed', 'released'].includes(k));
+  for (const call of calls) {
+    const want = row[call];
+    const title = `client-side status: ${row.operation} ${row.status} → ${call}: ${want}`;
+    if (!replies) continue;         // unreplicated: no reply of one server makes it
+    test(title, async () => {
+      const answers = await Promise.all(replies.map((r) => throughIoredis(resp(r))));
+      const leases = new lf.RedisLeases(redisAnswering(...answers), { keyPrefix: 'unit:' });
+      // minValidityMs = ttlMs can never be met once granted: insufficient_validity
+      const minValidityMs = row.status === 'insufficient_validity' ? 60000 : 0;
+      const ref = { resource: 'r', identity: IDENTITY };
+      let got;
+      if (row.operation === 'acquire') {
+        const fn = { acquire: 'acquire', try_acquire: 'tryAcquire' }[call];
+        assert.ok(fn, `a call this library has: ${call}`);
+        got = await callOutcome(leases[fn](drawing('42'), 'r', { ttlMs: 60000, minValidityMs }));
+        if (got[0] === 'return') assert.equal(got[1].generation, 42n);
+      } else if (row.operation === 'renew') {
+        got = await callOutcome(leases.renew(ref, { ttlMs: 60000, minValidityMs }));
+      } else {
+        got = await callOutcome(leases.release(ref));
+        if (got[0] === 'return') assert.equal(got[1], row.status);
+      }
+      assert.equal(got[0], want, got[1] instanceof Error ? got[1].message : String(got[1]));
+      if (got[1] instanceof lf.LeaseError) assert.equal(got[1].status, row.status);
+    });
+  }
+}
