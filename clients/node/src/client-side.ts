@@ -5,14 +5,17 @@
  * generation is drawn from the database (lease_fence.next_generation(), the
  * portable edition's or the C edition's). For a PostgreSQL that cannot load
  * the C library (managed services): the fence itself (set_generation,
- * withFence, StaleGeneration) is the same in both modes.
+ * fenced, StaleGeneration) is the same in both modes.
  *
- * The rules kept here, as in the C library:
+ * What a script's reply means is decoded in one place, protocol.ts (after
+ * the repository's answer table, scripts/answers.json). The rules kept
+ * here, as in the C library:
  *   - a request that may have been sent but got no answer (timeout, the
- *     connection lost after the write) is 'unknown', never a "no": Redis may
- *     have applied it. An unknown acquire is followed by one bounded,
- *     conditional release (release.lua with its identity, never a DEL);
- *     lease.cleanup says whether it was confirmed.
+ *     connection lost after the write), and any reply the table does not
+ *     list, is 'unknown', never a "no": Redis may have applied it. An
+ *     unknown acquire is followed by one bounded, conditional release
+ *     (release.lua with its identity, never a DEL); lease.cleanup says
+ *     whether it was confirmed.
  *   - a request that was certainly not applied (not sent: no connection;
  *     or an error Redis raises before running a script) is 'unavailable'.
  *   - renew and release compare the identity atomically (the scripts);
@@ -23,7 +26,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ClientBase } from 'pg';
-import { leaseError } from './errors.js';
+import { LeaseDataCorrupted } from './errors.js';
+import { acquireResult, releaseResult, renewResult } from './outcomes.js';
+import { decode, decodeRejection, decodeTransport } from './protocol.js';
+import type { Answer, ScriptName as ProtocolScript } from './protocol.js';
 import type {
   AcquiredLease, CleanupStatus, Lease, LeaseRef, Queryable, ReleaseOutcome, ReleaseStatus,
   RenewOptions,
@@ -69,7 +75,7 @@ export interface ClientSideAcquireOptions {
 }
 
 export interface ClientSideAcquireCheckedOptions extends ClientSideAcquireOptions {
-  /** Heal a 'stale' answer and try again, up to 3 times (default true). */
+  /** Heal a 'stale' answer and try again, up to 3 times (default true); false: heal, and LeaseDenied. */
   retryStale?: boolean;
 }
 
@@ -82,7 +88,7 @@ export interface ShippedScript {
 }
 
 const SCRIPT_NAMES = ['acquire', 'renew', 'release'] as const;
-type ScriptName = typeof SCRIPT_NAMES[number];
+type ScriptName = typeof SCRIPT_NAMES[number] & ProtocolScript;
 interface Script extends ShippedScript { body: Buffer }
 
 let loaded: Record<ScriptName, Script> | null = null;
@@ -119,12 +125,6 @@ const MAX_RESOURCE_BYTES = 1024;
 const MAX_TTL_MS = 1000 * 60 * 60 * 24 * 365 * 100;
 const MAX_WAIT_MS = 2147483647;
 const MAX_STALE = 3;
-const INT64_MAX = 9223372036854775807n;
-// errors Redis raises before running any of a script: nothing was applied
-// (src/redis_script.c, classify_error_reply)
-const NOT_APPLIED = ['NOSCRIPT', 'LOADING', 'BUSY', 'NOAUTH', 'NOPERM', 'WRONGPASS', 'READONLY',
-  'MASTERDOWN', 'OOM', 'MISCONF', 'CLUSTERDOWN', 'MOVED', 'ASK', 'TRYAGAIN', 'CROSSSLOT',
-  'NOREPLICAS'];
 
 /** Validity left after a request that took elapsed ms: ttl - elapsed - drift (src/lease.h). */
 function validityAfter(ttl: number, elapsed: number): number {
@@ -188,13 +188,6 @@ function checkLeaseRef(lease: unknown): LeaseRef {
   return l;
 }
 
-/** A generation key's value as the acquire script stores it: decimal digits, no leading zero, a bigint. */
-function parseStoredGeneration(s: unknown): bigint | null {
-  if (typeof s !== 'string' || !/^(0|[1-9][0-9]{0,18})$/.test(s)) return null;
-  const g = BigInt(s);
-  return g <= INT64_MAX ? g : null;
-}
-
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 /** ms in [ms/2, ms]: pollers do not stay in step. */
 const jittered = (ms: number) => (ms < 2 ? ms : Math.floor(ms / 2) + Math.floor(Math.random() * (ms / 2 + 1)));
@@ -204,44 +197,13 @@ type Sent =
   | { kind: 'error'; err: unknown }
   | { kind: 'timeout' };
 
-/** A script's run: an answer, certainly not applied, or unknown; reason says why for the last two. */
-type Ran =
-  | { kind: 'applied'; value: unknown }
-  | { kind: 'not_applied'; reason: string }
-  | { kind: 'unknown'; reason: string };
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
-/** An error reply from Redis itself (ioredis' ReplyError), not one of the client's. */
-function isReplyError(err: unknown): boolean {
-  return err instanceof Error && err.name === 'ReplyError';
-}
-
-/** What an error of ioredis means for a script that was, or may have been, sent. */
-function classifyError(err: unknown): Ran {
-  const msg = errorMessage(err);
-  if (isReplyError(err)) {
-    const code = msg.split(' ', 1)[0];
-    if (NOT_APPLIED.includes(code)) return { kind: 'not_applied', reason: `Redis answered: ${msg}` };
-    return { kind: 'unknown', reason: `Redis answered: ${msg}` };
-  }
-  // ioredis refuses this one before writing anything (enableOfflineQueue: false)
-  if (/^Stream isn't writeable/.test(msg)) return { kind: 'not_applied', reason: `not sent: ${msg}` };
-  // "Connection is closed.", "Command timed out", MaxRetriesPerRequestError
-  // (a written command is re-sent after a reconnect), anything else: it may
-  // have been written, and may yet be applied
-  return { kind: 'unknown', reason: `no answer: ${msg}` };
-}
-
 /**
  * Leases taken by the application in Redis (ioredis), with generations drawn
  * from the database:
  *
  *   const leases = new RedisLeases(new Redis(), { keyPrefix: 'lease_fence:' });
  *   const lease = await leases.acquire(pool, 'account:1', { ttlMs: 30000 });
- *   await withFence(pool, lease, (client) => client.query('UPDATE ...'));
+ *   await fenced(pool, lease, (client) => client.query('UPDATE ...'));
  *   await leases.release(lease);
  *
  * The same Lease, statuses and errors as acquire / renew / release of the
@@ -378,34 +340,40 @@ export class RedisLeases {
    * queued already): for the cleanup of an unknown acquire.
    */
   async #run(name: ScriptName, keys: string[], args: string[], timeoutMs: number,
-    checkReady = true): Promise<Ran> {
+    checkReady = true): Promise<Answer> {
     if (checkReady) {
       const why = await this.#ready();
-      if (why !== null) return { kind: 'not_applied', reason: why };
-      if (this.redis.status !== 'ready') {
-        return { kind: 'not_applied', reason: `Redis is not connected (client status ${this.redis.status}); nothing was sent` };
-      }
+      if (why !== null) return decodeTransport('not_sent', why);
     }
     const script = this.#scripts[name];
     const start = Date.now();
-    let sent = await this.#send('evalsha', script.sha1, keys, args, timeoutMs);
-    if (sent.kind === 'error' && isReplyError(sent.err) && /^NOSCRIPT/.test(errorMessage(sent.err))) {
-      const left = timeoutMs - (Date.now() - start);
-      if (left <= 0) return { kind: 'not_applied', reason: 'timed out before the script could be loaded' };
-      sent = await this.#send('eval', script.body, keys, args, left);
+    const answer = this.#answer(name, await this.#send('evalsha', script.sha1, keys, args, timeoutMs),
+      timeoutMs);
+    if (answer.outcome !== 'noscript') return answer;
+    // nothing ran: the same request again, with the script's text
+    const left = timeoutMs - (Date.now() - start);
+    if (left <= 0) return { outcome: 'unavailable', reason: 'timed out before the script could be loaded' };
+    const again = this.#answer(name, await this.#send('eval', script.body, keys, args, left), timeoutMs);
+    if (again.outcome === 'noscript') {
+      return { outcome: 'unavailable', reason: `EVAL answered NOSCRIPT: ${again.reason}` };
     }
-    if (sent.kind === 'reply') return { kind: 'applied', value: sent.value };
+    return again;
+  }
+
+  /** What one sent command's reply, error or silence means (protocol.ts). */
+  #answer(name: ScriptName, sent: Sent, timeoutMs: number): Answer {
+    if (sent.kind === 'reply') return decode(name, sent.value);
     if (sent.kind === 'timeout') {
-      return { kind: 'unknown', reason: `no answer within ${timeoutMs} ms: Redis may apply it yet` };
+      return decodeTransport('no_reply', `no answer within ${timeoutMs} ms: Redis may apply it yet`);
     }
-    return classifyError(sent.err);
+    return decodeRejection(sent.err);
   }
 
   /** One bounded conditional release (release.lua with that identity): confirmed or not. */
   async #cleanup(resource: string, identity: string): Promise<CleanupStatus> {
     const r = await this.#run('release', [this.leaseKey(resource)], [identity, this.publish],
       this.cleanupTimeoutMs, false);
-    return r.kind === 'applied' && (r.value === 1 || r.value === 0) ? 'confirmed' : 'unconfirmed';
+    return r.outcome === 'released' || r.outcome === 'not_held' ? 'confirmed' : 'unconfirmed';
   }
 
   async #draw(db: Queryable, above: bigint | null): Promise<bigint> {
@@ -442,11 +410,11 @@ export class RedisLeases {
       const start = Date.now();
       // not connected: unavailable before a generation is drawn
       const notReady = await this.#ready();
-      let r: Ran;
+      let r: Answer;
       let generation: bigint = 0n;
       let identity = '';
       if (notReady !== null) {
-        r = { kind: 'not_applied', reason: notReady };
+        r = decodeTransport('not_sent', notReady);
       } else {
         generation = spare ?? await this.#draw(db, null);
         spare = null;
@@ -456,7 +424,7 @@ export class RedisLeases {
       }
       const elapsed = Date.now() - start;
 
-      if (r.kind === 'not_applied') {
+      if (r.outcome === 'unavailable') {
         // nothing held: while waiting, try again after a backoff
         if (Date.now() < deadline) {
           await sleep(Math.max(1, Math.min(deadline - Date.now(), jittered(poll))));
@@ -465,19 +433,7 @@ export class RedisLeases {
         }
         return none('unavailable', r.reason);
       }
-      const answer = r.kind === 'applied' ? r.value : null;
-      const valid = Array.isArray(answer) && answer.length === 2 && typeof answer[0] === 'number'
-        && typeof answer[1] === 'string';
-      if (r.kind === 'unknown' || !valid) {
-        const reason = r.kind === 'unknown' ? r.reason : 'unexpected reply to the acquire script';
-        const cleanup = await this.#cleanup(resource, identity);
-        return {
-          acquired: null, status: 'unknown', resource, identity, generation, validityMs: null,
-          reason, cleanup,
-        };
-      }
-      const [code, value] = answer as [number, string];
-      if (code === 1) {
+      if (r.outcome === 'acquired' && r.generation === generation) {
         const validity = validityAfter(ttl, elapsed);
         if (validity < minv) {
           const cleanup = await this.#cleanup(resource, identity);
@@ -488,47 +444,71 @@ export class RedisLeases {
           reason: null,
         };
       }
-      if (code === 0) {
+      if (r.outcome === 'busy') {
         // busy: nothing stored, so the same generation may be tried again
         const now = Date.now();
         if (now >= deadline) return none('busy');
-        const pttl = Number(value);
         let wake = Math.min(deadline, now + jittered(poll));
-        if (Number.isSafeInteger(pttl) && pttl >= 0) wake = Math.min(wake, now + pttl + 1);
+        if (r.pttlMs !== null) wake = Math.min(wake, now + r.pttlMs + 1);
         poll = Math.min(poll * 2, 250);
         spare = generation;
         await sleep(Math.max(1, wake - now));
         continue;
       }
-      if (code === 2) {
-        const stored = parseStoredGeneration(value);
-        if (stored === null) {
-          throw new Error(`lease_fence: the generation key of resource ${JSON.stringify(resource)} ` +
-            `does not hold a generation (${JSON.stringify(value)}): something other than lease_fence ` +
-            'wrote that key; delete it');
-        }
+      if (r.outcome === 'stale') {
         // heal: a generation above the stored one (the database's error, e.g.
         // XX001 beyond its bound, surfaces as is)
-        const healed = await this.#draw(db, stored);
+        const healed = await this.#draw(db, r.stored);
         if (++stale > maxStale) return none('stale');
         spare = healed;
         continue;
       }
-      throw new Error(`lease_fence: unexpected code ${code} from the acquire script`);
+      if (r.outcome === 'corrupt') {
+        throw new LeaseDataCorrupted(`lease_fence: data corrupted: the generation key of resource ` +
+          `${JSON.stringify(resource)} (${this.generationKey(resource)}) does not hold a generation ` +
+          `(${JSON.stringify(r.value)}): something other than lease_fence wrote that key; delete it`);
+      }
+      // unknown, or an answer that is no answer to this request (another
+      // generation than the one sent): it may be held; release it, conditionally
+      const reason = r.outcome === 'unknown' ? r.reason
+        : r.outcome === 'acquired' ? `the acquire script answered generation ${r.generation}, ` +
+          `not the ${generation} it was sent`
+          : `unexpected answer to the acquire script: ${r.outcome}`;
+      const cleanup = await this.#cleanup(resource, identity);
+      return {
+        acquired: null, status: 'unknown', resource, identity, generation, validityMs: null,
+        reason, cleanup,
+      };
     }
   }
 
   /**
-   * Take a lease; never rejects for an outcome: acquired true (granted),
-   * false (busy, stale, unavailable, insufficient_validity: a definite no)
-   * or null (unknown: it may be granted; lease.cleanup says whether the
-   * release that followed was confirmed). A stale answer is healed and tried
-   * again, up to 3 times. Rejects for bad arguments (before anything is
-   * drawn or sent) and with the database's error when a generation cannot
-   * be drawn.
+   * Take a lease, whatever the outcome: never rejects for one. acquired
+   * true (granted), false (busy, stale, unavailable, insufficient_validity:
+   * a definite no) or null (unknown: it may be granted; lease.cleanup says
+   * whether the release that followed was confirmed). A stale answer is
+   * healed and tried again, up to 3 times. Rejects for bad arguments
+   * (before anything is drawn or sent), with the database's error when a
+   * generation cannot be drawn, and with LeaseDataCorrupted (code XX001)
+   * when the generation key holds something lease_fence never wrote.
    */
-  async tryAcquire(db: Queryable, resource: string, options: ClientSideAcquireOptions): Promise<Lease> {
+  async acquireOutcome(db: Queryable, resource: string,
+    options: ClientSideAcquireOptions): Promise<Lease> {
     return this.#acquire(db, resource, options, MAX_STALE);
+  }
+
+  /**
+   * Take a lease if it is free: resolves to it, or to null when another
+   * identity holds it (busy, after waitMs). Rejects as acquire does for
+   * every other outcome: LeaseUnavailable, LeaseDenied (stale,
+   * insufficient_validity), LeaseUnknown (maybe granted: err.lease has its
+   * identity and err.lease.cleanup).
+   */
+  async tryAcquire(db: Queryable, resource: string,
+    options: ClientSideAcquireCheckedOptions): Promise<AcquiredLease | null> {
+    const retryStale = options?.retryStale ?? true;
+    return acquireResult(await this.#acquire(db, resource, options, retryStale ? MAX_STALE : 0),
+      'tryAcquire');
   }
 
   /**
@@ -540,11 +520,8 @@ export class RedisLeases {
   async acquire(db: Queryable, resource: string,
     options: ClientSideAcquireCheckedOptions): Promise<AcquiredLease> {
     const retryStale = options?.retryStale ?? true;
-    const lease = await this.#acquire(db, resource, options, retryStale ? MAX_STALE : 0);
-    if (lease.acquired !== true) {
-      throw leaseError(lease.status, lease, 'acquire', resource, lease.reason);
-    }
-    return lease as AcquiredLease;
+    return acquireResult(await this.#acquire(db, resource, options, retryStale ? MAX_STALE : 0),
+      'acquire') as AcquiredLease;
   }
 
   /**
@@ -561,21 +538,23 @@ export class RedisLeases {
     const r = await this.#run('renew', [this.leaseKey(lease.resource)],
       [lease.identity as string, String(ttl)], this.timeoutMs);
     const validity = validityAfter(ttl, Date.now() - start);
-    let status: string;
-    let reason: string | null = null;
-    if (r.kind === 'not_applied') {
-      status = 'unavailable'; reason = r.reason;
-    } else if (r.kind === 'unknown') {
-      status = 'unknown'; reason = r.reason;
-    } else if (r.value === 1) {
-      if (validity >= minv) return validity;
-      status = 'insufficient_validity';
-    } else if (r.value === 0) {
-      status = 'lost';
-    } else {
-      status = 'unknown'; reason = 'unexpected reply to the renew script';
+    switch (r.outcome) {
+      case 'renewed':
+        return renewResult(validity >= minv
+          ? { renewed: true, status: 'renewed', validityMs: validity, reason: null }
+          : { renewed: false, status: 'insufficient_validity', validityMs: validity, reason: null },
+        lease);
+      case 'lost':
+        return renewResult({ renewed: false, status: 'lost', validityMs: null, reason: null }, lease);
+      case 'unavailable':
+        return renewResult({ renewed: false, status: 'unavailable', validityMs: null, reason: r.reason },
+          lease);
+      default:
+        return renewResult({
+          renewed: null, status: 'unknown', validityMs: null,
+          reason: r.outcome === 'unknown' ? r.reason : `unexpected answer to the renew script: ${r.outcome}`,
+        }, lease);
     }
-    throw leaseError(status, lease as Lease, 'renew', lease.resource, reason);
   }
 
   /**
@@ -588,11 +567,16 @@ export class RedisLeases {
     checkLeaseRef(lease);
     const r = await this.#run('release', [this.leaseKey(lease.resource)],
       [lease.identity as string, this.publish], this.timeoutMs);
-    if (r.kind === 'not_applied') return { released: false, status: 'unavailable', reason: r.reason };
-    if (r.kind === 'unknown') return { released: null, status: 'unknown', reason: r.reason };
-    if (r.value === 1) return { released: true, status: 'released', reason: null };
-    if (r.value === 0) return { released: false, status: 'not_held', reason: null };
-    return { released: null, status: 'unknown', reason: 'unexpected reply to the release script' };
+    switch (r.outcome) {
+      case 'released': return releaseResult({ released: true, status: 'released', reason: null });
+      case 'not_held': return releaseResult({ released: false, status: 'not_held', reason: null });
+      case 'unavailable': return releaseResult({ released: false, status: 'unavailable', reason: r.reason });
+      default:
+        return releaseResult({
+          released: null, status: 'unknown',
+          reason: r.outcome === 'unknown' ? r.reason : `unexpected answer to the release script: ${r.outcome}`,
+        });
+    }
   }
 
   /** releaseOutcome's status: 'released', 'not_held', 'unavailable' or 'unknown'. */

@@ -165,6 +165,21 @@ export class LeaseLost extends LeaseDenied {}
  */
 export class LeaseUnknown extends LeaseError {}
 
+/**
+ * Client-side mode: a Redis key holds data lease_fence never wrote (a
+ * generation key that holds no generation). `code` is 'XX001'
+ * (data_corrupted), as the C edition's error. Not a LeaseError: no outcome,
+ * no retry; a person must look at the key and delete it.
+ */
+export class LeaseDataCorrupted extends Error {
+  readonly code: string = 'XX001';
+
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
 const LEASE_ERRORS: Readonly<Record<string, new (
   status: string, lease: Lease, message: string, reason?: string | null) => LeaseError>> = {
   busy: LeaseBusy,

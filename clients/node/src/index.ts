@@ -18,9 +18,8 @@
  */
 
 import type { ClientBase, Pool, PoolClient, QueryResult } from 'pg';
-import {
-  LeaseDenied, LeaseLost, LeaseUnknown, leaseError, translateError,
-} from './errors.js';
+import { LeaseDenied, LeaseLost, LeaseUnknown, translateError } from './errors.js';
+import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import type {
   AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions,
   Generation, JobOptions, KeepaliveState, KeptAliveLeaseOptions, Lease, LeaseRef, Queryable,
@@ -30,7 +29,7 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  translateError,
+  LeaseDataCorrupted, translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
 export { RedisLeases, clientSideScripts } from './client-side.js';
@@ -116,7 +115,7 @@ async function transaction<C extends Queryable, S, T>(db: C,
 /**
  * BEGIN; fn(client); COMMIT — or ROLLBACK on any error; LF errors (COMMIT's
  * too) reject as FenceError. Given a pool, fn gets the client checked out for
- * the transaction. No generation is set: see withFence.
+ * the transaction. No generation is set: see fenced.
  */
 export async function inTransaction<C extends Queryable, T>(db: C,
   fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T> {
@@ -167,19 +166,25 @@ async function acquireRow(db: Queryable, resource: string, ttlMs: number, minVal
   return toLease(rows[0]);
 }
 
-/** The first row's outcome checked: stale retried once (if asked), anything but granted thrown. */
+/**
+ * The first row's outcome checked: stale retried once (if asked); then the
+ * lease, or (tryAcquire) null when busy, or the outcome's LeaseError thrown.
+ */
 async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
   minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
-  keepalive: boolean): Promise<AcquiredLease> {
+  keepalive: boolean, call: 'acquire'): Promise<AcquiredLease>;
+async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
+  minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
+  keepalive: boolean, call: 'tryAcquire'): Promise<AcquiredLease | null>;
+async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
+  minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
+  keepalive: boolean, call: 'acquire' | 'tryAcquire'): Promise<AcquiredLease | null> {
   let lease = first;
   if (lease.status === 'stale' && retryStale) {
     // stale set nothing and moved next_generation() past the stored one
     lease = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
   }
-  if (lease.acquired !== true) {
-    throw leaseError(lease.status, lease, 'acquire', resource, lease.reason);
-  }
-  return lease as AcquiredLease;
+  return acquireResult(lease, call);
 }
 
 async function acquireChecked(db: Queryable, resource: string, ttlMs: number,
@@ -187,18 +192,34 @@ async function acquireChecked(db: Queryable, resource: string, ttlMs: number,
   keepalive = false): Promise<AcquiredLease> {
   const first = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
   return checkAcquired(db, first, resource, ttlMs, minValidityMs, scope, retryStale, waitMs,
-    keepalive);
+    keepalive, 'acquire');
 }
 
 /**
  * Explicit-scope acquire that never rejects for an outcome: the row, with
  * acquired true, false (busy, stale, unavailable, insufficient_validity,
  * unreplicated) or null (unknown). waitMs > 0 waits up to that long while the
- * lease is busy.
+ * lease is busy. No retry of 'stale'.
  */
-export async function tryAcquire(db: Queryable, resource: string,
+export async function acquireOutcome(db: Queryable, resource: string,
   { ttlMs, minValidityMs = 0, waitMs = 0 }: AcquireOptions): Promise<Lease> {
   return acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs);
+}
+
+/**
+ * Take an explicit-scope lease if it is free: resolves to the lease, or to
+ * null when another identity holds it (after waitMs, if given). Every other
+ * outcome rejects as acquire does: LeaseUnavailable, LeaseDenied (stale
+ * after its retry, insufficient_validity, unreplicated), LeaseUnknown (maybe
+ * granted: release(db, err.lease) is safe). Busy is the only "no" that
+ * resolves: unavailable is not busy, and unknown is never "not acquired".
+ */
+export async function tryAcquire(db: Queryable, resource: string,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0 }: AcquireCheckedOptions,
+): Promise<AcquiredLease | null> {
+  const first = await acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs);
+  return checkAcquired(db, first, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs,
+    false, 'tryAcquire');
 }
 
 /**
@@ -228,19 +249,25 @@ export async function acquire(db: Queryable, resource: string,
  * pool, fn gets the client checked out for the transaction: run every
  * statement of the transaction on it.
  */
-export async function withTransactionLease<C extends Queryable, T>(db: C, resource: string,
+export async function transactionLease<C extends Queryable, T>(db: C, resource: string,
   { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, keepalive = false }:
     TransactionLeaseOptions,
   fn: (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T): Promise<T> {
-  if (typeof fn !== 'function') throw new TypeError('withTransactionLease needs a function to run');
+  if (typeof fn !== 'function') throw new TypeError('transactionLease needs a function to run');
   return transaction(db,
     (client) => acquireRow(client, resource, ttlMs, minValidityMs, 'transaction', waitMs, keepalive),
     async (client, first) => {
       const lease = await checkAcquired(client, first, resource, ttlMs, minValidityMs,
-        'transaction', retryStale, waitMs, keepalive);
+        'transaction', retryStale, waitMs, keepalive, 'acquire');
       return fn(lease, client);
     });
 }
+
+/**
+ * The old name of transactionLease (the same function).
+ * @deprecated Use transactionLease; withTransactionLease goes in the next release.
+ */
+export const withTransactionLease = transactionLease;
 
 /** A number that can be written into SQL text as it is: a safe integer. */
 function sqlInteger(name: string, value: unknown): string {
@@ -274,7 +301,7 @@ function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minVal
 }
 
 /**
- * A fenced job: withTransactionLease's guarantees in the fewest round trips.
+ * A fenced job: transactionLease's guarantees in the fewest round trips.
  *
  * fn(lease, client) runs in one transaction holding a transaction-scoped
  * lease on `resource`: its generation fences every write fn makes through
@@ -285,7 +312,7 @@ function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minVal
  * checked to be integers): one round trip before fn, on any pg client,
  * pipelined or not; then fn's statements; then COMMIT.
  *
- * Outcomes, as withTransactionLease: a failed acquire rejects with
+ * Outcomes, as transactionLease: a failed acquire rejects with
  * LeaseBusy / LeaseUnavailable / LeaseDenied / LeaseUnknown before fn runs,
  * after a ROLLBACK ('stale' is retried once, in the same transaction); fn's
  * error rolls back (the lease is released) and rejects unchanged, SQLSTATE
@@ -319,7 +346,7 @@ export async function job<C extends Queryable, T>(db: C, resource: string, ttlMs
       const selected = Array.isArray(answer) ? answer[answer.length - 1] : answer;
       // stale: the transaction is fine (the acquire answered a row); the retry runs in it
       lease = await checkAcquired(c, toLease(selected.rows[0]), resource, ttlMs, minValidityMs,
-        'transaction', true, waitMs, false);
+        'transaction', true, waitMs, false, 'acquire');
     } catch (err) {
       const rolledBack = await c.query('ROLLBACK').then(() => true, () => false);
       clean = rolledBack && err instanceof LeaseDenied;
@@ -368,7 +395,7 @@ export async function keepaliveState(db: Queryable,
  * acquire does, before fn runs; waitMs as there), and runs fn with that
  * client. The lease outlives ttlMs while the client's session is active —
  * running a statement, or idle for less than ttlMs — up to
- * lease_fence.keepalive_max_ms. Write under it with withFence(client, lease, ...).
+ * lease_fence.keepalive_max_ms. Write under it with fenced(client, lease, ...).
  *
  * `signal` aborts, reason a LeaseLost, when lease_fence.keepalive_state,
  * polled every pollMs (default max(50, ttlMs / 3)) on *another* pool
@@ -388,18 +415,18 @@ export async function keepaliveState(db: Queryable,
  * Do not release the lease yourself inside fn. Not for use behind a
  * transaction-pooling proxy: a session lease belongs to the server session.
  */
-export async function withKeptAliveLease<T>(pool: Pool, resource: string,
+export async function keptAliveLease<T>(pool: Pool, resource: string,
   { ttlMs, minValidityMs = 0, waitMs = 0, pollMs, retryStale = true }: KeptAliveLeaseOptions,
   fn: (client: PoolClient, lease: AcquiredLease, signal: AbortSignal) => Promise<T> | T,
 ): Promise<T> {
   if (!isPool(pool)) {
-    throw new TypeError('withKeptAliveLease needs a pg.Pool: the lease is watched on another ' +
+    throw new TypeError('keptAliveLease needs a pg.Pool: the lease is watched on another ' +
       'of its connections');
   }
-  if (typeof fn !== 'function') throw new TypeError('withKeptAliveLease needs a function to run');
+  if (typeof fn !== 'function') throw new TypeError('keptAliveLease needs a function to run');
   const max = (pool as Pool & { options?: { max?: number } }).options?.max;
   if (max !== undefined && max < 2) {
-    throw new RangeError('withKeptAliveLease needs a pg.Pool with max >= 2: one client holds ' +
+    throw new RangeError('keptAliveLease needs a pg.Pool with max >= 2: one client holds ' +
       'the lease, another watches it');
   }
   const interval = pollMs !== undefined ? pollMs : Math.max(50, Math.floor(ttlMs / 3));
@@ -474,6 +501,12 @@ export async function withKeptAliveLease<T>(pool: Pool, resource: string,
   return result as T;
 }
 
+/**
+ * The old name of keptAliveLease (the same function).
+ * @deprecated Use keptAliveLease; withKeptAliveLease goes in the next release.
+ */
+export const withKeptAliveLease = keptAliveLease;
+
 const SET_GENERATION_SQL = 'SELECT lease_fence.set_generation($1::bigint, $2::text)';
 
 /**
@@ -481,9 +514,9 @@ const SET_GENERATION_SQL = 'SELECT lease_fence.set_generation($1::bigint, $2::te
  * resource: BEGIN and SELECT lease_fence.set_generation($1, $2) (the
  * generation, and the resource or null), sent together without waiting in
  * between; fn(client); COMMIT.
- *   withFence(db, lease, fn)                      the lease's generation and resource
- *   withFence(db, generation, fn)                 rows only
- *   withFence(db, generationOrLease, { resource }, fn)
+ *   fenced(db, lease, fn)                      the lease's generation and resource
+ *   fenced(db, generation, fn)                 rows only
+ *   fenced(db, generationOrLease, { resource }, fn)
  * The resource fence rejects (StaleGeneration, err.resource) before fn runs
  * when a newer holder fenced the resource, and otherwise holds it to COMMIT,
  * so that a newer holder waits. The generation ends with the transaction:
@@ -491,16 +524,16 @@ const SET_GENERATION_SQL = 'SELECT lease_fence.set_generation($1::bigint, $2::te
  * checked out for the transaction: the generation is set on that connection
  * only, so run the writes on it.
  */
-export function withFence<C extends Queryable, T>(db: C, fence: Fence,
+export function fenced<C extends Queryable, T>(db: C, fence: Fence,
   fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T>;
-export function withFence<C extends Queryable, T>(db: C, fence: Fence, options: FenceOptions,
+export function fenced<C extends Queryable, T>(db: C, fence: Fence, options: FenceOptions,
   fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T>;
-export async function withFence<C extends Queryable, T>(db: C, fence: Fence,
+export async function fenced<C extends Queryable, T>(db: C, fence: Fence,
   optsOrFn: FenceOptions | ((client: ClientOf<C>) => Promise<T> | T),
   maybeFn?: (client: ClientOf<C>) => Promise<T> | T): Promise<T> {
   const fn = typeof optsOrFn === 'function' ? optsOrFn : maybeFn;
   const opts: FenceOptions = typeof optsOrFn === 'function' ? {} : (optsOrFn || {});
-  if (typeof fn !== 'function') throw new TypeError('withFence needs a function to run');
+  if (typeof fn !== 'function') throw new TypeError('fenced needs a function to run');
   const isLease = fence !== null && typeof fence === 'object';
   const g = generationParam(isLease ? fence.generation : fence);
   const resource = opts.resource !== undefined ? opts.resource
@@ -512,6 +545,12 @@ export async function withFence<C extends Queryable, T>(db: C, fence: Fence,
     (client) => (client as ClientBase).query(SET_GENERATION_SQL, [g, resource]) as Promise<QueryResult>,
     (client) => fn(client));
 }
+
+/**
+ * The old name of fenced (the same function).
+ * @deprecated Use fenced; withFence goes in the next release.
+ */
+export const withFence = fenced;
 
 interface RenewRow {
   renewed: boolean | null;
@@ -531,10 +570,11 @@ export async function renew(db: Queryable, lease: LeaseRef,
   const { rows } = await (db as ClientBase).query<RenewRow>(
     'SELECT renewed, status, validity_ms, reason FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)',
     [lease.resource, lease.identity, ttlMs, minValidityMs]);
-  if (rows[0].renewed !== true) {
-    throw leaseError(rows[0].status, lease as Lease, 'renew', lease.resource, rows[0].reason);
-  }
-  return Number(rows[0].validity_ms);
+  const row = rows[0];
+  return renewResult({
+    renewed: row.renewed, status: row.status,
+    validityMs: row.validity_ms === null ? null : Number(row.validity_ms), reason: row.reason,
+  }, lease);
 }
 
 /**
@@ -548,7 +588,7 @@ export async function releaseOutcome(db: Queryable, lease: LeaseRef): Promise<Re
   const { rows } = await (db as ClientBase).query<ReleaseOutcome>(
     'SELECT released, status, reason FROM lease_fence.release($1::text, $2::text)',
     [lease.resource, lease.identity]);
-  return { released: rows[0].released, status: rows[0].status, reason: rows[0].reason };
+  return releaseResult(rows[0]);
 }
 
 /**

@@ -50,7 +50,7 @@ export interface LeaseRef {
 /** A generation: a BigInt, or a non-negative integer as number or decimal string. */
 export type Generation = bigint | number | string;
 
-/** What withFence fences with: a lease (its generation and resource) or a bare generation. */
+/** What fenced fences with: a lease (its generation and resource) or a bare generation. */
 export type Fence = Generation | { generation: Generation | null; resource?: string | null };
 
 /** A connection to run statements on: a pg.Client (or a client checked out of a pool) or a pg.Pool. */

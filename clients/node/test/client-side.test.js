@@ -91,17 +91,17 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.ok(a.validityMs > 0 && a.validityMs <= 300);
     assert.equal(await admin.get(leases.leaseKey(res)), a.identity);
     assert.equal(await admin.get(leases.generationKey(res)), a.generation.toString());
-    await lf.withFence(pool, a, (c) => c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]));
+    await lf.fenced(pool, a, (c) => c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]));
     await sleep(700);                                 // A stalls; its lease expires
     assert.equal(await admin.exists(leases.leaseKey(res)), 0);
 
     const b = await leases.acquire(pool, res, { ttlMs: 10000 });
     assert.ok(b.generation > a.generation, `${b.generation} > ${a.generation}`);
-    await lf.withFence(pool, b, (c) =>
+    await lf.fenced(pool, b, (c) =>
       c.query("UPDATE account SET owner = 'B', balance = balance + 1 WHERE id = $1", [id]));
 
     let ran = false;
-    const err = await rejection(lf.withFence(pool, a, async (c) => {
+    const err = await rejection(lf.fenced(pool, a, async (c) => {
       ran = true;
       await c.query("UPDATE account SET owner = 'A late', balance = 0 WHERE id = $1", [id]);
     }), lf.StaleGeneration);
@@ -110,7 +110,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.equal(err.resource, res, 'refused at the resource fence');
     assert.equal(ran, false);
     // rows only: the row fence refuses it too
-    const rowErr = await rejection(lf.withFence(pool, a.generation, (c) =>
+    const rowErr = await rejection(lf.fenced(pool, a.generation, (c) =>
       c.query("UPDATE account SET owner = 'A late' WHERE id = $1", [id])), lf.StaleGeneration);
     assert.deepEqual([rowErr.table, rowErr.column], ['account', 'fence']);
 
@@ -128,7 +128,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     const before = await highestIssued(pool);
 
     await admin.call('CLIENT', 'PAUSE', '2500', 'ALL');
-    const lease = await leases.tryAcquire(pool, res1, { ttlMs: 60000 });
+    const lease = await leases.acquireOutcome(pool, res1, { ttlMs: 60000 });
     const err = await rejection(leases.acquire(pool, res2, { ttlMs: 60000 }), lf.LeaseUnknown);
 
     assert.equal(lease.acquired, null, 'unknown, never a "no"');
@@ -165,7 +165,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     const leases = new lf.RedisLeases(redis, { keyPrefix: prefix, timeoutMs: 5000, cleanupTimeoutMs: 5000 });
     const res = resourceName('cmdtimeout');
     await admin.call('CLIENT', 'PAUSE', '800', 'ALL');
-    const lease = await leases.tryAcquire(pool, res, { ttlMs: 60000 });
+    const lease = await leases.acquireOutcome(pool, res, { ttlMs: 60000 });
     assert.equal(lease.status, 'unknown');
     assert.equal(lease.acquired, null);
     assert.match(lease.reason, /timed out/i);
@@ -193,7 +193,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.ok(await highestIssued(pool) >= lease.generation);
     // and the generation is one the database issued: the fence takes it
     const id = await newRow(pool);
-    await lf.withFence(pool, lease, (c) => c.query("UPDATE account SET owner = 'healed' WHERE id = $1", [id]));
+    await lf.fenced(pool, lease, (c) => c.query("UPDATE account SET owner = 'healed' WHERE id = $1", [id]));
     assert.equal((await readRow(pool, id)).fence, lease.generation);
     assert.equal(await leases.release(lease), 'released');
 
@@ -249,12 +249,13 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     }
   });
 
-  it('busy: a held lease answers busy (acquired false, LeaseBusy); waitMs waits for its end', async () => {
+  it('busy: a held lease answers busy (acquired false, LeaseBusy, tryAcquire null); waitMs waits for its end', async () => {
     const leases = new lf.RedisLeases(redisClient(), { keyPrefix: prefixOf('busy') });
     const res = resourceName('busy');
     const a = await leases.acquire(pool, res, { ttlMs: 400 });
 
-    const busy = await leases.tryAcquire(pool, res, { ttlMs: 10000 });
+    assert.equal(await leases.tryAcquire(pool, res, { ttlMs: 10000 }), null, 'busy: null, no Lease');
+    const busy = await leases.acquireOutcome(pool, res, { ttlMs: 10000 });
     assert.deepEqual(busy, {
       acquired: false, status: 'busy', resource: res, identity: null, generation: null,
       validityMs: null, reason: null,
@@ -279,7 +280,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
       const redis = redisClient({ path: nowhere, retryStrategy: () => 50, ...options });
       const leases = new lf.RedisLeases(redis, { keyPrefix: prefixOf('unavail'), connectTimeoutMs: 200 });
       const res = resourceName('unavail');
-      const lease = await leases.tryAcquire(pool, res, { ttlMs: 10000 });
+      const lease = await leases.acquireOutcome(pool, res, { ttlMs: 10000 });
       assert.equal(lease.acquired, false, JSON.stringify(options));
       assert.equal(lease.status, 'unavailable');
       assert.equal(lease.identity, null);
@@ -287,6 +288,8 @@ describe('client-side mode: ioredis leases, generations from the portable editio
       assert.match(lease.reason, /nothing was sent/);
       const err = await rejection(leases.acquire(pool, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
       assert.ok(err instanceof lf.LeaseDenied);
+      const tryErr = await rejection(leases.tryAcquire(pool, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
+      assert.equal(tryErr.status, 'unavailable', 'unavailable is not busy: never null');
       const renewErr = await rejection(leases.renew(fake, { ttlMs: 1000 }), lf.LeaseUnavailable);
       assert.equal(renewErr.status, 'unavailable');
       const out = await leases.releaseOutcome(fake);
@@ -302,7 +305,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     await end;
     assert.equal(ended.status, 'end');
     const leases = new lf.RedisLeases(ended, { keyPrefix: prefixOf('ended') });
-    const lease = await leases.tryAcquire(pool, resourceName('ended'), { ttlMs: 1000 });
+    const lease = await leases.acquireOutcome(pool, resourceName('ended'), { ttlMs: 1000 });
     assert.equal(lease.status, 'unavailable');
     assert.equal(await highestIssued(pool), before, 'no generation drawn');
   });
@@ -357,7 +360,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
   it('insufficient_validity: released again at once (cleanup confirmed), a definite no', async () => {
     const leases = new lf.RedisLeases(redisClient(), { keyPrefix: prefixOf('insuff') });
     const res = resourceName('insuff');
-    const lease = await leases.tryAcquire(pool, res, { ttlMs: 5000, minValidityMs: 5000 });
+    const lease = await leases.acquireOutcome(pool, res, { ttlMs: 5000, minValidityMs: 5000 });
     assert.equal(lease.acquired, false);
     assert.equal(lease.status, 'insufficient_validity');
     assert.equal(lease.identity, null);
@@ -366,6 +369,8 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.equal(await admin.exists(leases.leaseKey(res)), 0);
     const err = await rejection(leases.acquire(pool, res, { ttlMs: 5000, minValidityMs: 5000 }), lf.LeaseDenied);
     assert.equal(err.status, 'insufficient_validity');
+    const tryErr = await rejection(leases.tryAcquire(pool, res, { ttlMs: 5000, minValidityMs: 5000 }), lf.LeaseDenied);
+    assert.equal(tryErr.status, 'insufficient_validity');
   });
 
   it('keys as the C library names them, also for a resource starting with \'}\' (hex)', async () => {

@@ -74,7 +74,7 @@ describe('lease_fence from node-postgres', () => {
   it('transaction scope: the write carries the lease generation, COMMIT keeps it and releases', async () => {
     const id = await newRow(app);
     const res = resourceName('tx');
-    const lease = await lf.withTransactionLease(app, res, { ttlMs: 10000, minValidityMs: 1000 },
+    const lease = await lf.transactionLease(app, res, { ttlMs: 10000, minValidityMs: 1000 },
       async (l, client) => {
         assert.equal(await currentGeneration(client), l.generation);
         assert.equal(redis('GET', leaseKey(res)), l.identity);
@@ -96,16 +96,16 @@ describe('lease_fence from node-postgres', () => {
     const b = await connect();
 
     const leaseA = await lf.acquire(app, res, { ttlMs: 300 });
-    await lf.withFence(app, leaseA.generation, (c) =>
+    await lf.fenced(app, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]));
     await sleep(600);                                // A stalls; its lease expires
 
     const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
     assert.ok(leaseB.generation > leaseA.generation);
-    await lf.withFence(b, leaseB.generation, (c) =>
+    await lf.fenced(b, leaseB.generation, (c) =>
       c.query("UPDATE account SET owner = 'B', balance = balance + 1 WHERE id = $1", [id]));
 
-    const err = await rejection(lf.withFence(app, leaseA.generation, (c) =>
+    const err = await rejection(lf.fenced(app, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A late', balance = 0 WHERE id = $1", [id])),
     lf.StaleGeneration);
     assert.ok(err instanceof lf.FenceError);
@@ -123,22 +123,22 @@ describe('lease_fence from node-postgres', () => {
     assert.deepEqual(await readRow(app, id), { owner: 'B', balance: 101, fence: leaseB.generation });
   });
 
-  it('withFence(client, lease) fences the resource: a stale INSERT is refused before it runs', async () => {
+  it('fenced(client, lease) fences the resource: a stale INSERT is refused before it runs', async () => {
     const res = resourceName('resfence');
     const b = await connect();
     const notes = async (suffix) => Number((await app.query(
       'SELECT count(*) AS n FROM ledger WHERE note = $1', [`${res} ${suffix}`])).rows[0].n);
 
     const leaseA = await lf.acquire(app, res, { ttlMs: 300 });
-    await lf.withFence(app, leaseA, (c) =>
+    await lf.fenced(app, leaseA, (c) =>
       c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A`]));
     await sleep(600);                                // A stalls; its lease expires
 
     const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
     try {
-      await lf.withFence(b, leaseB, async () => {});  // B holds the resource, no row yet
+      await lf.fenced(b, leaseB, async () => {});  // B holds the resource, no row yet
       let ran = false;
-      const err = await rejection(lf.withFence(app, leaseA, async (c) => {
+      const err = await rejection(lf.fenced(app, leaseA, async (c) => {
         ran = true;
         await c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A late`]);
       }), lf.StaleGeneration);
@@ -149,13 +149,13 @@ describe('lease_fence from node-postgres', () => {
       assert.equal(await notes('A late'), 0);
 
       // rows only: no row fence stops that INSERT
-      await lf.withFence(app, leaseA.generation, (c) =>
+      await lf.fenced(app, leaseA.generation, (c) =>
         c.query('INSERT INTO ledger (note) VALUES ($1)', [`${res} A rows only`]));
       assert.equal(await notes('A rows only'), 1);
 
       // { resource } names the resource for a bare generation
       const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
-      await lf.withFence(app, rows[0].g, { resource: `${res}:other` }, async () => {});
+      await lf.fenced(app, rows[0].g, { resource: `${res}:other` }, async () => {});
       const stored = await app.query(
         'SELECT generation FROM lease_fence.resource_fences WHERE resource = $1', [`${res}:other`]);
       assert.equal(BigInt(stored.rows[0].generation), BigInt(rows[0].g));
@@ -164,19 +164,20 @@ describe('lease_fence from node-postgres', () => {
     }
   });
 
-  it('busy is LeaseBusy (acquired false), never LeaseUnknown, and the block does not run', async () => {
+  it('busy is LeaseBusy (acquired false), never LeaseUnknown, tryAcquire resolves null, and the block does not run', async () => {
     const res = resourceName('busy');
     const holder = await lf.acquire(app, res, { ttlMs: 10000 });
     const other = await connect();
     try {
-      const raw = await lf.tryAcquire(other, res, { ttlMs: 10000 });
+      assert.equal(await lf.tryAcquire(other, res, { ttlMs: 10000 }), null, 'busy: null, no Lease');
+      const raw = await lf.acquireOutcome(other, res, { ttlMs: 10000 });
       assert.deepEqual([raw.acquired, raw.status, raw.identity, raw.generation],
         [false, 'busy', null, null]);
       const err = await rejection(lf.acquire(other, res, { ttlMs: 10000 }), lf.LeaseBusy);
       assert.ok(err instanceof lf.LeaseDenied);
       assert.ok(!(err instanceof lf.LeaseUnknown));
       let ran = false;
-      await rejection(lf.withTransactionLease(other, res, { ttlMs: 10000 }, async () => { ran = true; }),
+      await rejection(lf.transactionLease(other, res, { ttlMs: 10000 }, async () => { ran = true; }),
         lf.LeaseBusy);
       assert.equal(ran, false);
       assert.equal(redis('GET', leaseKey(res)), holder.identity);
@@ -191,21 +192,22 @@ describe('lease_fence from node-postgres', () => {
     // key_prefix is this database's (docs/guides/redis-deployments.md, "One key_prefix per database"),
     // which would time out during the pause ("unavailable"). So each backend
     // takes and releases a lease before the pause.
-    const [c, c2, c3] = [await connect(), await connect(), await connect()];
-    for (const x of [c, c2, c3]) {
+    const [c, c2, c3, c4] = [await connect(), await connect(), await connect(), await connect()];
+    for (const x of [c, c2, c3, c4]) {
       await x.query('SET lease_fence.command_timeout_ms = 150');
       await x.query('SET lease_fence.cleanup_timeout_ms = 150');
       await lf.release(x, await lf.acquire(x, resourceName('unknown-warm'), { ttlMs: 10000 }));
     }
     const id = await newRow(app);
     const res = resourceName('unknown');
-    let raw, err, ran = false;
+    let raw, err, tryErr, ran = false;
     redis('CLIENT', 'PAUSE', 3000, 'ALL');
     try {
-      raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+      raw = await lf.acquireOutcome(c, res, { ttlMs: 10000 });
       err = await rejection(lf.acquire(c2, res, { ttlMs: 10000 }), lf.LeaseUnknown);
-      await rejection(lf.withTransactionLease(c3, res, { ttlMs: 10000 }, async () => { ran = true; }),
+      await rejection(lf.transactionLease(c3, res, { ttlMs: 10000 }, async () => { ran = true; }),
         lf.LeaseUnknown);
+      tryErr = await rejection(lf.tryAcquire(c4, res, { ttlMs: 10000 }), lf.LeaseUnknown);
     } finally {
       redis('PING');                         // returns when the pause is over
     }
@@ -216,6 +218,8 @@ describe('lease_fence from node-postgres', () => {
     assert.ok(!(err instanceof lf.LeaseDenied));
     assert.equal(err.status, 'unknown');
     assert.equal(err.lease.acquired, null);
+    assert.equal(tryErr.status, 'unknown', 'tryAcquire: unknown is never null');
+    assert.match(tryErr.lease.identity, /^[0-9a-f]{32}$/);
     assert.equal(ran, false);
     assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
     // not applied (the paused requests' connections were closed), so a new
@@ -226,20 +230,23 @@ describe('lease_fence from node-postgres', () => {
     assert.equal(await lf.release(c, fresh), 'released');
   });
 
-  it('unavailable (Redis unreachable) is LeaseUnavailable, acquired false', async () => {
+  it('unavailable (Redis unreachable) is LeaseUnavailable from acquire and tryAcquire, acquired false', async () => {
     const c = await connect({ user: NOREDIS_USER });
     const res = resourceName('unavailable');
-    const raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+    const raw = await lf.acquireOutcome(c, res, { ttlMs: 10000 });
     assert.deepEqual([raw.acquired, raw.status], [false, 'unavailable']);
     const err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
     assert.ok(err instanceof lf.LeaseDenied);
+    const tryErr = await rejection(lf.tryAcquire(c, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
+    assert.equal(tryErr.status, 'unavailable', 'unavailable is not busy: never null');
+    assert.equal(tryErr.lease.acquired, false);
     assert.equal(await lf.release(c, { resource: res, identity: '0'.repeat(32) }), 'unavailable');
   });
 
   it('lease key deleted before COMMIT: LeaseLostAtCommit (LF010), write rolled back', async () => {
     const id = await newRow(app);
     const res = resourceName('lf010');
-    const err = await rejection(lf.withTransactionLease(app, res, { ttlMs: 2000 }, async (l, c) => {
+    const err = await rejection(lf.transactionLease(app, res, { ttlMs: 2000 }, async (l, c) => {
       await c.query("UPDATE account SET owner = 'doomed' WHERE id = $1", [id]);
       assert.equal(redis('DEL', leaseKey(res)), '1');
       // past half the TTL: a server that skips asking Redis at COMMIT while
@@ -257,9 +264,9 @@ describe('lease_fence from node-postgres', () => {
       c.query("INSERT INTO ledger (note) VALUES ('node unfenced')")), lf.MissingGeneration);
     const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
     const g = BigInt(rows[0].g);
-    await lf.withFence(app, g, (c) => c.query("INSERT INTO ledger (note) VALUES ('node fenced')"));
+    await lf.fenced(app, g, (c) => c.query("INSERT INTO ledger (note) VALUES ('node fenced')"));
     const id = await newRow(app);
-    await rejection(lf.withFence(app, g, (c) =>
+    await rejection(lf.fenced(app, g, (c) =>
       c.query('UPDATE account SET fence = $1 WHERE id = $2', [(g + 1n).toString(), id])),
     lf.ConflictingGeneration);
     assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 100, fence: 0n });
@@ -269,7 +276,7 @@ describe('lease_fence from node-postgres', () => {
     const { rows } = await app.query('SELECT lease_fence.next_generation() AS g');
     const g = BigInt(rows[0].g);
     const id = await newRow(app);
-    const err = await rejection(lf.withFence(app, g + 1000000n, (c) =>
+    const err = await rejection(lf.fenced(app, g + 1000000n, (c) =>
       c.query("UPDATE account SET owner = 'typo' WHERE id = $1", [id])), lf.UnissuedGeneration);
     assert.equal(err.sqlstate, 'LF004');
     assert.ok(err instanceof lf.FenceError);
@@ -283,10 +290,10 @@ describe('lease_fence from node-postgres', () => {
     const gen = async () => BigInt((await app.query('SELECT lease_fence.next_generation() AS g')).rows[0].g);
     const older = await gen();
     const newer = await gen();
-    await lf.withFence(app, newer, { resource: res }, (c) =>
+    await lf.fenced(app, newer, { resource: res }, (c) =>
       c.query("UPDATE account SET owner = 'new' WHERE id = $1", [id]));
 
-    const row = await rejection(lf.withFence(app, older, (c) =>
+    const row = await rejection(lf.fenced(app, older, (c) =>
       c.query("UPDATE account SET owner = 'old' WHERE id = $1", [id])), lf.StaleGeneration);
     assert.deepEqual([row.schema, row.table, row.column, row.resource],
       ['public', 'account', 'fence', null]);
@@ -296,7 +303,7 @@ describe('lease_fence from node-postgres', () => {
     assert.ok(!('stored' in row), 'generations are not parsed from DETAIL');
 
     let ran = false;
-    const resErr = await rejection(lf.withFence(app, older, { resource: res }, async () => { ran = true; }),
+    const resErr = await rejection(lf.fenced(app, older, { resource: res }, async () => { ran = true; }),
       lf.StaleGeneration);
     assert.deepEqual([resErr.schema, resErr.table, resErr.column, resErr.resource],
       ['lease_fence', 'resource_generation', null, res]);
@@ -319,7 +326,7 @@ describe('lease_fence from node-postgres', () => {
   it('reason says why for unavailable, on the row, the error, renew and releaseOutcome; null when granted', async () => {
     const c = await connect({ user: NOREDIS_USER });
     const res = resourceName('reason');
-    const raw = await lf.tryAcquire(c, res, { ttlMs: 10000 });
+    const raw = await lf.acquireOutcome(c, res, { ttlMs: 10000 });
     assert.equal(raw.status, 'unavailable');
     assert.match(raw.reason, /\bRedis\b/);
     const err = await rejection(lf.acquire(c, res, { ttlMs: 10000 }), lf.LeaseUnavailable);
@@ -346,7 +353,7 @@ describe('lease_fence from node-postgres', () => {
       const id = await newRow(app);
       const res = resourceName('pool');
       const lease = await lf.acquire(pool, res, { ttlMs: 10000 });
-      await lf.withFence(pool, lease.generation, (c) =>
+      await lf.fenced(pool, lease.generation, (c) =>
         c.query("UPDATE account SET owner = 'pool' WHERE id = $1", [id]));
       assert.equal(await lf.release(pool, lease), 'released');
       assert.deepEqual(await readRow(app, id), { owner: 'pool', balance: 100, fence: lease.generation });
@@ -396,15 +403,15 @@ describe('waiting and keep-alive', () => {
     assert.equal(await lf.release(other, lease), 'released');
   });
 
-  it('waitMs: withTransactionLease waits for the holder transaction to commit', async () => {
+  it('waitMs: transactionLease waits for the holder transaction to commit', async () => {
     const res = resourceName('wait-tx');
     const other = await connect();
     const id = await newRow(app);
     let waiting;
     let settled = false;
-    const leaseA = await lf.withTransactionLease(app, res, { ttlMs: 60000 }, async (l, c) => {
+    const leaseA = await lf.transactionLease(app, res, { ttlMs: 60000 }, async (l, c) => {
       await c.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]);
-      waiting = lf.withTransactionLease(other, res, { ttlMs: 10000, waitMs: 30000 }, async (lb, cb) => {
+      waiting = lf.transactionLease(other, res, { ttlMs: 10000, waitMs: 30000 }, async (lb, cb) => {
         await cb.query("UPDATE account SET owner = 'B after A' WHERE id = $1", [id]);
         return lb;
       }).finally(() => { settled = true; });
@@ -429,8 +436,9 @@ describe('waiting and keep-alive', () => {
       assert.ok(performance.now() - t0 >= 700);
       assert.equal(err.lease.acquired, false);
       t0 = performance.now();
-      const raw = await lf.tryAcquire(other, res, { ttlMs: 10000, waitMs: 300 });
+      assert.equal(await lf.tryAcquire(other, res, { ttlMs: 10000, waitMs: 300 }), null);
       assert.ok(performance.now() - t0 >= 300);
+      const raw = await lf.acquireOutcome(other, res, { ttlMs: 10000, waitMs: 300 });
       assert.deepEqual([raw.acquired, raw.status, raw.identity], [false, 'busy', null]);
       await other.query('SET statement_timeout = 300');
       const cancelled = await rejection(lf.acquire(other, res, { ttlMs: 10000, waitMs: 30000 }), Error);
@@ -443,17 +451,17 @@ describe('waiting and keep-alive', () => {
     }
   });
 
-  it('withKeptAliveLease: a 3 s statement outlives a 1 s TTL, then a fenced write succeeds', async () => {
+  it('keptAliveLease: a 3 s statement outlives a 1 s TTL, then a fenced write succeeds', async () => {
     const id = await newRow(app);
     const res = resourceName('kept');
-    const lease = await lf.withKeptAliveLease(pool, res, { ttlMs: 1000 }, async (client, l, signal) => {
+    const lease = await lf.keptAliveLease(pool, res, { ttlMs: 1000 }, async (client, l, signal) => {
       assert.equal(l.acquired, true);
       assert.ok(signal instanceof AbortSignal);
       assert.equal(await lf.keepaliveState(app, l), 'active');
       await client.query('SELECT pg_sleep(3)');
       assert.equal(redis('GET', leaseKey(res)), l.identity, 'still held after three TTLs');
       assert.equal(signal.aborted, false, 'the watch saw it active all along');
-      await lf.withFence(client, l, (c) =>
+      await lf.fenced(client, l, (c) =>
         c.query("UPDATE account SET owner = 'kept alive' WHERE id = $1", [id]));
       const { rows } = await client.query(
         'SELECT scope, state FROM lease_fence.leases WHERE identity = $1', [l.identity]);
@@ -465,14 +473,14 @@ describe('waiting and keep-alive', () => {
     assert.equal(await lf.keepaliveState(app, lease), null);
   });
 
-  it('withKeptAliveLease: the key overwritten aborts the signal with LeaseLost; the next fenced write is LF010', { timeout: 60000 }, async () => {
+  it('keptAliveLease: the key overwritten aborts the signal with LeaseLost; the next fenced write is LF010', { timeout: 60000 }, async () => {
     const id = await newRow(app);
     const res = resourceName('kept-lost');
     const thief = 'f'.repeat(32);
     let held;
-    const err = await rejection(lf.withKeptAliveLease(pool, res, { ttlMs: 3000 }, async (client, l, signal) => {
+    const err = await rejection(lf.keptAliveLease(pool, res, { ttlMs: 3000 }, async (client, l, signal) => {
       held = l;
-      await lf.withFence(client, l, (c) =>
+      await lf.fenced(client, l, (c) =>
         c.query("UPDATE account SET owner = 'before the loss' WHERE id = $1", [id]));
       redis('SET', leaseKey(res), thief, 'PX', 60000);
       const reason = await abortReason(signal);
@@ -481,12 +489,12 @@ describe('waiting and keep-alive', () => {
       assert.equal(reason.lease.identity, l.identity);
       assert.throws(() => signal.throwIfAborted(), lf.LeaseLost);
       assert.equal(await lf.keepaliveState(app, l), 'lost');
-      const lost = await rejection(lf.withFence(client, l, (c) =>
+      const lost = await rejection(lf.fenced(client, l, (c) =>
         c.query("UPDATE account SET owner = 'after the loss' WHERE id = $1", [id])), lf.LeaseLostAtCommit);
       assert.equal(lost.sqlstate, 'LF010');
       assert.equal(lost.cause.code, 'LF010');
       // rows only: the row write itself is refused
-      await rejection(lf.withFence(client, l.generation, (c) =>
+      await rejection(lf.fenced(client, l.generation, (c) =>
         c.query("UPDATE account SET owner = 'after the loss' WHERE id = $1", [id])), lf.LeaseLostAtCommit);
     }), lf.LeaseLost);
     assert.equal(err.status, 'lost', 'the end: release said not_held');
@@ -496,11 +504,11 @@ describe('waiting and keep-alive', () => {
     assert.equal(await lf.keepaliveState(app, held), null, 'the release acknowledged the loss');
   });
 
-  it("withKeptAliveLease: fn's error propagates and the lease is released; it needs a pg.Pool", async () => {
+  it("keptAliveLease: fn's error propagates and the lease is released; it needs a pg.Pool", async () => {
     const res = resourceName('kept-throw');
     const boom = new Error('boom');
     let held;
-    const err = await rejection(lf.withKeptAliveLease(pool, res, { ttlMs: 10000 }, async (client, l) => {
+    const err = await rejection(lf.keptAliveLease(pool, res, { ttlMs: 10000 }, async (client, l) => {
       held = l;
       assert.equal(redis('GET', leaseKey(res)), l.identity);
       await client.query('BEGIN');               // left open: rolled back at the end
@@ -511,14 +519,14 @@ describe('waiting and keep-alive', () => {
     assert.equal(await lf.keepaliveState(app, held.identity), null);
     const { rows } = await pool.query('SELECT 1 AS one');
     assert.equal(rows[0].one, 1);
-    await assert.rejects(lf.withKeptAliveLease(app, res, { ttlMs: 1000 }, async () => {}), TypeError);
+    await assert.rejects(lf.keptAliveLease(app, res, { ttlMs: 1000 }, async () => {}), TypeError);
     assert.equal(redis('EXISTS', leaseKey(res)), '0');
   });
 
-  it('withTransactionLease keepalive: a 3 s transaction under a 1 s TTL commits', async () => {
+  it('transactionLease keepalive: a 3 s transaction under a 1 s TTL commits', async () => {
     const id = await newRow(app);
     const res = resourceName('tx-keepalive');
-    const lease = await lf.withTransactionLease(app, res, { ttlMs: 1000, keepalive: true }, async (l, c) => {
+    const lease = await lf.transactionLease(app, res, { ttlMs: 1000, keepalive: true }, async (l, c) => {
       await c.query('SELECT pg_sleep(3)');
       assert.equal(redis('GET', leaseKey(res)), l.identity);
       await c.query("UPDATE account SET owner = 'long tx' WHERE id = $1", [id]);
@@ -526,6 +534,41 @@ describe('waiting and keep-alive', () => {
     });
     assert.deepEqual(await readRow(app, id), { owner: 'long tx', balance: 100, fence: lease.generation });
     assert.equal(redis('EXISTS', leaseKey(res)), '0', 'released at commit');
+  });
+
+  it('tryAcquire resolves to the Lease when free, as acquire; renew and release it', async () => {
+    const res = resourceName('try-free');
+    const lease = await lf.tryAcquire(app, res, { ttlMs: 10000 });
+    assert.notEqual(lease, null);
+    assert.deepEqual([lease.acquired, lease.status, typeof lease.generation], [true, 'acquired', 'bigint']);
+    assert.equal(redis('GET', leaseKey(res)), lease.identity);
+    assert.ok(await lf.renew(app, lease, { ttlMs: 10000 }) > 0);
+    assert.equal(await lf.release(app, lease), 'released');
+  });
+
+  it('the old names withFence, withTransactionLease, withKeptAliveLease still work (deprecated aliases)', async () => {
+    assert.equal(lf.withFence, lf.fenced);
+    assert.equal(lf.withTransactionLease, lf.transactionLease);
+    assert.equal(lf.withKeptAliveLease, lf.keptAliveLease);
+    const id = await newRow(app);
+    const res = resourceName('old-names');
+    const g = await lf.withTransactionLease(app, res, { ttlMs: 10000 }, async (l, c) => {
+      await c.query("UPDATE account SET owner = 'old tx' WHERE id = $1", [id]);
+      return l.generation;
+    });
+    assert.deepEqual(await readRow(app, id), { owner: 'old tx', balance: 100, fence: g });
+    const pool = new pg.Pool({ host: PGHOST, port: PGPORT, database: DATABASE, user: APP_USER, max: 2 });
+    try {
+      const kept = await lf.withKeptAliveLease(pool, res, { ttlMs: 10000 }, async (client, l) => {
+        await lf.withFence(client, l, (c) =>
+          c.query("UPDATE account SET owner = 'old fence' WHERE id = $1", [id]));
+        return l.generation;
+      });
+      assert.ok(kept > g);
+      assert.deepEqual(await readRow(app, id), { owner: 'old fence', balance: 100, fence: kept });
+    } finally {
+      await pool.end();
+    }
   });
 
   it('keepalive on an explicit lease is ERROR 22023, nothing written', async () => {
@@ -554,16 +597,16 @@ describe('behind PgBouncer (transaction pooling)', { skip: !BOUNCER_HOST }, () =
     const res = resourceName('pgbouncer');
     const leaseA = await lf.acquire(a1, res, { ttlMs: 10000 });
     await rejection(lf.acquire(b, res, { ttlMs: 10000 }), lf.LeaseBusy);
-    await lf.withFence(a2, leaseA.generation, (c) =>
+    await lf.fenced(a2, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A via pgbouncer' WHERE id = $1", [id]));
     assert.equal(await currentGeneration(b), null, 'the generation ended with the transaction');
     assert.ok(await lf.renew(b, leaseA, { ttlMs: 10000 }) > 0);
     assert.equal(await lf.release(a2, leaseA), 'released');
 
     const leaseB = await lf.acquire(b, res, { ttlMs: 10000 });
-    await lf.withFence(b, leaseB.generation, (c) =>
+    await lf.fenced(b, leaseB.generation, (c) =>
       c.query("UPDATE account SET owner = 'B via pgbouncer' WHERE id = $1", [id]));
-    const err = await rejection(lf.withFence(a1, leaseA.generation, (c) =>
+    const err = await rejection(lf.fenced(a1, leaseA.generation, (c) =>
       c.query("UPDATE account SET owner = 'A late' WHERE id = $1", [id])), lf.StaleGeneration);
     assert.deepEqual([err.table, err.column], ['account', 'fence']);
     assert.equal(await lf.release(a1, leaseB), 'released');

@@ -8,18 +8,20 @@ import { createRequire } from 'node:module';
 import { sep } from 'node:path';
 import pg from 'pg';
 import lfDefault, {
-  acquire, release, withFence, StaleGeneration, FenceError, LeaseUnknown, LeaseDenied, translateError,
+  acquire, release, fenced, StaleGeneration, FenceError, LeaseUnknown, LeaseDenied, translateError,
 } from 'lease-fence';
 import * as lfNamespace from 'lease-fence';
 
 const require = createRequire(import.meta.url);
 const installed = process.env.LF_EXPECT_INSTALLED === '1';
 const API = [
-  'acquire', 'tryAcquire', 'withTransactionLease', 'job', 'withKeptAliveLease', 'withFence', 'inTransaction',
+  'acquire', 'tryAcquire', 'transactionLease', 'job', 'keptAliveLease', 'fenced', 'inTransaction',
   'renew', 'release', 'releaseOutcome', 'keepaliveState', 'translateError', 'isPool',
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',
-  'LeaseUnknown', 'RedisLeases', 'clientSideScripts',
+  'LeaseUnknown', 'RedisLeases', 'clientSideScripts', 'acquireOutcome', 'LeaseDataCorrupted',
+  // the old names, deprecated aliases for one release
+  'withFence', 'withTransactionLease', 'withKeptAliveLease',
 ];
 
 describe('package entry points', () => {
@@ -64,7 +66,7 @@ describe('package entry points', () => {
       const res = `esm:${Math.random().toString(16).slice(2)}`;
       const lease = await acquire(client, res, { ttlMs: 10000 });
       assert.equal(typeof lease.generation, 'bigint');
-      const g = await withFence(client, lease, async (c) => {
+      const g = await fenced(client, lease, async (c) => {
         const { rows } = await c.query('SELECT lease_fence.current_generation() AS g');
         return BigInt(rows[0].g);
       });

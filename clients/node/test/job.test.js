@@ -194,7 +194,7 @@ describe('job: the fenced job', () => {
       await c.query("UPDATE account SET owner = 'job' WHERE id = $1", [mine]);
       newer = await nextGeneration(app);
       assert.ok(newer > l.generation);
-      await lf.withFence(app, newer, (o) =>                       // rows only
+      await lf.fenced(app, newer, (o) =>                       // rows only
         o.query("UPDATE account SET owner = 'newer' WHERE id = $1", [id]));
       await c.query("UPDATE account SET owner = 'stale' WHERE id = $1", [id]);
     }), lf.StaleGeneration);

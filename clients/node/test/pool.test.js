@@ -43,7 +43,7 @@ function concurrentFences(pool, app) {
       jobs.push((async () => {
         const g = await nextGeneration(app);
         const note = `${res} ${i}`;
-        const seen = await lf.withFence(pool, g, async (client) => {
+        const seen = await lf.fenced(pool, g, async (client) => {
           // the generation is on this client's connection, in this transaction
           const { rows } = await client.query(
             'SELECT lease_fence.current_generation() AS g, pg_backend_pid() AS pid');
@@ -98,17 +98,17 @@ describe('pg.Pool: one client per transaction', () => {
     }
   });
 
-  it(`pg.Pool of ${POOL_SIZE} connections: ${CONCURRENT} concurrent withFence transactions, each on its own client`,
+  it(`pg.Pool of ${POOL_SIZE} connections: ${CONCURRENT} concurrent fenced transactions, each on its own client`,
     async () => concurrentFences(pool, app)());
 
-  it(`pg-pool instance (not instanceof pg.Pool): ${CONCURRENT} concurrent withFence transactions, each on its own client`,
+  it(`pg-pool instance (not instanceof pg.Pool): ${CONCURRENT} concurrent fenced transactions, each on its own client`,
     async () => concurrentFences(raw, app)());
 
-  it('withTransactionLease and inTransaction on a pool: the callback gets the transaction\'s client', async () => {
+  it('transactionLease and inTransaction on a pool: the callback gets the transaction\'s client', async () => {
     await warmPool(pool, POOL_SIZE);
     const ids = await Promise.all([1, 2, 3, 4].map(() => newRow(app)));
     const leases = await Promise.all(ids.map((id, i) =>
-      lf.withTransactionLease(pool, resourceName(`pool-tx-${i}`), { ttlMs: 10000 }, async (l, client) => {
+      lf.transactionLease(pool, resourceName(`pool-tx-${i}`), { ttlMs: 10000 }, async (l, client) => {
         const { rows } = await client.query('SELECT lease_fence.current_generation() AS g');
         assert.equal(BigInt(rows[0].g), l.generation);
         await client.query('SELECT pg_sleep(0.05)');
@@ -136,25 +136,25 @@ describe('pg.Pool: one client per transaction', () => {
     const res = resourceName('pool-destroy');
     const older = await nextGeneration(app);
     const newer = await nextGeneration(app);
-    await lf.withFence(pool, newer, { resource: res }, (c) =>
+    await lf.fenced(pool, newer, { resource: res }, (c) =>
       c.query("UPDATE account SET owner = 'newer' WHERE id = $1", [id]));
     const before = pool.totalCount;
     let pid = null;
-    await rejection(lf.withFence(pool, older, async (c) => {
+    await rejection(lf.fenced(pool, older, async (c) => {
       pid = (await c.query('SELECT pg_backend_pid() AS p')).rows[0].p;
       await c.query("UPDATE account SET owner = 'older' WHERE id = $1", [id]);
     }), lf.StaleGeneration);
     assert.equal(pool.totalCount, before - 1, 'the client was destroyed');
     assert.notEqual(pid, null);
     const boom = new Error('boom');
-    const err = await rejection(lf.withFence(pool, newer, async (c) => {
+    const err = await rejection(lf.fenced(pool, newer, async (c) => {
       await c.query("UPDATE account SET owner = 'rolled back' WHERE id = $1", [id]);
       throw boom;
     }), Error);
     assert.equal(err, boom, "the callback's error, unchanged");
     assert.deepEqual(await readRow(app, id), { owner: 'newer', balance: 100, fence: newer });
     // the pool still works
-    await lf.withFence(pool, newer, (c) =>
+    await lf.fenced(pool, newer, (c) =>
       c.query("UPDATE account SET owner = 'after' WHERE id = $1", [id]));
     assert.equal((await readRow(app, id)).owner, 'after');
   });
@@ -178,7 +178,7 @@ describe('one round trip: BEGIN and set_generation are sent together', () => {
         const id = await newRow(client);
         log.length = 0;
         answered = 0;
-        await lf.withFence(client, g, (c) =>
+        await lf.fenced(client, g, (c) =>
           c.query("UPDATE account SET owner = 'one trip' WHERE id = $1", [id]));
         assert.deepEqual(log.map((e) => e.text.split(' ')[0]), ['BEGIN', 'SELECT', 'UPDATE', 'COMMIT']);
         assert.match(log[1].text, /lease_fence\.set_generation\(\$1::bigint, \$2::text\)/);
@@ -190,9 +190,9 @@ describe('one round trip: BEGIN and set_generation are sent together', () => {
         // a stale generation: refused at set_generation's resource fence, rolled back
         const res = resourceName(`trip-${pipeline}`);
         const newer = await nextGeneration(client);
-        await lf.withFence(client, newer, { resource: res }, async () => {});
+        await lf.fenced(client, newer, { resource: res }, async () => {});
         let ran = false;
-        const err = await rejection(lf.withFence(client, g, { resource: res }, async () => { ran = true; }),
+        const err = await rejection(lf.fenced(client, g, { resource: res }, async () => { ran = true; }),
           lf.StaleGeneration);
         assert.equal(err.resource, res);
         assert.equal(ran, false);
@@ -219,7 +219,7 @@ describe('acceptance: two holders of one resource', () => {
 
     // A takes the lease, writes, and stalls past its TTL
     const leaseA = await lf.acquire(dbA, res, { ttlMs: 300 });
-    await lf.withFence(dbA, leaseA, (c) =>
+    await lf.fenced(dbA, leaseA, (c) =>
       c.query("UPDATE account SET owner = 'A', balance = balance + 1 WHERE id = $1", [id]));
     await sleep(600);
 
@@ -227,12 +227,12 @@ describe('acceptance: two holders of one resource', () => {
     const leaseB = await lf.acquire(dbB, res, { ttlMs: 10000 });
     try {
       assert.ok(leaseB.generation > leaseA.generation);
-      await lf.withFence(dbB, leaseB, (c) =>
+      await lf.fenced(dbB, leaseB, (c) =>
         c.query("UPDATE account SET owner = 'B', balance = balance + 10 WHERE id = $1", [id]));
 
       // A wakes up: its fenced write is StaleGeneration (the resource fence) ...
       let ran = false;
-      const stale = await rejection(lf.withFence(dbA, leaseA, async (c) => {
+      const stale = await rejection(lf.fenced(dbA, leaseA, async (c) => {
         ran = true;
         await c.query("UPDATE account SET owner = 'A late', balance = 0 WHERE id = $1", [id]);
       }), lf.StaleGeneration);
@@ -244,7 +244,7 @@ describe('acceptance: two holders of one resource', () => {
       assert.equal(ran, false, "A's write never ran");
 
       // ... and so is its write fencing the row only
-      const row = await rejection(lf.withFence(dbA, leaseA.generation, (c) =>
+      const row = await rejection(lf.fenced(dbA, leaseA.generation, (c) =>
         c.query("UPDATE account SET owner = 'A late', balance = 0 WHERE id = $1", [id])),
       lf.StaleGeneration);
       assert.deepEqual([row.schema, row.table, row.column, row.resource],

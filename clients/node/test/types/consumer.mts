@@ -1,11 +1,11 @@
 // The same package through ESM resolution (the "import" condition).
 import pg from 'pg';
-import lf, { acquire, withFence, StaleGeneration, type AcquiredLease } from 'lease-fence';
+import lf, { acquire, fenced, StaleGeneration, type AcquiredLease } from 'lease-fence';
 
 export async function run(pool: pg.Pool): Promise<bigint> {
   const lease: AcquiredLease = await acquire(pool, 'esm', { ttlMs: 1000 });
   try {
-    return await withFence(pool, lease, async (client: pg.PoolClient) => {
+    return await fenced(pool, lease, async (client: pg.PoolClient) => {
       await client.query('SELECT 1');
       return lease.generation;
     });

@@ -3,8 +3,8 @@
 // it, and misuse the types must refuse (@ts-expect-error).
 import pg = require('pg');
 import {
-  acquire, tryAcquire, withFence, withTransactionLease, job, withKeptAliveLease, renew, release,
-  releaseOutcome, keepaliveState, inTransaction, translateError, isPool,
+  acquire, tryAcquire, acquireOutcome, fenced, transactionLease, job, keptAliveLease, renew, release,
+  releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
 } from 'lease-fence';
 import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions } from 'lease-fence';
@@ -26,17 +26,17 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   void identity;
 
   // given a pool, the callback gets the PoolClient of the transaction
-  const n: number = await withFence(pool, lease, async (c) => {
+  const n: number = await fenced(pool, lease, async (c) => {
     const pc: pg.PoolClient = c;
     const r = await pc.query<{ n: number }>('SELECT 1 AS n');
     return r.rows[0].n;
   });
   void n;
-  await withFence(pool, generation, { resource: null }, (c) => c.query('SELECT 1'));
-  await withFence(pool, '42', { resource: 'r' }, async () => 'done');
+  await fenced(pool, generation, { resource: null }, (c) => c.query('SELECT 1'));
+  await fenced(pool, '42', { resource: 'r' }, async () => 'done');
 
   // given a client, that client
-  await withFence(client, lease, async (c) => {
+  await fenced(client, lease, async (c) => {
     const same: pg.Client = c;
     void same;
     // @ts-expect-error a pg.Client has no release(): the callback did not get a PoolClient
@@ -44,15 +44,15 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   });
 
   // @ts-expect-error the callback's client is never the pool
-  await withFence(pool, lease, async (p: pg.Pool) => p.query('SELECT 1'));
+  await fenced(pool, lease, async (p: pg.Pool) => p.query('SELECT 1'));
   // @ts-expect-error a pool has no transaction of its own to write in
-  await withTransactionLease(pool, 'x', { ttlMs: 1000 }, async (l, p: pg.Pool) => p.totalCount);
+  await transactionLease(pool, 'x', { ttlMs: 1000 }, async (l, p: pg.Pool) => p.totalCount);
   // @ts-expect-error ttlMs is required
   await acquire(pool, 'x', {});
-  // @ts-expect-error withKeptAliveLease needs a pool
-  await withKeptAliveLease(client, 'x', { ttlMs: 1000 }, async () => 1);
+  // @ts-expect-error keptAliveLease needs a pool
+  await keptAliveLease(client, 'x', { ttlMs: 1000 }, async () => 1);
 
-  const total: number = await withTransactionLease(pool, 'account:2', { ttlMs: 5000, keepalive: true },
+  const total: number = await transactionLease(pool, 'account:2', { ttlMs: 5000, keepalive: true },
     async (l, c) => {
       const g: bigint = l.generation;
       await c.query('UPDATE account SET balance = balance + 1 WHERE id = $1', [1]);
@@ -74,20 +74,33 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   });
   // @ts-expect-error the options come last: ttlMs is a number argument
   await job(pool, 'x', { ttlMs: 1000 }, async () => 1);
-  // @ts-expect-error keepalive is withTransactionLease's, not the job's
+  // @ts-expect-error keepalive is transactionLease's, not the job's
   await job(pool, 'x', 1000, async () => 1, { keepalive: true });
 
-  const kept: string = await withKeptAliveLease(pool, 'report', { ttlMs: 3000, pollMs: 500 },
+  const kept: string = await keptAliveLease(pool, 'report', { ttlMs: 3000, pollMs: 500 },
     async (c, l, signal) => {
       signal.throwIfAborted();
-      await withFence(c, l, (cc) => cc.query('SELECT 1'));
+      await fenced(c, l, (cc) => cc.query('SELECT 1'));
       return l.resource;
     });
   void kept;
 
-  const raw: Lease = await tryAcquire(client, 'x', { ttlMs: 1000 });
+  // tryAcquire: the Lease, or null when busy (other outcomes reject)
+  const maybe: AcquiredLease | null = await tryAcquire(client, 'x', { ttlMs: 1000, retryStale: false });
+  if (maybe !== null) {
+    const g: bigint = maybe.generation;
+    void g;
+  }
+  // @ts-expect-error tryAcquire may resolve null: not a Lease without a check
+  const notChecked: AcquiredLease = await tryAcquire(client, 'x', { ttlMs: 1000 });
+  void notChecked;
+  const raw: Lease = await acquireOutcome(client, 'x', { ttlMs: 1000 });
   const acquired: boolean | null = raw.acquired;
   void acquired;
+  // the old names (deprecated) keep their types
+  await withFence(pool, lease, (c) => c.query('SELECT 1'));
+  await withTransactionLease(pool, 'x', { ttlMs: 1000 }, async (l, c) => c.query('SELECT $1', [l.resource]));
+  await withKeptAliveLease(pool, 'x', { ttlMs: 1000 }, async (c, l) => l.generation);
   const validity: number = await renew(client, lease, { ttlMs: 30000, minValidityMs: 1000 });
   void validity;
   const out: ReleaseOutcome = await releaseOutcome(pool, lease);
@@ -100,7 +113,7 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   void isp;
 
   try {
-    await withFence(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
+    await fenced(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
   } catch (e) {
     const err = translateError(e);
     if (err instanceof StaleGeneration) {
@@ -131,8 +144,10 @@ import type { CleanupStatus, RedisLeasesOptions } from 'lease-fence';
 export async function clientSide(pool: pg.Pool): Promise<void> {
   const options: RedisLeasesOptions = { keyPrefix: 'lease_fence:', timeoutMs: 500, cleanupTimeoutMs: 500 };
   const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false }), options);
-  const raw: Lease = await leases.tryAcquire(pool, 'x', { ttlMs: 1000, minValidityMs: 10 });
+  const raw: Lease = await leases.acquireOutcome(pool, 'x', { ttlMs: 1000, minValidityMs: 10 });
   const cleanup: CleanupStatus | undefined = raw.cleanup;
+  const free: AcquiredLease | null = await leases.tryAcquire(pool, 'x', { ttlMs: 1000 });
+  void free;
   void cleanup;
   let lease: AcquiredLease;
   try {
@@ -145,7 +160,7 @@ export async function clientSide(pool: pg.Pool): Promise<void> {
     if (err instanceof LeaseUnavailable || err instanceof LeaseDenied) return;
     throw err;
   }
-  await withFence(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
+  await fenced(pool, lease, (c) => c.query('UPDATE account SET owner = $1', ['me']));
   const validity: number = await leases.renew(lease, { ttlMs: 1000 });
   void validity;
   const out: ReleaseOutcome = await leases.releaseOutcome(lease);
