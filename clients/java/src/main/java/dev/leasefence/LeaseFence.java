@@ -42,6 +42,9 @@ import org.postgresql.util.ServerErrorMessage;
  * <li>{@link #transactionLease}: a transaction-scoped lease for one transaction.</li>
  * <li>{@link #job}: the same, for a job that is one transaction, in the fewest
  *     round trips.</li>
+ * <li>{@link #keptAliveLease}: a session-scoped lease the server keeps alive
+ *     while the work runs, watched from another connection; a lost lease
+ *     stops the work.</li>
  * <li>{@link #translate} / {@link #fenceException}: any SQLException (or a
  *     framework's wrapper) to a {@link FenceException}, for code that writes
  *     outside {@link #fenced} (Spring, Hibernate, jOOQ).</li>
@@ -334,9 +337,13 @@ public final class LeaseFence {
 
     /**
      * As {@link #acquire}, but {@code busy} is an empty Optional instead of a
-     * {@link LeaseBusyException}. Every other outcome that is not a grant still
-     * throws: unknown ({@link LeaseUnknownException}) is never "not acquired",
-     * and unavailable is not busy.
+     * {@link LeaseBusyException}. Every other outcome that is not a grant
+     * throws what {@link #acquire} throws: unknown ({@link LeaseUnknownException})
+     * is never "not acquired", unavailable ({@link LeaseUnavailableException})
+     * is not busy, stale, insufficient_validity and unreplicated are
+     * {@link LeaseDeniedException}.
+     *
+     * @return the lease when granted; empty when someone else holds it
      */
     public static Optional<Lease> tryAcquire(Connection conn, String resource, long ttlMs,
                                              long minValidityMs, long waitMs) throws SQLException {
