@@ -15,7 +15,7 @@ import org.w3c.dom.NodeList;
  * launcher's --reports-dir) as TAP lines: "ok N - class: test" or "not ok N -
  * class: test" then "# " lines with the failure, one per test case (a dynamic
  * test by its display name), in class order; skipped ones "ok N - ... # SKIP". Exit status 1 when any failed, 2 when the report
- * has no test case. Run as a single-file program: java JunitXmlTap.java REPORT.
+ * has no test case. unit.sh compiles it with the tests: java JunitXmlTap REPORT.
  */
 public class JunitXmlTap {
     public static void main(String[] args) throws Exception {
