@@ -9,7 +9,8 @@
 #
 # Only Debian's jars: pgjdbc (libpostgresql-jdbc-java) and JUnit 5 (junit5),
 # found under /usr/share/java (or LF_JAVA_LIB) by name, whatever their version.
-# No Maven, no Gradle, no network.
+# No Maven (pom.xml is there for Maven users; ci.sh checks it), no Gradle, no
+# network.
 #
 # Environment:
 #   LF_JAVA_BUILD   build directory (default: build/ beside this script)

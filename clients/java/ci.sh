@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# clients/java/ci.sh — build the Java client, run its JUnit tests and the
+# clients/java/ci.sh — build the Java client, run its JUnit tests, check that
+# pom.xml builds it offline with Debian's Maven (when installed), and run the
 # example examples/java/TwoHolders.java against the built jar, as a user would.
 #
 # Run by test/clients/run.sh from a copy of the tree, cwd = clients/java, with
 # LF_JDBC_URL, LF_JDBC_USER, LF_JDBC_PASSWORD_FILE, LF_REDIS_SOCK, LF_SRC and
 # LF_CLIENT_WORK (a writable empty dir: the build goes there; build/ here
 # without it). The last line is exactly "java: N passed, N failed": N counts
-# the JUnit test cases (skipped ones in neither) and the example; a build that
+# the JUnit test cases (skipped ones in neither), the Maven check and the example; a build that
 # fails, or a launcher that writes no report, counts as one failure.
 set -uo pipefail
 
@@ -42,6 +43,29 @@ if [ -f "$BUILD/test-counts" ]; then
 else
 	echo "== java: build.sh did not run the tests (exit $rc)"
 	failed=$((failed + 1))
+fi
+
+# pom.xml: the same sources and tests through Debian's Maven, offline, against
+# Debian's repository (/usr/share/maven-repo); the server tests skip themselves
+# here (no LF_JDBC_URL), so this checks the build, the packaging and the
+# server-less tests. Skipped, and said so, when maven or its plugins are not
+# installed (Debian: maven libmaven-compiler-plugin-java
+# libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
+# libmaven-install-plugin-java).
+if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
+	echo "== java: mvn -o package (Debian's maven-repo, build in $BUILD/maven)"
+	if env -u LF_JDBC_URL mvn -o -B -q -f "$here/pom.xml" -Dmaven.repo.local=/usr/share/maven-repo \
+		-Dlf.maven.target="$BUILD/maven" package >"$BUILD/maven.log" 2>&1 &&
+		[ -f "$BUILD/maven/lease-fence-1.3.0.jar" ]; then
+		passed=$((passed + 1))
+		echo "== java: mvn package passed"
+	else
+		tail -n 40 "$BUILD/maven.log"
+		failed=$((failed + 1))
+		echo "== java: mvn package FAILED"
+	fi
+else
+	echo "== java: mvn package SKIPPED: Debian's maven and its plugins are not installed"
 fi
 
 # The example, compiled and run against the jar on a classpath

@@ -4,6 +4,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.sql.Types;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -12,6 +13,9 @@ import java.util.List;
 import java.util.Optional;
 import java.util.Set;
 
+import javax.sql.DataSource;
+
+import org.postgresql.PGConnection;
 import org.postgresql.core.BaseConnection;
 import org.postgresql.core.TransactionState;
 import org.postgresql.util.PSQLException;
@@ -38,6 +42,9 @@ import org.postgresql.util.ServerErrorMessage;
  * <li>{@link #transactionLease}: a transaction-scoped lease for one transaction.</li>
  * <li>{@link #job}: the same, for a job that is one transaction, in the fewest
  *     round trips.</li>
+ * <li>{@link #keptAliveLease}: a session-scoped lease the server keeps alive
+ *     while the work runs, watched from another connection; a lost lease
+ *     stops the work.</li>
  * <li>{@link #translate} / {@link #fenceException}: any SQLException (or a
  *     framework's wrapper) to a {@link FenceException}, for code that writes
  *     outside {@link #fenced} (Spring, Hibernate, jOOQ).</li>
@@ -234,14 +241,55 @@ public final class LeaseFence {
             // stored one: one more try with a fresh generation is safe
             lease = acquireRow(conn, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
         }
-        if (lease.isAcquired()) {
-            return lease;
+        return acquireResult(lease, busyIsNull);
+    }
+
+    /**
+     * What {@link #acquire} ({@code busyIsNull} false) and {@link #tryAcquire}
+     * ({@code busyIsNull} true) make of one row of {@code lease_fence.acquire}:
+     * the lease when granted, null for {@code busy} when {@code busyIsNull},
+     * else the exception for its status. No connection: the unit tests call it
+     * with every status of the answer table.
+     */
+    static Lease acquireResult(Lease row, boolean busyIsNull) throws LeaseException {
+        if (row.isAcquired()) {
+            return row;
         }
-        if (busyIsNull && Boolean.FALSE.equals(lease.acquired()) && "busy".equals(lease.status())) {
+        if (busyIsNull && Boolean.FALSE.equals(row.acquired()) && "busy".equals(row.status())) {
             return null;
         }
-        throw leaseError(lease.acquired(), lease.status(), lease, "acquire", resource,
-                lease.reason());
+        throw leaseError(row.acquired(), row.status(), row, "acquire", row.resource(),
+                row.reason());
+    }
+
+    /**
+     * What {@link #renew} makes of one row of {@code lease_fence.renew}: the
+     * validity left when renewed, else the exception for its status (no
+     * connection: for the unit tests).
+     */
+    static long renewResult(Lease lease, Boolean renewed, String status, Long validityMs,
+                            String reason) throws LeaseException {
+        if (!Boolean.TRUE.equals(renewed)) {
+            throw leaseError(renewed, status, lease, "renew", lease.resource(), reason);
+        }
+        return validityMs == null ? 0 : validityMs;
+    }
+
+    /**
+     * What {@link #releaseOutcome} makes of one row of {@code lease_fence.release}:
+     * every status the extension answers is returned, never thrown; a status it
+     * never answers is an SQLException (no connection: for the unit tests).
+     */
+    static ReleaseOutcome releaseResult(Boolean released, String status, String reason)
+            throws SQLException {
+        ReleaseStatus s;
+        try {
+            s = ReleaseStatus.of(status);
+        } catch (IllegalArgumentException e) {
+            throw new SQLException("lease_fence.release answered an unexpected status: "
+                    + status, e);
+        }
+        return new ReleaseOutcome(released, s, reason);
     }
 
     /** {@link #acquire(Connection, String, long, long, long, boolean)} with no
@@ -289,9 +337,13 @@ public final class LeaseFence {
 
     /**
      * As {@link #acquire}, but {@code busy} is an empty Optional instead of a
-     * {@link LeaseBusyException}. Every other outcome that is not a grant still
-     * throws: unknown ({@link LeaseUnknownException}) is never "not acquired",
-     * and unavailable is not busy.
+     * {@link LeaseBusyException}. Every other outcome that is not a grant
+     * throws what {@link #acquire} throws: unknown ({@link LeaseUnknownException})
+     * is never "not acquired", unavailable ({@link LeaseUnavailableException})
+     * is not busy, stale, insufficient_validity and unreplicated are
+     * {@link LeaseDeniedException}.
+     *
+     * @return the lease when granted; empty when someone else holds it
      */
     public static Optional<Lease> tryAcquire(Connection conn, String resource, long ttlMs,
                                              long minValidityMs, long waitMs) throws SQLException {
@@ -409,12 +461,8 @@ public final class LeaseFence {
                     if (!rs.next()) {
                         throw new SQLException("lease_fence.renew returned no row");
                     }
-                    Boolean renewed = getBoolean(rs, "renewed");
-                    if (!Boolean.TRUE.equals(renewed)) {
-                        throw leaseError(renewed, rs.getString("status"), lease, "renew",
-                                lease.resource(), rs.getString("reason"));
-                    }
-                    return rs.getLong("validity_ms");
+                    return renewResult(lease, getBoolean(rs, "renewed"), rs.getString("status"),
+                            getLong(rs, "validity_ms"), rs.getString("reason"));
                 }
             }
         });
@@ -444,15 +492,8 @@ public final class LeaseFence {
                     if (!rs.next()) {
                         throw new SQLException("lease_fence.release returned no row");
                     }
-                    String status = rs.getString("status");
-                    ReleaseStatus s;
-                    try {
-                        s = ReleaseStatus.of(status);
-                    } catch (IllegalArgumentException e) {
-                        throw new SQLException("lease_fence.release answered an unexpected status: "
-                                + status, e);
-                    }
-                    return new ReleaseOutcome(getBoolean(rs, "released"), s, rs.getString("reason"));
+                    return releaseResult(getBoolean(rs, "released"), rs.getString("status"),
+                            rs.getString("reason"));
                 }
             }
         });
@@ -474,6 +515,311 @@ public final class LeaseFence {
                 }
             }
         });
+    }
+
+    // ------------------------------------------------------------------
+    // Kept-alive leases
+    // ------------------------------------------------------------------
+
+    /** {@link #keptAliveLease(DataSource, String, long, long, long, long, KeptAliveWork)}
+     * with no minimum validity, no wait, and the default watch interval. */
+    public static <T> T keptAliveLease(DataSource pool, String resource, long ttlMs,
+                                       KeptAliveWork<T> work) throws SQLException {
+        return keptAliveLease(pool, resource, ttlMs, 0, 0, 0, work);
+    }
+
+    /**
+     * {@link #keptAliveLease(Connection, Connection, String, long, long, long, long, KeptAliveWork)}
+     * on two connections of {@code pool}: one holds the lease and runs
+     * {@code work}, the other watches it. Both are closed (returned to the
+     * pool) at the end. The pool must give out two connections at once.
+     */
+    public static <T> T keptAliveLease(DataSource pool, String resource, long ttlMs,
+                                       long minValidityMs, long waitMs, long pollMs,
+                                       KeptAliveWork<T> work) throws SQLException {
+        if (pool == null) {
+            throw new IllegalArgumentException("keptAliveLease needs a DataSource");
+        }
+        checkKeptAliveArgs(resource, ttlMs, minValidityMs, waitMs, pollMs, work);
+        try (Connection conn = pool.getConnection(); Connection watch = pool.getConnection()) {
+            return keptAliveLease(conn, watch, resource, ttlMs, minValidityMs, waitMs, pollMs,
+                    work);
+        }
+    }
+
+    /** {@link #keptAliveLease(Connection, Connection, String, long, long, long, long, KeptAliveWork)}
+     * with no minimum validity, no wait, and the default watch interval. */
+    public static <T> T keptAliveLease(Connection conn, Connection watch, String resource,
+                                       long ttlMs, KeptAliveWork<T> work) throws SQLException {
+        return keptAliveLease(conn, watch, resource, ttlMs, 0, 0, 0, work);
+    }
+
+    /**
+     * Runs {@code work} holding a session-scoped lease that the server keeps
+     * alive while it runs, then releases the lease.
+     *
+     * <p>{@code lease_fence.acquire(..., scope => 'session', keepalive => true)}
+     * in its own transaction on {@code conn} (throwing as {@link #acquire} does,
+     * before {@code work} runs; a {@code stale} is tried once more), then
+     * {@code work.run(lease, conn)}, then {@link #release}. The lease outlives
+     * {@code ttlMs} while {@code conn}'s session is active (running a statement,
+     * or idle for less than {@code ttlMs}), up to {@code lease_fence.keepalive_max_ms}
+     * (needs {@code shared_preload_libraries}). Write under it with
+     * {@code fenced(conn, lease.lease(), ...)}: once the lease is lost those
+     * writes throw {@link LeaseLostAtCommitException} (LF010).
+     *
+     * <p>While {@code work} runs, a daemon thread asks
+     * {@code lease_fence.keepalive_state(identity)} on {@code watch} every
+     * {@code pollMs} (0: {@code max(50, ttlMs / 3)}). When it answers
+     * {@code lost} or null, or the question fails, the work is stopped:
+     * {@link KeptAliveLease#isLost()} turns true, {@link KeptAliveLease#check()}
+     * throws, the thread running {@code work} is interrupted, and the statement
+     * running on {@code conn}, if any, is cancelled (pgjdbc's
+     * {@code cancelQuery}; SQLSTATE 57014 in {@code work}).
+     *
+     * <p>At the end, always: the watch stops, a transaction {@code work} left
+     * open is rolled back if {@code work} threw, and the lease is released.
+     * <ul>
+     * <li>the lease was lost while {@code work} ran (and the release did not
+     *     find it held): {@link LeaseLostException} (or
+     *     {@link LeaseUnknownException} when the watch failed), with
+     *     {@code work}'s exception, if any, as a suppressed one;</li>
+     * <li>{@code work} threw: that exception, unchanged;</li>
+     * <li>{@code work} returned: its value; but a release that answers
+     *     {@code not_held} (lost before the end) throws {@link LeaseLostException}.
+     *     {@code unavailable} / {@code unknown} do not throw: the lease is no
+     *     longer kept alive and expires by its TTL.</li>
+     * </ul>
+     * Do not release the lease inside {@code work}. Not for use behind a
+     * transaction-pooling proxy: a session lease belongs to the server session.
+     *
+     * @param conn  the connection that holds the lease and runs {@code work},
+     *              outside a transaction
+     * @param watch another connection, outside a transaction, used only by the
+     *              watch while {@code work} runs (a query on {@code conn} would
+     *              make its session look active)
+     * @throws IllegalArgumentException before anything is sent: a null argument,
+     *              {@code watch} is {@code conn}, or a negative or zero TTL,
+     *              negative minimum validity, wait or interval
+     */
+    public static <T> T keptAliveLease(Connection conn, Connection watch, String resource,
+                                       long ttlMs, long minValidityMs, long waitMs, long pollMs,
+                                       KeptAliveWork<T> work) throws SQLException {
+        if (conn == null || watch == null) {
+            throw new IllegalArgumentException("keptAliveLease needs two connections: one holds "
+                    + "the lease, the other watches it");
+        }
+        if (watch == conn) {
+            throw new IllegalArgumentException("watch must be another connection than the lease "
+                    + "owner's: queries on the owner's connection make it look active");
+        }
+        checkKeptAliveArgs(resource, ttlMs, minValidityMs, waitMs, pollMs, work);
+        requireIdle(watch);
+
+        Lease row;
+        try {
+            row = ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, minValidityMs,
+                    "session", waitMs, true, true, false));
+        } catch (LeaseUnknownException e) {
+            // it may be held by this session: one more conditional release
+            Lease maybe = e.lease();
+            if (maybe != null && maybe.identity() != null) {
+                try {
+                    releaseOutcome(conn, maybe);
+                } catch (SQLException | RuntimeException r) {
+                    e.addSuppressed(r);
+                }
+            }
+            throw e;
+        }
+
+        KeptAliveLease lease = new KeptAliveLease(row);
+        Watch w = new Watch(lease, conn, watch, pollMs > 0 ? pollMs : Math.max(50, ttlMs / 3));
+        w.start();
+        T result = null;
+        Throwable failure = null;
+        try {
+            result = work.run(lease, conn);
+        } catch (SQLException | RuntimeException | Error e) {
+            failure = e;
+        } finally {
+            w.finish();
+        }
+        LeaseException stoppedBy = lease.stoppedBy();
+
+        if (failure != null) {
+            rollbackIfOpen(conn, failure);
+        }
+        ReleaseOutcome released = null;
+        SQLException releaseError = null;
+        try {
+            released = releaseOutcome(conn, row);
+        } catch (SQLException e) {
+            releaseError = e;
+        }
+        boolean heldToTheEnd = released != null && released.status() == ReleaseStatus.RELEASED;
+        if (stoppedBy != null && !heldToTheEnd) {
+            LeaseException e = KeptAliveLease.fresh(stoppedBy);
+            if (failure != null) {
+                e.addSuppressed(failure);
+            }
+            if (releaseError != null) {
+                e.addSuppressed(releaseError);
+            }
+            throw e;
+        }
+        if (failure != null) {
+            if (releaseError != null) {
+                failure.addSuppressed(releaseError);
+            }
+            if (failure instanceof SQLException) {
+                throw (SQLException) failure;
+            }
+            if (failure instanceof RuntimeException) {
+                throw (RuntimeException) failure;
+            }
+            throw (Error) failure;
+        }
+        if (releaseError != null) {
+            throw releaseError;
+        }
+        if (released.status() == ReleaseStatus.NOT_HELD) {
+            throw new LeaseLostException("lost", row, "kept-alive lease \"" + resource
+                    + "\" was lost before the work ended (release: not_held)", null);
+        }
+        return result;
+    }
+
+    private static void checkKeptAliveArgs(String resource, long ttlMs, long minValidityMs,
+                                           long waitMs, long pollMs, Object work) {
+        if (resource == null) {
+            throw new IllegalArgumentException("keptAliveLease needs a resource name");
+        }
+        if (work == null) {
+            throw new IllegalArgumentException("keptAliveLease needs the work to run");
+        }
+        if (ttlMs <= 0 || minValidityMs < 0 || waitMs < 0 || pollMs < 0) {
+            throw new IllegalArgumentException("keptAliveLease needs ttlMs > 0 and minValidityMs, "
+                    + "waitMs, pollMs >= 0; got ttlMs " + ttlMs + ", minValidityMs "
+                    + minValidityMs + ", waitMs " + waitMs + ", pollMs " + pollMs);
+        }
+    }
+
+    /** ROLLBACK of a transaction that failed work left open; errors suppressed into failure. */
+    private static void rollbackIfOpen(Connection conn, Throwable failure) {
+        try {
+            if (!conn.getAutoCommit()) {
+                conn.rollback();
+            } else if (conn.isWrapperFor(BaseConnection.class)
+                    && conn.unwrap(BaseConnection.class).getTransactionState()
+                            != TransactionState.IDLE) {
+                try (Statement st = conn.createStatement()) {
+                    st.execute("ROLLBACK");
+                }
+            }
+        } catch (SQLException e) {
+            failure.addSuppressed(e);
+        }
+    }
+
+    /**
+     * The watch of a kept-alive lease: asks keepalive_state on its own
+     * connection every interval until finish(); on a loss (or a failed
+     * question) marks the lease stopped, interrupts the owner's thread and
+     * cancels the owner connection's statement — never after finish() began.
+     */
+    private static final class Watch extends Thread {
+        private final KeptAliveLease lease;
+        private final Connection owner;
+        private final Connection watch;
+        private final long intervalMs;
+        private final Thread ownerThread = Thread.currentThread();
+        private final Object lock = new Object();
+        private boolean done;
+        private boolean interruptedOwner;
+
+        Watch(KeptAliveLease lease, Connection owner, Connection watch, long intervalMs) {
+            super("lease_fence keep-alive watch");
+            setDaemon(true);
+            this.lease = lease;
+            this.owner = owner;
+            this.watch = watch;
+            this.intervalMs = intervalMs;
+        }
+
+        @Override
+        public void run() {
+            String what = "kept-alive lease \"" + lease.resource() + "\"";
+            for (;;) {
+                synchronized (lock) {
+                    if (!done) {
+                        try {
+                            lock.wait(intervalMs);
+                        } catch (InterruptedException e) {
+                            return;
+                        }
+                    }
+                    if (done) {
+                        return;
+                    }
+                }
+                LeaseException stop = null;
+                try {
+                    String state = keepaliveState(watch, lease.identity());
+                    if (!"active".equals(state)) {
+                        stop = new LeaseLostException("lost", lease.lease(), what + ": "
+                                + (state == null ? "no longer kept alive" : state), null);
+                    }
+                } catch (SQLException | RuntimeException e) {
+                    stop = new LeaseUnknownException("unknown", lease.lease(), what
+                            + " cannot be watched: " + e.getMessage(), null);
+                    stop.initCause(e);
+                }
+                if (stop == null) {
+                    continue;
+                }
+                synchronized (lock) {
+                    if (done) {
+                        return;
+                    }
+                    lease.stop(stop);
+                    interruptedOwner = true;
+                    ownerThread.interrupt();
+                    try {
+                        if (owner.isWrapperFor(PGConnection.class)) {
+                            owner.unwrap(PGConnection.class).cancelQuery();
+                        }
+                    } catch (SQLException e) {
+                        stop.addSuppressed(e);
+                    }
+                }
+                return;
+            }
+        }
+
+        /** Stops the watch and waits for it; clears the interrupt it caused. */
+        void finish() {
+            synchronized (lock) {
+                done = true;
+                lock.notifyAll();
+            }
+            boolean otherInterrupt = false;
+            for (;;) {
+                try {
+                    join();
+                    break;
+                } catch (InterruptedException e) {
+                    otherInterrupt = true;
+                }
+            }
+            boolean pending = Thread.interrupted();
+            if (interruptedOwner) {
+                return;             // ours: cleared
+            }
+            if (otherInterrupt || pending) {
+                Thread.currentThread().interrupt();
+            }
+        }
     }
 
     // ------------------------------------------------------------------

@@ -560,7 +560,8 @@ class LeaseFenceTest {
     /**
      * Redis does not answer a new connection's check (CLIENT PAUSE, short
      * lease_fence.connect_timeout_ms): nothing was sent, so the acquire is
-     * LeaseUnavailableException, a definite no, with a reason. (run.sh's
+     * LeaseUnavailableException, a definite no, with a reason, from acquire
+     * and from tryAcquire alike. (run.sh's
      * app_noredis role cannot log in over TCP, so this is how JDBC sees it.)
      */
     @Test
@@ -571,20 +572,187 @@ class LeaseFenceTest {
             st.execute("SET lease_fence.connect_timeout_ms = 150");
             st.execute("SET lease_fence.command_timeout_ms = 150");
         }
+        Connection t = open();                  // another new backend, for tryAcquire
+        try (Statement st = t.createStatement()) {
+            st.execute("SET lease_fence.connect_timeout_ms = 150");
+            st.execute("SET lease_fence.command_timeout_ms = 150");
+        }
         String res = resource("");
         LeaseUnavailableException e;
+        LeaseUnavailableException viaTry;
         redis("CLIENT", "PAUSE", "3000", "ALL");
         try {
             e = assertThrows(LeaseUnavailableException.class, () -> LeaseFence.acquire(c, res, 10000));
+            // tryAcquire: the same exception, not an empty Optional (that is busy only)
+            viaTry = assertThrows(LeaseUnavailableException.class,
+                    () -> LeaseFence.tryAcquire(t, res, 10000));
         } finally {
             redis("PING");
         }
+        assertEquals("unavailable", viaTry.status());
+        assertEquals(Boolean.FALSE, viaTry.lease().acquired());
         assertInstanceOf(LeaseDeniedException.class, e);
         assertEquals("unavailable", e.status());
         assertEquals(Boolean.FALSE, e.lease().acquired());
         assertNotNull(e.reason());
         assertTrue(e.getMessage().contains(e.reason()));
         assertEquals("0", redis("EXISTS", KEY_PREFIX + "{" + res + "}"));
+    }
+
+    // ------------------------------------------------------------------
+    // keptAliveLease
+
+    static String leaseKey(String res) {
+        return KEY_PREFIX + "{" + res + "}";
+    }
+
+    org.postgresql.ds.PGSimpleDataSource dataSource() throws SQLException {
+        assumeTrue(URL != null, "LF_JDBC_URL is not set");
+        org.postgresql.ds.PGSimpleDataSource ds = new org.postgresql.ds.PGSimpleDataSource();
+        ds.setURL(URL);
+        ds.setUser(USER);
+        String file = System.getenv("LF_JDBC_PASSWORD_FILE");
+        if (file != null) {
+            try {
+                ds.setPassword(Files.readString(Path.of(file), StandardCharsets.UTF_8).strip());
+            } catch (IOException e) {
+                throw new SQLException("cannot read LF_JDBC_PASSWORD_FILE", e);
+            }
+        }
+        return ds;
+    }
+
+    /**
+     * keptAliveLease on a DataSource, TTL 1 s: a 3 s statement on the owner's
+     * connection keeps the lease alive (the key still holds the identity,
+     * the watch saw it active), a fenced write under it commits, and the end
+     * releases it.
+     */
+    @Test
+    void keptAliveLeaseOutlivesItsTtlAndIsReleased() throws Exception {
+        assumeRedisCli();
+        int id = newRow(conn);
+        String res = resource("");
+        KeptAliveLease[] held = new KeptAliveLease[1];
+        String out = LeaseFence.keptAliveLease(dataSource(), res, 1000, (lease, c) -> {
+            held[0] = lease;
+            assertTrue(lease.lease().isAcquired());
+            assertEquals("active", LeaseFence.keepaliveState(conn, lease.identity()));
+            try (Statement st = c.createStatement()) {
+                st.execute("SELECT pg_sleep(3)");
+            }
+            try {
+                assertEquals(lease.identity(), redis("GET", leaseKey(res)),
+                        "still held after three TTLs of a running statement");
+            } catch (IOException | InterruptedException x) {
+                throw new SQLException(x);
+            }
+            assertFalse(lease.isLost());
+            lease.check();
+            LeaseFence.fenced(c, lease.lease(), w -> setOwner(w, id, "kept alive"));
+            try (PreparedStatement ps = c.prepareStatement(
+                    "SELECT scope, state FROM lease_fence.leases WHERE identity = ?")) {
+                ps.setString(1, lease.identity());
+                try (ResultSet rs = ps.executeQuery()) {
+                    assertTrue(rs.next());
+                    assertEquals("session/held", rs.getString(1) + "/" + rs.getString(2));
+                }
+            }
+            return "done";
+        });
+        assertEquals("done", out);
+        assertEquals("kept alive/100/" + held[0].generation(), readRow(conn, id));
+        assertEquals("0", redis("EXISTS", leaseKey(res)), "released at the end");
+        assertNull(LeaseFence.keepaliveState(conn, held[0].identity()));
+        assertFalse(Thread.currentThread().isInterrupted());
+    }
+
+    /**
+     * Someone overwrites the key while the work runs a long statement: the
+     * watch sees the lease lost and stops the work (the statement is
+     * cancelled, 57014, and never finishes), keptAliveLease throws
+     * LeaseLostException with the work's exception suppressed, the other
+     * identity's key is untouched, and the fenced write before the loss is
+     * the only one.
+     */
+    @Test
+    void keptAliveLeaseLostStopsTheWork() throws Exception {
+        assumeRedisCli();
+        int id = newRow(conn);
+        String res = resource("");
+        String thief = "f".repeat(32);
+        Connection watch = open();
+        KeptAliveLease[] held = new KeptAliveLease[1];
+        boolean[] finished = new boolean[1];
+        LeaseLostException e = assertThrows(LeaseLostException.class,
+                () -> LeaseFence.keptAliveLease(conn, watch, res, 3000, 0, 0, 100, (lease, c) -> {
+                    held[0] = lease;
+                    LeaseFence.fenced(c, lease.lease(), w -> setOwner(w, id, "before the loss"));
+                    try {
+                        redis("SET", leaseKey(res), thief, "PX", "60000");
+                    } catch (IOException | InterruptedException x) {
+                        throw new SQLException(x);
+                    }
+                    try (Statement st = c.createStatement()) {
+                        st.execute("SELECT pg_sleep(60)");     // stopped by the watch
+                    }
+                    finished[0] = true;
+                    LeaseFence.fenced(c, lease.lease(), w -> setOwner(w, id, "after the loss"));
+                    return null;
+                }));
+        assertFalse(finished[0], "the work was stopped");
+        assertEquals("lost", e.status());
+        assertEquals(held[0].identity(), e.lease().identity());
+        assertTrue(held[0].isLost());
+        assertThrows(LeaseLostException.class, held[0]::check);
+        assertEquals(1, e.getSuppressed().length, "the work's exception");
+        assertEquals("57014", ((SQLException) e.getSuppressed()[0]).getSQLState());
+        assertFalse(Thread.currentThread().isInterrupted(), "the watch's interrupt is cleared");
+        assertTrue(conn.getAutoCommit());
+        assertEquals("before the loss/100/" + held[0].generation(), readRow(conn, id));
+        assertEquals(thief, redis("GET", leaseKey(res)), "the other identity's key is untouched");
+        redis("DEL", leaseKey(res));
+        assertNull(LeaseFence.keepaliveState(watch, held[0].identity()),
+                "the release acknowledged the loss");
+    }
+
+    /**
+     * The work's exception propagates unchanged and the lease is released
+     * (a transaction the work left open is rolled back); bad arguments are
+     * refused before anything is acquired.
+     */
+    @Test
+    void keptAliveLeaseWorkExceptionReleasesAndArgumentsAreChecked() throws Exception {
+        assumeRedisCli();
+        String res = resource("");
+        Connection watch = open();
+        IllegalStateException boom = new IllegalStateException("boom");
+        KeptAliveLease[] held = new KeptAliveLease[1];
+        IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> LeaseFence.keptAliveLease(conn, watch, res, 10000, (lease, c) -> {
+                    held[0] = lease;
+                    c.setAutoCommit(false);
+                    setOwner(c, newRow(c), "rolled back");
+                    throw boom;
+                }));
+        assertSame(boom, e);
+        assertEquals("0", redis("EXISTS", leaseKey(res)));
+        assertNull(LeaseFence.keepaliveState(watch, held[0].identity()));
+        conn.setAutoCommit(true);
+
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.keptAliveLease(conn, conn, res, 10000, (l, c) -> fail("ran")));
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.keptAliveLease(conn, watch, res, 0, (l, c) -> fail("ran")));
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.keptAliveLease(conn, watch, res, 10000, 0, -1, 0,
+                        (l, c) -> fail("ran")));
+        assertEquals("0", redis("EXISTS", leaseKey(res)), "nothing was acquired");
+        // busy: thrown before the work runs, as acquire does
+        Lease other = LeaseFence.acquire(watch, res, 10000);
+        assertThrows(LeaseBusyException.class,
+                () -> LeaseFence.keptAliveLease(conn, open(), res, 10000, (l, c) -> fail("ran")));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(watch, other));
     }
 
     // ------------------------------------------------------------------
