@@ -61,7 +61,7 @@ async function main() {
     // Worker A: a 500 ms lease, a fenced write, then a stall
     const leaseA = await take(leases, pool, resource, 500);
     console.log(`A holds ${resource} with generation ${leaseA.generation}`);
-    await lf.withFence(pool, leaseA, (client) =>
+    await lf.fenced(pool, leaseA, (client) =>
       client.query("UPDATE account SET owner = 'A', balance = balance + 1 WHERE id = $1", [id]));
     await sleep(1000);                         // A stalls: its lease expires
 
@@ -69,13 +69,13 @@ async function main() {
     const leaseB = await take(leases, pool, resource, 10000);
     console.log(`B holds ${resource} with generation ${leaseB.generation}`);
     try {
-      await lf.withFence(pool, leaseB, (client) =>
+      await lf.fenced(pool, leaseB, (client) =>
         client.query("UPDATE account SET owner = 'B', balance = balance + 10 WHERE id = $1", [id]));
 
       // Worker A wakes up and writes under its old lease: refused
       let refused = null;
       try {
-        await lf.withFence(pool, leaseA, (client) =>
+        await lf.fenced(pool, leaseA, (client) =>
           client.query("UPDATE account SET owner = 'A', balance = 0 WHERE id = $1", [id]));
       } catch (err) {
         if (!(err instanceof lf.StaleGeneration)) throw err;

@@ -34,7 +34,7 @@ async function main() {
     // Worker A: a 500 ms lease, a fenced write, then a stall
     const leaseA = await lf.acquire(pool, resource, { ttlMs: 500 });
     console.log(`A holds ${resource} with generation ${leaseA.generation}`);
-    await lf.withFence(pool, leaseA, (client) =>
+    await lf.fenced(pool, leaseA, (client) =>
       client.query("UPDATE account SET owner = 'A', balance = balance + 1 WHERE id = $1", [id]));
     await sleep(1000);                         // A stalls: its lease expires
 
@@ -48,13 +48,13 @@ async function main() {
     }
     console.log(`B holds ${resource} with generation ${leaseB.generation}`);
     try {
-      await lf.withFence(pool, leaseB, (client) =>
+      await lf.fenced(pool, leaseB, (client) =>
         client.query("UPDATE account SET owner = 'B', balance = balance + 10 WHERE id = $1", [id]));
 
       // Worker A wakes up and writes under its old lease: refused
       let refused = null;
       try {
-        await lf.withFence(pool, leaseA, (client) =>
+        await lf.fenced(pool, leaseA, (client) =>
           client.query("UPDATE account SET owner = 'A', balance = 0 WHERE id = $1", [id]));
       } catch (err) {
         if (!(err instanceof lf.StaleGeneration)) throw err;
