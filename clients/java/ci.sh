@@ -49,7 +49,7 @@ fi
 # Debian's repository (/usr/share/maven-repo); the server tests skip themselves
 # here (no LF_JDBC_URL), so this checks the build, the packaging and the
 # server-less tests. Skipped, and said so, when maven or its plugins are not
-# installed (Debian: maven libmaven-compiler-plugin-java
+# installed (test/clients/run.sh installs them; Debian: maven libmaven-compiler-plugin-java
 # libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
 # libmaven-install-plugin-java).
 if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then

@@ -45,6 +45,8 @@ lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-dja
 	python3-pytest python3-pytest-asyncio python3-venv python3-pip python3-setuptools \
 	python3-wheel python3-build python3-asyncpg python3-redis \
 	"$jdk" libpostgresql-jdbc-java junit5 \
+	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
+	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
