@@ -25,6 +25,7 @@ OBJS = \
 	src/resource_fence.o \
 	src/repair.o \
 	src/fence_trigger.o \
+	src/redis_reply.o \
 	src/redis_settings.o \
 	src/redis_tls.o \
 	src/redis_conn.o \

@@ -48,8 +48,6 @@
 #include <limits.h>
 #include <signal.h>
 
-#include <hiredis/hiredis.h>
-
 #include "fence.h"
 #include "lease.h"
 #include "miscadmin.h"
@@ -578,11 +576,8 @@ renew_one(SlotCopy *c, int64 now)
 	char		ttlbuf[32];
 	const char *keys[1];
 	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
+	LfAnswer	ans;
 	int64		start = lf_now_ms();
-	long long	answer = -1;
 
 	if (ttl < 1)
 		ttl = 1;
@@ -590,37 +585,29 @@ renew_one(SlotCopy *c, int64 now)
 	keys[0] = lf_lease_key(c->resource);
 	args[0] = c->identity;
 	args[1] = ttlbuf;
-	r = lf_run_script(LF_SCRIPT_RENEW, 1, keys, 2, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_APPLIED)
-	{
-		if (reply->type == REDIS_REPLY_INTEGER)
-			answer = reply->integer;
-		else
-			r = LF_UNKNOWN;
-		freeReplyObject(reply);
-	}
-	if (r == LF_INTERRUPTED)
+	lf_run_script(LF_SCRIPT_RENEW, 1, keys, 2, args, lf_command_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
 
-	if (r == LF_APPLIED && answer == 1 && lf_min_replicas > 0)
+	if (ans.outcome == LF_ANS_RENEWED && lf_min_replicas > 0)
 	{
 		/* a renewal the replicas do not have is no renewal: try again soon */
 		bool		interrupted;
 		int			acked = lf_wait_replicas(lf_replica_timeout_ms + lf_command_timeout_ms,
-											 LF_INTERRUPTIBLE, &interrupted, err);
+											 LF_INTERRUPTIBLE, &interrupted, ans.err);
 
 		if (interrupted)
 			CHECK_FOR_INTERRUPTS();
 		if (acked < lf_min_replicas)
 		{
 			if (acked >= 0)
-				snprintf(err, sizeof(err), "%d of %d replicas acknowledged the renewal",
+				snprintf(ans.err, sizeof(ans.err), "%d of %d replicas acknowledged the renewal",
 						 acked, lf_min_replicas);
-			r = LF_UNKNOWN;
+			ans.outcome = LF_ANS_UNKNOWN;
 		}
 	}
-	if (r == LF_APPLIED && answer == 1)
+	if (ans.outcome == LF_ANS_RENEWED)
 	{
 		int64		validity = lf_validity_after(ttl, lf_now_ms() - start);
 
@@ -635,19 +622,19 @@ renew_one(SlotCopy *c, int64 now)
 		LWLockRelease(ka->lock);
 		return;
 	}
-	if (r == LF_APPLIED)
+	if (ans.outcome == LF_ANS_LOST)
 	{
 		mark_lost(c, KL_NOT_HELD, LF_C_KEEPALIVE_LOST);
 		return;
 	}
-	/* not confirmed: again soon, unless the lease expires first */
+	/* not confirmed (unavailable, unknown): again soon, unless the lease expires first */
 	{
 		int64		retry = lf_now_ms() + Max(c->ttl_ms / 20, 10);
 
 		if (retry >= c->valid_until)
 		{
 			ereport(WARNING,
-					errmsg("lease_fence: keep-alive of resource \"%s\": %s", c->resource, err));
+					errmsg("lease_fence: keep-alive of resource \"%s\": %s", c->resource, ans.err));
 			mark_lost(c, KL_UNCONFIRMED, LF_C_KEEPALIVE_UNCONFIRMED);
 			return;
 		}
@@ -675,23 +662,19 @@ release_at_max(const SlotCopy *c)
 {
 	const char *keys[1];
 	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
+	LfAnswer	ans;
 
 	keys[0] = lf_lease_key(c->resource);
 	args[0] = c->identity;
 	args[1] = lf_release_publish();
-	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_APPLIED)
-		freeReplyObject(reply);
-	else
+	lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	if (ans.outcome != LF_ANS_RELEASED && ans.outcome != LF_ANS_NOT_HELD)
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\" at keepalive_max_ms", c->resource),
-				errdetail("%s", err),
+				errdetail("%s", ans.err),
 				errhint("The lease expires by its TTL, at the latest when keepalive_max_ms is reached."));
-	if (r == LF_INTERRUPTED)
+	if (ans.outcome == LF_ANS_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
 	mark_lost(c, KL_MAX, LF_C_KEEPALIVE_MAX_REACHED);
 }

@@ -26,6 +26,7 @@ ORDER="
 1 resource_fence
 1 repair
 1 fence_trigger
+2 redis_reply
 2 redis_settings
 2 redis_tls
 2 redis_conn
