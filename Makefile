@@ -33,6 +33,7 @@ OBJS = \
 	src/redis_topology.o \
 	src/redis_script.o \
 	src/keepalive.o \
+	src/keepalive_worker.o \
 	src/lease_registry.o \
 	src/lease.o \
 	src/lease_fence.o

@@ -34,6 +34,7 @@ ORDER="
 2 redis_topology
 2 redis_script
 3 keepalive
+3 keepalive_worker
 3 lease_registry
 3 lease
 4 lease_fence
