@@ -15,8 +15,9 @@
 
 EXTENSION = lease_fence
 MODULE_big = lease_fence
-# layer by layer, lowest first (docs/design.md, "Layers"; test/layers.sh
-# checks that every call goes to a file listed before its caller)
+# layer by layer, lowest first, in the order of test/layers.sh's table (the
+# one list of the layers; docs/design.md, "The layers"), which checks that
+# every call goes to a file listed before its caller
 OBJS = \
 	src/stats.o \
 	src/extension.o \

@@ -45,9 +45,8 @@
  * synchronous standbys, a value is returned only once they confirmed the
  * WAL that covers it.
  *
- * Layer 1 (docs/design.md, "Layers"): it calls the extension's relations
- * (extension.c) and the counters; the fence files and the lease layer call
- * it.
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/generation.c
@@ -283,9 +282,9 @@ flush_sequence_wal(Oid seqid)
  * the top transaction's resource owner, and keeps it to the end of the
  * transaction.  We hold it only around each draw (taking our own under the
  * same owner, since nextval takes none on later calls), so that
- * lf_advance_generation_past() waits for draws in flight, not for every open
- * transaction that once drew a generation: two backends healing a stale
- * generation at once would otherwise deadlock.
+ * advance_past() (a heal, or advance_generation()) waits for draws in
+ * flight, not for every open transaction that once drew a generation: two
+ * backends healing a stale generation at once would otherwise deadlock.
  */
 static void
 lock_for_draw(Oid seqid)

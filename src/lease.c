@@ -16,8 +16,8 @@
  * "unconfirmed".  An operation interrupted by a cancel is recorded as
  * "unknown" and cleaned up at the end of the transaction.
  *
- * Layer 3 (docs/design.md, "Layers"), its top file: the SQL-callable
- * functions, calling the registry, the keep-alive and everything below.
+ * Layer 3, the leases (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/lease.c
@@ -53,7 +53,7 @@ PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 /* ---------------------------------------------------------------------
  * Outcomes
  *
- * A status is the counter it is counted under (lease_fence.h names both);
+ * A status is the counter it is counted under (stats.h names both);
  * this table adds what the row says beside it: which function returns it,
  * and the value of its first column (acquired, renewed, released), which
  * is NULL exactly when the outcome is unknown.

@@ -1,10 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * lease.h
- *	  The lease layer (layer 3, docs/design.md "Layers"): keep-alive
- *	  (keepalive.c), the session's lease registry (lease_registry.c), and the
- *	  SQL functions of the lease helper (lease.c), each calling only those
- *	  listed before it, and the layers below.
+ *	  The lease layer (layer 3; its files and the order of their calls:
+ *	  docs/design.md, "The layers"): keep-alive, the session's lease
+ *	  registry, and the SQL functions of the lease helper.
  *
  * IDENTIFICATION
  *	  src/lease.h

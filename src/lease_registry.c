@@ -15,8 +15,8 @@
  * recorded as "unconfirmed" when that is not confirmed either.  The list
  * is the view lease_fence.leases.
  *
- * Layer 3 (docs/design.md, "Layers"): it calls keepalive.c, the Redis
- * layer, the resource fence and the current generation; lease.c calls it.
+ * Layer 3, the leases (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/lease_registry.c

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * redis.h
- *	  The Redis layer (layer 2; its files and their order: docs/design.md,
- *	  "The layers"): its settings, the TLS transport, connections, which
- *	  server a command goes to, the lease scripts, and the one decoder of
- *	  their replies (redis_reply.c), which turns every reply into a typed
+ *	  The Redis layer (layer 2; its files and the order of their calls:
+ *	  docs/design.md, "The layers"): its settings, the TLS transport,
+ *	  connections, which server a command goes to, the lease scripts, and
+ *	  the one decoder of their replies, which turns every reply into a typed
  *	  answer (LfAnswer).  Nothing above this layer knows the Redis protocol
  *	  (test/layers.sh refuses hiredis there); nothing below it knows Redis
  *	  at all.

@@ -35,8 +35,8 @@
  * Host names are resolved with getaddrinfo(), which does not honour
  * connect_timeout_ms or interrupts (see docs/reference.md, "Settings").
  *
- * Layer 2 (docs/design.md, "Layers"): it calls the settings and the TLS
- * transport below it; redis_topology.c picks the endpoint from above.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_conn.c

@@ -22,8 +22,8 @@
  * hiredis's reply type and c.h-level things only, so that the server-less
  * unit test (test/unit/c.sh) links it as it is.
  *
- * Layer 2 (docs/design.md, "The layers"), its lowest file: it calls nothing
- * of lease_fence; redis_conn.c and redis_script.c call it.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_reply.c

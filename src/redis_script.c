@@ -26,8 +26,8 @@
  * sent once with EVAL, which also loads it.  Builds with assertions check
  * the constants against the texts at load time.
  *
- * Layer 2 (docs/design.md, "Layers"), its top file: it calls the topology
- * below it; the lease layer calls it.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_script.c
