@@ -82,7 +82,7 @@ include $(PGXS)
 
 # (after the include, so that "all" stays the default goal; the .bc is the
 # JIT's bitcode, compiled from the same source when PostgreSQL has LLVM)
-src/lua_scripts.h: scripts/embed.sh $(LUA_SCRIPTS)
+src/lua_scripts.h: scripts/embed.sh scripts/answers.json $(LUA_SCRIPTS)
 	$(SHELL) scripts/embed.sh $(LUA_SCRIPTS) >$@.tmp || { rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
 src/redis_script.o src/redis_script.bc: src/lua_scripts.h
