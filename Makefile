@@ -15,8 +15,9 @@
 
 EXTENSION = lease_fence
 MODULE_big = lease_fence
-# layer by layer, lowest first (docs/design.md, "Layers"; test/layers.sh
-# checks that every call goes to a file listed before its caller)
+# layer by layer, lowest first, in the order of test/layers.sh's table (the
+# one list of the layers; docs/design.md, "The layers"), which checks that
+# every call goes to a file listed before its caller
 OBJS = \
 	src/stats.o \
 	src/extension.o \
@@ -25,6 +26,7 @@ OBJS = \
 	src/resource_fence.o \
 	src/repair.o \
 	src/fence_trigger.o \
+	src/redis_reply.o \
 	src/redis_settings.o \
 	src/redis_tls.o \
 	src/redis_conn.o \
@@ -32,6 +34,7 @@ OBJS = \
 	src/redis_topology.o \
 	src/redis_script.o \
 	src/keepalive.o \
+	src/keepalive_worker.o \
 	src/lease_registry.o \
 	src/lease.o \
 	src/lease_fence.o
@@ -79,7 +82,7 @@ include $(PGXS)
 
 # (after the include, so that "all" stays the default goal; the .bc is the
 # JIT's bitcode, compiled from the same source when PostgreSQL has LLVM)
-src/lua_scripts.h: scripts/embed.sh $(LUA_SCRIPTS)
+src/lua_scripts.h: scripts/embed.sh scripts/answers.json $(LUA_SCRIPTS)
 	$(SHELL) scripts/embed.sh $(LUA_SCRIPTS) >$@.tmp || { rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
 src/redis_script.o src/redis_script.bc: src/lua_scripts.h

@@ -1,3 +1,12 @@
+-- acquire.lua: take a lease, if nobody holds it and the generation is new.
+-- KEYS[1] lease key, KEYS[2] generation key
+-- ARGV[1] identity, ARGV[2] ttl_ms, ARGV[3] generation (decimal, no leading
+--   zero), ARGV[4] generation key TTL in seconds ('0': none)
+-- Replies: {1, generation} acquired (the key set NX PX ttl_ms, the generation
+--   stored); {0, PTTL of the lease key} busy; {2, stored generation} stale
+--   (ARGV[3] is not above it); an error reply if ttl_ms is not a positive
+--   integer.  Generations compare as decimal strings, never as Lua numbers.
+-- Every reply and what it means: scripts/answers.json.
 local function lt(a, b)
   if #a ~= #b then return #a < #b end
   return a < b

@@ -1,3 +1,10 @@
+-- claim.lua: claim a key_prefix for one database, unless another has.
+-- KEYS[1] owner key (<key_prefix>owner)
+-- ARGV[1] owner id (<system identifier>:<database OID>), ARGV[2] claim value
+--   (the owner id, ':' and the database name)
+-- Replies: {2, value} claimed now; {1, value} ours already; {0, value}
+--   another database's (value is the key's).
+-- Every reply and what it means: scripts/answers.json.
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   redis.call('SET', KEYS[1], ARGV[2])

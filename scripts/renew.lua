@@ -1,3 +1,9 @@
+-- renew.lua: extend a lease that still holds the identity; never recreate it.
+-- KEYS[1] lease key
+-- ARGV[1] identity, ARGV[2] ttl_ms
+-- Replies: 1 renewed (PEXPIRE ttl_ms); 0 lost (the key no longer holds the
+--   identity); an error reply if ttl_ms is not a positive integer.
+-- Every reply and what it means: scripts/answers.json.
 local ttl = tonumber(ARGV[2])
 if not ttl or ttl <= 0 or ttl % 1 ~= 0 then
   return redis.error_reply('ERR lease_fence: ttl must be a positive integer')

@@ -4,6 +4,8 @@
  *	  The differences between the PostgreSQL majors lease_fence supports
  *	  (15 to 18), in one place.  Each wrapper keeps the behaviour of the
  *	  oldest API; see test/README.md, "Supported PostgreSQL versions".
+ *	  Under every layer (docs/design.md, "The layers"): any file may
+ *	  include it; it holds no code of lease_fence's.
  *
  * IDENTIFICATION
  *	  src/compat.h

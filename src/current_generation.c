@@ -18,8 +18,9 @@
  * undid the SET LOCAL that acquire() made.  The lease registry reports it
  * here, and while it is held a SET to any other value is refused.
  *
- * Layer 1 (docs/design.md, "Layers"): the fence files read it; the lease
- * registry above reports a transaction-scoped lease's generation here
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls). The lease layer reports a
+ * transaction-scoped lease's generation here from above
  * (lf_set_lease_generation), a call downward.
  *
  * IDENTIFICATION

@@ -20,8 +20,8 @@
  * relcache entry is invalidated (it was dropped, altered, or the whole
  * cache was reset): the catalog is read again only then.
  *
- * Layer 1 (docs/design.md, "Layers"), its lowest file: it calls only
- * PostgreSQL.
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/extension.c

@@ -1,12 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * fence.h
- *	  The fence layer (layer 1, docs/design.md "Layers"): the extension's own
- *	  relations (extension.c), issued generations (generation.c), the
- *	  current generation (current_generation.c), resource fences
- *	  (resource_fence.c), repair_unissued (repair.c) and the row fence
- *	  (fence_trigger.c).  It needs no Redis and reaches no file above it:
- *	  what the leases above must tell the fence, they tell through
+ *	  The fence layer (layer 1; its files and the order of their calls:
+ *	  docs/design.md, "The layers"): the extension's own relations, issued
+ *	  and current generations, resource fences, repair_unissued and the row
+ *	  fence.  It needs no Redis and reaches no file above it: what the
+ *	  leases above must tell the fence, they tell through
  *	  lf_write_check_hook.
  *
  * IDENTIFICATION
@@ -25,7 +24,7 @@
 #include "compat.h"
 #include "stats.h"
 
-/* SQLSTATEs of class LF: see README.md */
+/* SQLSTATEs of class LF: docs/reference.md, "SQLSTATEs", says when and what to do */
 #define ERRCODE_LF_STALE_GENERATION			MAKE_SQLSTATE('L','F','0','0','1')
 #define ERRCODE_LF_MISSING_GENERATION		MAKE_SQLSTATE('L','F','0','0','2')
 #define ERRCODE_LF_CONFLICTING_GENERATION	MAKE_SQLSTATE('L','F','0','0','3')

@@ -45,9 +45,8 @@
  * synchronous standbys, a value is returned only once they confirmed the
  * WAL that covers it.
  *
- * Layer 1 (docs/design.md, "Layers"): it calls the extension's relations
- * (extension.c) and the counters; the fence files and the lease layer call
- * it.
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/generation.c
@@ -65,6 +64,7 @@
 #include "compat.h"
 #include "fence.h"
 #include "fmgr.h"
+#include "generation_math.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
@@ -90,20 +90,7 @@ typedef struct LfSequenceMagic
 	uint32		magic;
 } LfSequenceMagic;
 
-/*
- * generation = (epoch << LF_EPOCH_SHIFT) + counter.  The epoch has the 23
- * bits above the counter's 40 (a bigint is positive), and the last 2^24
- * values of each epoch are never handed out: a counter that reached them is
- * exhausted (an ERROR), it never runs on into the next epoch, which a later
- * timeline may start.  The margin only has to cover draws racing past the
- * check before they see it, at most one per backend.
- */
-#define LF_EPOCH_SHIFT 40
-#define LF_EPOCH_MAX ((INT64CONST(1) << (63 - LF_EPOCH_SHIFT)) - 1)
-#define LF_COUNTER_MASK ((INT64CONST(1) << LF_EPOCH_SHIFT) - 1)
-#define LF_COUNTER_LIMIT (LF_COUNTER_MASK + 1 - (INT64CONST(1) << 24))
-#define LF_EPOCH_OF(v) ((v) >> LF_EPOCH_SHIFT)
-#define LF_COUNTER_OF(v) ((v) & LF_COUNTER_MASK)
+/* the epoch layout and its bounds: generation_math.h */
 
 /* the timeline this backend last looked up, and the LSN where it begins */
 static TimeLineID known_tli = 0;
@@ -295,9 +282,9 @@ flush_sequence_wal(Oid seqid)
  * the top transaction's resource owner, and keeps it to the end of the
  * transaction.  We hold it only around each draw (taking our own under the
  * same owner, since nextval takes none on later calls), so that
- * lf_advance_generation_past() waits for draws in flight, not for every open
- * transaction that once drew a generation: two backends healing a stale
- * generation at once would otherwise deadlock.
+ * advance_past() (a heal, or advance_generation()) waits for draws in
+ * flight, not for every open transaction that once drew a generation: two
+ * backends healing a stale generation at once would otherwise deadlock.
  */
 static void
 lock_for_draw(Oid seqid)
@@ -393,9 +380,10 @@ epoch_to_start(Oid seqid, int64 *epoch)
 	XLogRecPtr	begin = timeline_begin(tli);
 	int64		last_value;
 	XLogRecPtr	lsn;
-	int64		target;
+	int64		target = -1;
+	LfEpochStep step;
 
-	if ((int64) tli > LF_EPOCH_MAX)
+	if (!lf_timeline_fits_epoch((int64) tli))
 		ereport(ERROR,
 				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				errmsg("timeline %u is too large for lease_fence generations", tli),
@@ -403,11 +391,12 @@ epoch_to_start(Oid seqid, int64 *epoch)
 						  63 - LF_EPOCH_SHIFT, LF_EPOCH_MAX));
 
 	read_sequence_state(seqid, &last_value, &lsn);
-	*epoch = LF_EPOCH_OF(last_value);
+	step = lf_epoch_step(last_value, (int64) tli,
+						 !XLogRecPtrIsInvalid(begin) && lsn < begin, epoch, &target);
 
-	if (!((!XLogRecPtrIsInvalid(begin) && lsn < begin) || *epoch < (int64) tli - 1))
+	if (step == LF_EPOCH_KEEP || step == LF_EPOCH_EXHAUSTED)
 	{
-		if (LF_COUNTER_OF(last_value) >= LF_COUNTER_LIMIT)
+		if (step == LF_EPOCH_EXHAUSTED)
 			ereport(ERROR,
 					errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 					errmsg("the generations of epoch " INT64_FORMAT " are exhausted", *epoch),
@@ -417,8 +406,7 @@ epoch_to_start(Oid seqid, int64 *epoch)
 		return -1;
 	}
 
-	target = *epoch + (int64) tli;
-	if (target > LF_EPOCH_MAX)
+	if (step == LF_EPOCH_NONE_LEFT)
 		ereport(ERROR,
 				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				errmsg("no generation epoch is left for timeline %u", tli),
@@ -566,7 +554,7 @@ lf_draw_generation(void)
 
 	/* no privilege check, as for identity columns: see the install script */
 	value = nextval_internal(seqid, false);
-	if (LF_EPOCH_OF(value) != epoch || LF_COUNTER_OF(value) >= LF_COUNTER_LIMIT)
+	if (lf_draw_exhausted(value, epoch))
 		ereport(ERROR,
 				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				errmsg("the generations of epoch " INT64_FORMAT " are exhausted", epoch),
@@ -601,7 +589,7 @@ lf_draw_generation(void)
  * every value below "issued" to the fence.  lease_fence.heal_budget_seq
  * holds how much of it the heals used (its MAXVALUE is this value).
  */
-#define LF_HEAL_BUDGET (INT64CONST(1) << 24)
+/* (LF_HEAL_BUDGET, generation_math.h) */
 
 /* How much of the heal budget is used: heal_budget_seq's value. */
 static int64
@@ -644,7 +632,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 
 	PreventCommandDuringRecovery("lease_fence.next_generation()");
 	/* floor + 1, the next draw, must be a generation */
-	if (!checked && LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1)
+	if (!checked && lf_floor_leaves_none(floor))
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("generation " INT64_FORMAT " leaves no generation to draw after it", floor),
@@ -655,9 +643,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 	read_sequence_state(seqid, &last, &lsn);
 	if (checked && last <= floor)
 	{
-		if (LF_EPOCH_OF(floor) != LF_EPOCH_OF(last) ||
-			floor - last > LF_HEAL_BUDGET ||
-			LF_COUNTER_OF(floor) >= LF_COUNTER_LIMIT - 1)
+		if (lf_heal_not_issued(floor, last))
 		{
 			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,
@@ -678,7 +664,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 			Oid			budgetid = lf_own_relation(LF_HEAL_BUDGET_SEQ);
 			int64		used = heal_budget_used(budgetid);
 
-			if (floor - last > LF_HEAL_BUDGET - used)
+			if (lf_heal_over_budget(floor, last, used))
 			{
 				lf_count(LF_C_HEAL_REFUSED);
 				ereport(ERROR,

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * keepalive.c
- *	  Keep-alive of session- and transaction-scoped leases: a background
- *	  worker renews them while their owner is active, and tells the owner
- *	  when one is lost.
+ *	  Keep-alive of session- and transaction-scoped leases, the owner's
+ *	  side: what a backend calls to have a lease kept alive, to stop, and to
+ *	  learn that one was lost.  The worker that renews them is
+ *	  keepalive_worker.c; the table they share is here.
  *
  * acquire(..., keepalive => true) puts the lease in a table in shared
  * memory (LF_KEEPALIVE_SLOTS entries, under one LWLock).  The worker, one
@@ -34,9 +35,7 @@
  * A keep-alive extends a lease; it does not make a paused holder harmless.
  * Only the fence does.
  *
- * Layer 3 (docs/design.md, "Layers"), its lowest file: it calls the Redis
- * layer and the fence layer's hook, never the registry or the SQL functions
- * above it (an acquire that finds the table full is released by lease.c).
+ * Layer 3, the leases (docs/design.md, "The layers").
  *
  * IDENTIFICATION
  *	  src/keepalive.c
@@ -47,8 +46,6 @@
 
 #include <limits.h>
 #include <signal.h>
-
-#include <hiredis/hiredis.h>
 
 #include "fence.h"
 #include "lease.h"
@@ -71,30 +68,14 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-PGDLLEXPORT void lf_keepalive_main(Datum arg);
-
 /* the longest a keep-alive lasts (superuser-only) */
 int			lf_keepalive_max_ms = 600000;
 
-typedef enum KeepaliveState
-{
-	KA_FREE = 0,
-	KA_ACTIVE,					/* renewed while its owner is active */
-	KA_LOST						/* lost: its owner's fenced writes fail */
-} KeepaliveState;
+/* the table in shared memory (NULL unless preloaded) */
+KeepaliveShared *lf_ka = NULL;
 
-/* why a kept-alive lease was lost */
-typedef enum KeepaliveLoss
-{
-	KL_NONE = 0,
-	KL_NOT_HELD,				/* a renewal found the key gone or another's */
-	KL_UNCONFIRMED,				/* no renewal was confirmed before it expired */
-	KL_IDLE,					/* its owner was idle past its TTL */
-	KL_MAX,						/* keepalive_max_ms was reached: released */
-	KL_SETTINGS					/* the worker's Redis settings differ */
-} KeepaliveLoss;
-
-static const char *const loss_reasons[] = {
+/* why a kept-alive lease was lost, by KeepaliveLoss: its LF010's detail */
+const char *const lf_keepalive_loss_reasons[] = {
 	"",
 	"a renewal found that the lease key no longer holds this lease's identity",
 	"no renewal could be confirmed before the lease expired",
@@ -103,30 +84,6 @@ static const char *const loss_reasons[] = {
 	"the keep-alive worker uses other Redis settings than the session that acquired the lease"
 };
 
-typedef struct KeepaliveSlot
-{
-	pg_atomic_uint32 state;		/* KeepaliveState: the owner reads it unlocked */
-	pg_atomic_uint32 loss;		/* KeepaliveLoss */
-	pg_atomic_uint64 valid_until;	/* lf_now_ms() by which it expires */
-	int			owner_pid;
-	PgBackendStatus *owner_status;	/* the owner's pg_stat_activity entry */
-	uint64		fingerprint;	/* of the owner's Redis settings */
-	int64		ttl_ms;
-	int64		max_until;		/* lf_now_ms() when keepalive_max_ms is reached */
-	int64		next_renew;		/* lf_now_ms() of the next renewal */
-	char		identity[33];
-	char		resource[LF_MAX_RESOURCE + 1];
-} KeepaliveSlot;
-
-typedef struct KeepaliveShared
-{
-	LWLock	   *lock;
-	Latch	   *worker_latch;	/* NULL while no worker runs */
-	pg_atomic_uint64 worker_fingerprint;	/* 0: no worker has started */
-	KeepaliveSlot slots[LF_KEEPALIVE_SLOTS];
-} KeepaliveShared;
-
-static KeepaliveShared *ka = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -167,17 +124,17 @@ ka_shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	ka = ShmemInitStruct("lease_fence keepalive", sizeof(KeepaliveShared), &found);
+	lf_ka = ShmemInitStruct("lease_fence keepalive", sizeof(KeepaliveShared), &found);
 	if (!found)
 	{
-		ka->lock = &(GetNamedLWLockTranche("lease_fence keepalive"))->lock;
-		ka->worker_latch = NULL;
-		pg_atomic_init_u64(&ka->worker_fingerprint, 0);
+		lf_ka->lock = &(GetNamedLWLockTranche("lease_fence keepalive"))->lock;
+		lf_ka->worker_latch = NULL;
+		pg_atomic_init_u64(&lf_ka->worker_fingerprint, 0);
 		for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
 		{
-			pg_atomic_init_u32(&ka->slots[i].state, KA_FREE);
-			pg_atomic_init_u32(&ka->slots[i].loss, KL_NONE);
-			pg_atomic_init_u64(&ka->slots[i].valid_until, 0);
+			pg_atomic_init_u32(&lf_ka->slots[i].state, KA_FREE);
+			pg_atomic_init_u32(&lf_ka->slots[i].loss, KL_NONE);
+			pg_atomic_init_u64(&lf_ka->slots[i].valid_until, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -203,7 +160,7 @@ lf_keepalive_precheck(LeaseScope scope)
 				errmsg("keepalive needs a session- or transaction-scoped lease"),
 				errdetail("An explicit lease outlives the session that took it; nothing could tell whether its holder is alive."),
 				errhint("Use scope 'session' or 'transaction', or renew the lease yourself."));
-	if (ka == NULL)
+	if (lf_ka == NULL)
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("keepalive needs lease_fence in shared_preload_libraries"),
@@ -214,7 +171,7 @@ lf_keepalive_precheck(LeaseScope scope)
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("keepalive needs track_activities"),
 				errdetail("The keep-alive worker tells an active session from an idle one by its pg_stat_activity entry."));
-	worker = pg_atomic_read_u64(&ka->worker_fingerprint);
+	worker = pg_atomic_read_u64(&lf_ka->worker_fingerprint);
 	if (worker != 0 && worker != lf_redis_settings_fingerprint())
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -237,20 +194,20 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 	KeepaliveSlot *s;
 	int64		max = lf_keepalive_max_ms;
 
-	Assert(ka != NULL);
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
+	Assert(lf_ka != NULL);
+	LWLockAcquire(lf_ka->lock, LW_EXCLUSIVE);
 	for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
-		if (pg_atomic_read_u32(&ka->slots[i].state) == KA_FREE)
+		if (pg_atomic_read_u32(&lf_ka->slots[i].state) == KA_FREE)
 		{
 			slot = i;
 			break;
 		}
 	if (slot < 0)
 	{
-		LWLockRelease(ka->lock);
+		LWLockRelease(lf_ka->lock);
 		return false;
 	}
-	s = &ka->slots[slot];
+	s = &lf_ka->slots[slot];
 	s->owner_pid = MyProcPid;
 	s->owner_status = MyBEEntry;
 	s->fingerprint = lf_redis_settings_fingerprint();
@@ -262,9 +219,9 @@ lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity)
 	pg_atomic_write_u32(&s->loss, KL_NONE);
 	pg_atomic_write_u64(&s->valid_until, (uint64) (start + Max(validity, 0)));
 	pg_atomic_write_u32(&s->state, KA_ACTIVE);
-	if (ka->worker_latch)
-		SetLatch(ka->worker_latch);
-	LWLockRelease(ka->lock);
+	if (lf_ka->worker_latch)
+		SetLatch(lf_ka->worker_latch);
+	LWLockRelease(lf_ka->lock);
 
 	mine[held].slot = slot;
 	mine[held].generation = e->generation;
@@ -281,11 +238,11 @@ lf_keepalive_stop(LeaseEntry *e)
 {
 	int			i;
 
-	if (e->keepalive_slot < 0 || ka == NULL)
+	if (e->keepalive_slot < 0 || lf_ka == NULL)
 		return;
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-	pg_atomic_write_u32(&ka->slots[e->keepalive_slot].state, KA_FREE);
-	LWLockRelease(ka->lock);
+	LWLockAcquire(lf_ka->lock, LW_EXCLUSIVE);
+	pg_atomic_write_u32(&lf_ka->slots[e->keepalive_slot].state, KA_FREE);
+	LWLockRelease(lf_ka->lock);
 	for (i = 0; i < held; i++)
 		if (mine[i].slot == e->keepalive_slot)
 		{
@@ -306,11 +263,11 @@ lf_keepalive_any(void)
 static bool
 slot_lost(int slot, const char **why)
 {
-	KeepaliveSlot *s = &ka->slots[slot];
+	KeepaliveSlot *s = &lf_ka->slots[slot];
 
 	if (pg_atomic_read_u32(&s->state) == KA_LOST)
 	{
-		*why = loss_reasons[pg_atomic_read_u32(&s->loss)];
+		*why = lf_keepalive_loss_reasons[pg_atomic_read_u32(&s->loss)];
 		return true;
 	}
 	if ((int64) pg_atomic_read_u64(&s->valid_until) <= lf_now_ms())
@@ -327,7 +284,7 @@ lf_keepalive_is_lost(const LeaseEntry *e)
 {
 	const char *why;
 
-	return e->keepalive_slot >= 0 && ka != NULL && slot_lost(e->keepalive_slot, &why);
+	return e->keepalive_slot >= 0 && lf_ka != NULL && slot_lost(e->keepalive_slot, &why);
 }
 
 LF_NORETURN_BEFORE static void report_lost(const MyKeepalive *m, const char *why, bool at_commit,
@@ -435,7 +392,7 @@ lf_keepalive_check_entry(const LeaseEntry *e)
 	int			i;
 	const char *why;
 
-	if (e->keepalive_slot < 0 || ka == NULL || !slot_lost(e->keepalive_slot, &why))
+	if (e->keepalive_slot < 0 || lf_ka == NULL || !slot_lost(e->keepalive_slot, &why))
 		return;
 	for (i = 0; i < held; i++)
 		if (mine[i].slot == e->keepalive_slot)
@@ -454,375 +411,21 @@ lf_keepalive_state_of(const char *identity)
 	const char *state = NULL;
 	int			i;
 
-	if (ka == NULL)
+	if (lf_ka == NULL)
 		return NULL;
-	LWLockAcquire(ka->lock, LW_SHARED);
+	LWLockAcquire(lf_ka->lock, LW_SHARED);
 	for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
 	{
 		const char *why;
 
-		if (pg_atomic_read_u32(&ka->slots[i].state) == KA_FREE ||
-			strcmp(ka->slots[i].identity, identity) != 0)
+		if (pg_atomic_read_u32(&lf_ka->slots[i].state) == KA_FREE ||
+			strcmp(lf_ka->slots[i].identity, identity) != 0)
 			continue;
 		state = slot_lost(i, &why) ? "lost" : "active";
 		break;
 	}
-	LWLockRelease(ka->lock);
+	LWLockRelease(lf_ka->lock);
 	return state;
-}
-
-/* ---------------------------------------------------------------------
- * The worker
- * ---------------------------------------------------------------------
- */
-
-/* what the worker copies of a slot before it works on it, unlocked */
-typedef struct SlotCopy
-{
-	int			slot;
-	int			owner_pid;
-	PgBackendStatus *owner_status;
-	uint64		fingerprint;
-	int64		ttl_ms;
-	int64		max_until;
-	int64		next_renew;
-	int64		valid_until;
-	char		identity[33];
-	char		resource[LF_MAX_RESOURCE + 1];
-} SlotCopy;
-
-/*
- * Is the owner alive (the same process still in its pg_stat_activity
- * entry), and active: running a statement, or idle for less than ttl_ms?
- */
-static bool
-owner_active(const SlotCopy *c, bool *alive)
-{
-	PgBackendStatus *be = c->owner_status;
-	int			pid;
-	BackendState st;
-	TimestampTz since;
-
-	for (;;)
-	{
-		int			before,
-					after;
-
-		pgstat_begin_read_activity(be, before);
-		pid = be->st_procpid;
-		st = be->st_state;
-		since = be->st_state_start_timestamp;
-		pgstat_end_read_activity(be, after);
-		if (pgstat_read_activity_complete(before, after))
-			break;
-		CHECK_FOR_INTERRUPTS();
-	}
-	*alive = pid == c->owner_pid;
-	if (!*alive)
-		return false;
-	if (st == STATE_RUNNING || st == STATE_FASTPATH)
-		return true;
-	if (st == STATE_IDLE || st == STATE_IDLEINTRANSACTION ||
-		st == STATE_IDLEINTRANSACTION_ABORTED)
-		return GetCurrentTimestamp() - since < c->ttl_ms * 1000;
-	return false;				/* activity not tracked: not known to be active */
-}
-
-/* Change a slot the worker worked on, if it still holds the same lease. */
-static bool
-slot_still(const SlotCopy *c)
-{
-	KeepaliveSlot *s = &ka->slots[c->slot];
-
-	return pg_atomic_read_u32(&s->state) == KA_ACTIVE && s->owner_pid == c->owner_pid &&
-		strcmp(s->identity, c->identity) == 0;
-}
-
-static void
-mark_lost(const SlotCopy *c, KeepaliveLoss why, LfCounter counter)
-{
-	bool		done = false;
-
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-	if (slot_still(c))
-	{
-		pg_atomic_write_u32(&ka->slots[c->slot].loss, why);
-		pg_atomic_write_u32(&ka->slots[c->slot].state, KA_LOST);
-		done = true;
-	}
-	LWLockRelease(ka->lock);
-	if (done)
-		lf_count(counter);
-	if (done)
-		ereport(LOG,
-				errmsg("lease_fence: kept-alive lease on resource \"%s\" lost: %s",
-					   c->resource, loss_reasons[why]),
-				errdetail("Its owner is the process with PID %d.", c->owner_pid));
-}
-
-static void
-free_slot(const SlotCopy *c)
-{
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-	if (ka->slots[c->slot].owner_pid == c->owner_pid &&
-		strcmp(ka->slots[c->slot].identity, c->identity) == 0)
-		pg_atomic_write_u32(&ka->slots[c->slot].state, KA_FREE);
-	LWLockRelease(ka->lock);
-}
-
-/* One renewal of the lease in c: never past max_until. */
-static void
-renew_one(SlotCopy *c, int64 now)
-{
-	int64		ttl = Min(c->ttl_ms, c->max_until - now);
-	char		ttlbuf[32];
-	const char *keys[1];
-	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
-	int64		start = lf_now_ms();
-	long long	answer = -1;
-
-	if (ttl < 1)
-		ttl = 1;
-	pg_lltoa(ttl, ttlbuf);
-	keys[0] = lf_lease_key(c->resource);
-	args[0] = c->identity;
-	args[1] = ttlbuf;
-	r = lf_run_script(LF_SCRIPT_RENEW, 1, keys, 2, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_APPLIED)
-	{
-		if (reply->type == REDIS_REPLY_INTEGER)
-			answer = reply->integer;
-		else
-			r = LF_UNKNOWN;
-		freeReplyObject(reply);
-	}
-	if (r == LF_INTERRUPTED)
-		CHECK_FOR_INTERRUPTS();
-
-	if (r == LF_APPLIED && answer == 1 && lf_min_replicas > 0)
-	{
-		/* a renewal the replicas do not have is no renewal: try again soon */
-		bool		interrupted;
-		int			acked = lf_wait_replicas(lf_replica_timeout_ms + lf_command_timeout_ms,
-											 LF_INTERRUPTIBLE, &interrupted, err);
-
-		if (interrupted)
-			CHECK_FOR_INTERRUPTS();
-		if (acked < lf_min_replicas)
-		{
-			if (acked >= 0)
-				snprintf(err, sizeof(err), "%d of %d replicas acknowledged the renewal",
-						 acked, lf_min_replicas);
-			r = LF_UNKNOWN;
-		}
-	}
-	if (r == LF_APPLIED && answer == 1)
-	{
-		int64		validity = lf_validity_after(ttl, lf_now_ms() - start);
-
-		lf_count(LF_C_KEEPALIVE_RENEWED);
-		LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-		if (slot_still(c))
-		{
-			pg_atomic_write_u64(&ka->slots[c->slot].valid_until,
-								(uint64) (start + Max(validity, 0)));
-			ka->slots[c->slot].next_renew = start + c->ttl_ms / 3;
-		}
-		LWLockRelease(ka->lock);
-		return;
-	}
-	if (r == LF_APPLIED)
-	{
-		mark_lost(c, KL_NOT_HELD, LF_C_KEEPALIVE_LOST);
-		return;
-	}
-	/* not confirmed: again soon, unless the lease expires first */
-	{
-		int64		retry = lf_now_ms() + Max(c->ttl_ms / 20, 10);
-
-		if (retry >= c->valid_until)
-		{
-			ereport(WARNING,
-					errmsg("lease_fence: keep-alive of resource \"%s\": %s", c->resource, err));
-			mark_lost(c, KL_UNCONFIRMED, LF_C_KEEPALIVE_UNCONFIRMED);
-			return;
-		}
-		LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-		if (slot_still(c))
-			ka->slots[c->slot].next_renew = retry;
-		LWLockRelease(ka->lock);
-	}
-}
-
-/*
- * When the worker releases a lease at keepalive_max_ms: a little before it,
- * since no renewal extends the key past it, so that the release finds the
- * key and wakes the lease's waiters.
- */
-static int64
-release_at(const SlotCopy *c)
-{
-	return c->max_until - Min(c->ttl_ms / 10, 100);
-}
-
-/* keepalive_max_ms reached: release the lease (compare-identity), mark it. */
-static void
-release_at_max(const SlotCopy *c)
-{
-	const char *keys[1];
-	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
-
-	keys[0] = lf_lease_key(c->resource);
-	args[0] = c->identity;
-	args[1] = lf_release_publish();
-	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_APPLIED)
-		freeReplyObject(reply);
-	else
-		ereport(WARNING,
-				errmsg("lease_fence: could not confirm the release of resource \"%s\" at keepalive_max_ms", c->resource),
-				errdetail("%s", err),
-				errhint("The lease expires by its TTL, at the latest when keepalive_max_ms is reached."));
-	if (r == LF_INTERRUPTED)
-		CHECK_FOR_INTERRUPTS();
-	mark_lost(c, KL_MAX, LF_C_KEEPALIVE_MAX_REACHED);
-}
-
-/* One pass over the table; returns when the worker should look again. */
-static int64
-keepalive_pass(MemoryContext cxt)
-{
-	static SlotCopy copies[LF_KEEPALIVE_SLOTS];
-	int			n = 0;
-	int			i;
-	int64		wake = lf_now_ms() + 1000;
-	uint64		fingerprint = pg_atomic_read_u64(&ka->worker_fingerprint);
-
-	LWLockAcquire(ka->lock, LW_SHARED);
-	for (i = 0; i < LF_KEEPALIVE_SLOTS; i++)
-	{
-		KeepaliveSlot *s = &ka->slots[i];
-		SlotCopy   *c;
-
-		if (pg_atomic_read_u32(&s->state) != KA_ACTIVE)
-			continue;
-		c = &copies[n++];
-		c->slot = i;
-		c->owner_pid = s->owner_pid;
-		c->owner_status = s->owner_status;
-		c->fingerprint = s->fingerprint;
-		c->ttl_ms = s->ttl_ms;
-		c->max_until = s->max_until;
-		c->next_renew = s->next_renew;
-		c->valid_until = (int64) pg_atomic_read_u64(&s->valid_until);
-		memcpy(c->identity, s->identity, sizeof(c->identity));
-		memcpy(c->resource, s->resource, sizeof(c->resource));
-	}
-	LWLockRelease(ka->lock);
-
-	for (i = 0; i < n; i++)
-	{
-		SlotCopy   *c = &copies[i];
-		bool		alive;
-		bool		active = owner_active(c, &alive);
-		int64		now = lf_now_ms();
-
-		MemoryContextReset(cxt);
-		CHECK_FOR_INTERRUPTS();
-		if (!alive)
-		{
-			/* its owner is gone (its exit releases its leases) */
-			free_slot(c);
-			continue;
-		}
-		if (c->fingerprint != fingerprint)
-		{
-			mark_lost(c, KL_SETTINGS, LF_C_KEEPALIVE_LOST);
-			continue;
-		}
-		if (now >= release_at(c))
-		{
-			release_at_max(c);
-			continue;
-		}
-		if (!active)
-		{
-			/* an idle owner: its lease runs out by its TTL */
-			if (now >= c->valid_until)
-				mark_lost(c, KL_IDLE, LF_C_KEEPALIVE_IDLE_EXPIRED);
-			else
-				wake = Min(wake, c->valid_until);
-			continue;
-		}
-		if (now >= c->next_renew)
-		{
-			renew_one(c, now);
-			/* its new next_renew is at least ttl/20 away; look by then */
-			wake = Min(wake, lf_now_ms() + Max(c->ttl_ms / 20, 10));
-		}
-		else
-			wake = Min(wake, c->next_renew);
-		wake = Min(wake, release_at(c));
-	}
-	return wake;
-}
-
-/* The worker's exit: nobody is to set its latch any more. */
-static void
-worker_exit(int code, Datum arg)
-{
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-	if (ka->worker_latch == MyLatch)
-		ka->worker_latch = NULL;
-	LWLockRelease(ka->lock);
-}
-
-void
-lf_keepalive_main(Datum arg)
-{
-	MemoryContext cxt;
-
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence keepalive",
-								ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(cxt);
-
-	LWLockAcquire(ka->lock, LW_EXCLUSIVE);
-	ka->worker_latch = MyLatch;
-	LWLockRelease(ka->lock);
-	before_shmem_exit(worker_exit, (Datum) 0);
-	pg_atomic_write_u64(&ka->worker_fingerprint, lf_redis_settings_fingerprint());
-	ereport(LOG, errmsg("lease_fence keep-alive worker started"));
-
-	for (;;)
-	{
-		int64		wake = keepalive_pass(cxt);
-		int64		now = lf_now_ms();
-
-		MemoryContextReset(cxt);
-		if (wake > now)
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 (long) (wake - now), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-			pg_atomic_write_u64(&ka->worker_fingerprint, lf_redis_settings_fingerprint());
-		}
-	}
 }
 
 /* Called from _PG_init. */

@@ -16,8 +16,8 @@
  * "unconfirmed".  An operation interrupted by a cancel is recorded as
  * "unknown" and cleaned up at the end of the transaction.
  *
- * Layer 3 (docs/design.md, "Layers"), its top file: the SQL-callable
- * functions, calling the registry, the keep-alive and everything below.
+ * Layer 3, the leases (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/lease.c
@@ -27,8 +27,6 @@
 #include "postgres.h"
 
 #include <limits.h>
-
-#include <hiredis/hiredis.h>
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -55,7 +53,7 @@ PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 /* ---------------------------------------------------------------------
  * Outcomes
  *
- * A status is the counter it is counted under (lease_fence.h names both);
+ * A status is the counter it is counted under (stats.h names both);
  * this table adds what the row says beside it: which function returns it,
  * and the value of its first column (acquired, renewed, released), which
  * is NULL exactly when the outcome is unknown.
@@ -446,12 +444,7 @@ key_prefix_is_ours(const char *resource)
 	char	   *key;
 	const char *keys[1];
 	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
-	char	   *owner;
-	long long	code;
-	bool		answered;
+	LfAnswer	ans;
 	uint64		serial;
 
 	/*
@@ -470,49 +463,38 @@ key_prefix_is_ours(const char *resource)
 	keys[0] = key;
 	args[0] = id;
 	args[1] = value;
-	r = lf_run_script(LF_SCRIPT_CLAIM, 1, keys, 2, args, request_timeout(lf_command_timeout_ms),
-					  request_flags(), &reply, err);
-	if (r == LF_INTERRUPTED)
+	lf_run_script(LF_SCRIPT_CLAIM, 1, keys, 2, args, request_timeout(lf_command_timeout_ms),
+				  request_flags(), &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
 	{
 		CHECK_FOR_INTERRUPTS();
 		ereport(ERROR,
 				errcode(ERRCODE_QUERY_CANCELED),
 				errmsg("lease_fence: Redis request interrupted"));
 	}
-	/* did the check reach Redis?  (an error reply: "Redis answered: ...") */
-	answered = r != LF_NOT_APPLIED || strncmp(err, "Redis answered: ", 16) == 0;
-	if (r == LF_APPLIED &&
-		(reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-		 reply->element[0]->type != REDIS_REPLY_INTEGER ||
-		 reply->element[1]->type != REDIS_REPLY_STRING))
-	{
-		freeReplyObject(reply);
-		snprintf(err, sizeof(err), "unexpected reply to the key_prefix owner check");
-		r = LF_NOT_APPLIED;
-	}
-	if (r != LF_APPLIED)
+	if (ans.outcome != LF_ANS_CLAIMED && ans.outcome != LF_ANS_OURS &&
+		ans.outcome != LF_ANS_OTHERS)
 	{
 		/*
-		 * Not one byte of the lease was sent: definitely not acquired.  When
-		 * the check itself reached Redis, say that it was the check that
-		 * failed (a timeout would otherwise read like an unknown lease).
+		 * Not one byte of the lease was sent: definitely not acquired,
+		 * whatever became of the check (unavailable or unknown).  When the
+		 * check itself reached Redis, say that it was the check that failed
+		 * (a timeout would otherwise read like an unknown lease).
 		 */
 		char		msg[LF_ERRLEN + 64];
 
-		if (!answered)
-			snprintf(msg, sizeof(msg), "%s", err);
+		if (ans.outcome == LF_ANS_UNAVAILABLE && !ans.replied)
+			snprintf(msg, sizeof(msg), "%s", ans.err);
 		else
-			snprintf(msg, sizeof(msg), "checking the owner of key_prefix: %s", err);
+			snprintf(msg, sizeof(msg), "checking the owner of key_prefix: %s", ans.err);
 		report_problem("acquire", resource, msg);
 		return false;
 	}
 
-	code = reply->element[0]->integer;
-	owner = pstrdup(reply->element[1]->str);
-	freeReplyObject(reply);
-
-	if (code == 0)
+	if (ans.outcome == LF_ANS_OTHERS)
 	{
+		const char *owner = ans.value;
+
 		/*
 		 * The reason says what happened; the other database's name, OID and
 		 * system identifier only superusers see (pg_control_system() is
@@ -535,7 +517,7 @@ key_prefix_is_ours(const char *resource)
 				errhint("Give each database its own lease_fence.key_prefix. If this database replaces that one (a dump restored into a new cluster), a superuser takes the prefix over with SELECT lease_fence.claim_key_prefix()."));
 		return false;
 	}
-	if (code == 2)
+	if (ans.outcome == LF_ANS_CLAIMED)
 		ereport(LOG,
 				errmsg("lease_fence: key_prefix \"%s\" claimed for %s",
 					   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)));
@@ -557,9 +539,7 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
 	char	   *key;
 	const char *keys[1];
 	const char *args[1];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
+	LfAnswer	ans;
 	char	   *old = NULL;
 
 	if (!superuser())
@@ -572,27 +552,18 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
 	key = lf_owner_key();
 	keys[0] = key;
 	args[0] = value;
-	r = lf_run_script(LF_SCRIPT_TAKEOVER, 1, keys, 1, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_INTERRUPTED)
+	lf_run_script(LF_SCRIPT_TAKEOVER, 1, keys, 1, args, lf_command_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
-	if (r == LF_APPLIED)
-	{
-		if (reply->type == REDIS_REPLY_STRING)
-			old = pstrdup(reply->str);
-		else if (reply->type != REDIS_REPLY_NIL)
-		{
-			snprintf(err, sizeof(err), "unexpected reply");
-			r = LF_UNKNOWN;
-		}
-		freeReplyObject(reply);
-	}
-	if (r != LF_APPLIED)
+	if (ans.outcome == LF_ANS_TAKEN_OVER && ans.has_value)
+		old = pstrdup(ans.value);
+	if (ans.outcome != LF_ANS_TAKEN_OVER)
 		ereport(ERROR,
 				errcode(ERRCODE_CONNECTION_FAILURE),
 				errmsg("could not take over lease_fence.key_prefix \"%s\"",
 					   lf_key_prefix ? lf_key_prefix : ""),
-				errdetail("%s", err),
+				errdetail("%s", ans.err),
 				errhint("The key \"%s\" may or may not have changed; running the function again is safe.", key));
 
 	ereport(LOG,
@@ -651,28 +622,6 @@ new_identity(char *identity)
 	identity[32] = '\0';
 	memset(block + used, 0, 16);
 	used += 16;
-}
-
-/*
- * A generation as the acquire script stores it: decimal digits, no sign, no
- * blank and no leading zero, at most a bigint.  The script compares
- * generations as such strings (shorter is smaller), so anything else in the
- * key ("0000007", "7 ") would compare above every generation for good: a
- * stale answer that no heal can end.
- */
-static bool
-parse_stored_generation(const char *s, int64 *value)
-{
-	size_t		n = strlen(s);
-	size_t		i;
-	bool		is_set;
-
-	if (n == 0 || n > 19 || (s[0] == '0' && n > 1))
-		return false;
-	for (i = 0; i < n; i++)
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-	return lf_parse_generation(s, &is_set, value) && is_set;
 }
 
 /*
@@ -821,12 +770,10 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	char		genttl[32];
 	const char *keys[2];
 	const char *args[4];
-	redisReply *reply = NULL;
+	LfAnswer	ans;
 	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
 	int64		start;
 	int64		validity;
-	long long	code;
 	LeaseEntry *e;
 
 	new_identity(identity);
@@ -857,44 +804,37 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 
 	/* validity is measured from before the request is sent */
 	start = lf_now_ms();
-	r = lf_run_script(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, request_timeout(lf_command_timeout_ms),
-					  request_flags(), &reply, err);
+	lf_run_script(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, request_timeout(lf_command_timeout_ms),
+				  request_flags(), &ans);
 	validity = lf_validity_after(ttl, lf_now_ms() - start);
 
-	if (r == LF_INTERRUPTED)
-		lf_lease_interrupted(resource, identity, generation, scope, ttl, minv);
-	if (r == LF_NOT_APPLIED)
+	/* the script echoes the generation it was sent: any other is no grant */
+	if (ans.outcome == LF_ANS_ACQUIRED && ans.generation != generation)
 	{
-		report_problem("acquire", resource, err);
-		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
-		*retry = true;
-		return LF_C_ACQUIRE_UNAVAILABLE;
-	}
-	if (r == LF_UNKNOWN)
-	{
-		*row = acquire_unknown(fcinfo, resource, identity, generation, scope, ttl, minv, err, retry);
-		return LF_C_ACQUIRE_UNKNOWN;
+		ans.outcome = LF_ANS_UNKNOWN;
+		snprintf(ans.err, sizeof(ans.err),
+				 "the acquire script answered acquired with a generation it was not sent");
 	}
 
-	/* the script's answer: {code, value} */
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-		reply->element[0]->type != REDIS_REPLY_INTEGER ||
-		reply->element[1]->type != REDIS_REPLY_STRING)
+	switch (ans.outcome)
 	{
-		freeReplyObject(reply);
-		*row = acquire_unknown(fcinfo, resource, identity, generation, scope,
-							   ttl, minv, "unexpected reply to the acquire script", retry);
-		return LF_C_ACQUIRE_UNKNOWN;
-	}
-	code = reply->element[0]->integer;
-	if (code == 2)
-	{
-		int64		stored;
-		bool		ok = parse_stored_generation(reply->element[1]->str, &stored);
-
-		freeReplyObject(reply);
-		if (!ok)
-		{
+		case LF_ANS_ACQUIRED:
+			break;
+		case LF_ANS_INTERRUPTED:
+			lf_lease_interrupted(resource, identity, generation, scope, ttl, minv);
+			break;
+		case LF_ANS_UNAVAILABLE:
+		case LF_ANS_NOSCRIPT:	/* (lf_run_script never answers it) */
+		case LF_ANS_SENT_DEFERRED:
+			report_problem("acquire", resource, ans.err);
+			*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
+			*retry = true;
+			return LF_C_ACQUIRE_UNAVAILABLE;
+		case LF_ANS_STALE:
+			/* heal: every later generation is above the stored one (bounded) */
+			lf_heal_generation(ans.stored, resource);
+			return LF_C_ACQUIRE_STALE;
+		case LF_ANS_CORRUPT:
 			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,
 					errcode(ERRCODE_DATA_CORRUPTED),
@@ -902,24 +842,17 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 						   resource),
 					errdetail("lease_fence writes a generation there as decimal digits without leading zeros; the key holds something else, which the acquire script compares as greater than every generation."),
 					errhint("Something other than lease_fence wrote that key: delete it."));
-		}
-		/* heal: every later generation is above the stored one (bounded) */
-		lf_heal_generation(stored, resource);
-		return LF_C_ACQUIRE_STALE;
+			break;
+		case LF_ANS_BUSY:
+			*pttl = ans.has_pttl ? ans.pttl_ms : -1;
+			*spare = generation;
+			return LF_C_ACQUIRE_BUSY;
+		default:
+			/* unknown, and every answer the acquire script never gives */
+			*row = acquire_unknown(fcinfo, resource, identity, generation, scope,
+								   ttl, minv, ans.err, retry);
+			return LF_C_ACQUIRE_UNKNOWN;
 	}
-	if (code == 0)
-	{
-		char	   *end;
-		long long	left = strtoll(reply->element[1]->str, &end, 10);
-
-		*pttl = (end != reply->element[1]->str && *end == '\0' && left >= 0) ? left : -1;
-		freeReplyObject(reply);
-		*spare = generation;
-		return LF_C_ACQUIRE_BUSY;
-	}
-	freeReplyObject(reply);
-	if (code != 1)
-		elog(ERROR, "lease_fence: unexpected code from the acquire script");
 
 	if (lf_min_replicas > 0)
 	{
@@ -1225,47 +1158,53 @@ lf_acquire(PG_FUNCTION_ARGS)
 }
 
 /*
- * Run a compare-identity script that answers with an integer (renew,
- * release) on the lease key of resource.  What both share is handled here:
- * an interrupt (recorded as unknown, then raised), answers of the wrong
- * type, and the WARNING that says why a request was not applied or its
- * outcome unknown.  On LF_APPLIED, *value is the script's answer.
+ * Run a compare-identity script (renew, release) on the lease key of
+ * resource.  What both share is handled here: an interrupt (recorded as
+ * unknown, then raised), and the WARNING that says why a request was not
+ * applied or its outcome unknown.  Returns the answer's outcome: the
+ * script's own two (renewed or lost, released or not held), unavailable,
+ * or unknown (every other reply among them).
  */
-static LfRedisOutcome
+static LfAnswerOutcome
 run_identity_script(LfScript script, const char *operation, const char *resource,
 					const char *identity, const char *extra_arg, LeaseEntry *e,
-					int64 ttl, int64 minv, long long *value)
+					int64 ttl, int64 minv)
 {
 	const char *keys[1];
 	const char *args[2];
 	int			nargs = 0;
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
+	LfAnswer	ans;
 
 	keys[0] = lf_lease_key(resource);
 	args[nargs++] = identity;
 	if (extra_arg)
 		args[nargs++] = extra_arg;
-	r = lf_run_script(script, 1, keys, nargs, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &reply, err);
-	if (r == LF_INTERRUPTED)
-		lf_lease_interrupted(resource, identity, e ? e->generation : 0,
-							 e ? e->scope : SCOPE_EXPLICIT, ttl, minv);
-	if (r == LF_APPLIED)
+	lf_run_script(script, 1, keys, nargs, args, lf_command_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	switch (ans.outcome)
 	{
-		if (reply->type == REDIS_REPLY_INTEGER)
-			*value = reply->integer;
-		else
-		{
-			snprintf(err, sizeof(err), "unexpected reply to the %s script", operation);
-			r = LF_UNKNOWN;
-		}
-		freeReplyObject(reply);
+		case LF_ANS_INTERRUPTED:
+			lf_lease_interrupted(resource, identity, e ? e->generation : 0,
+								 e ? e->scope : SCOPE_EXPLICIT, ttl, minv);
+			break;
+		case LF_ANS_RENEWED:
+		case LF_ANS_LOST:
+			if (script == LF_SCRIPT_RENEW)
+				return ans.outcome;
+			break;
+		case LF_ANS_RELEASED:
+		case LF_ANS_NOT_HELD:
+			if (script == LF_SCRIPT_RELEASE)
+				return ans.outcome;
+			break;
+		case LF_ANS_UNAVAILABLE:
+			report_problem(operation, resource, ans.err);
+			return LF_ANS_UNAVAILABLE;
+		default:
+			break;
 	}
-	if (r != LF_APPLIED)
-		report_problem(operation, resource, err);
-	return r;
+	report_problem(operation, resource, ans.err);
+	return LF_ANS_UNKNOWN;
 }
 
 /*
@@ -1280,8 +1219,7 @@ lf_renew(PG_FUNCTION_ARGS)
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
 	char		ttlbuf[32];
-	LfRedisOutcome r;
-	long long	answer = 0;
+	LfAnswerOutcome r;
 	int64		start;
 	LfOutcome	o = {LF_C_RENEW_RENEWED};
 	LeaseEntry *e = lf_find_lease(resource, identity);
@@ -1290,13 +1228,13 @@ lf_renew(PG_FUNCTION_ARGS)
 	pg_lltoa(ttl, ttlbuf);
 
 	start = lf_now_ms();
-	r = run_identity_script(LF_SCRIPT_RENEW, "renew", resource, identity, ttlbuf, e, ttl, minv, &answer);
+	r = run_identity_script(LF_SCRIPT_RENEW, "renew", resource, identity, ttlbuf, e, ttl, minv);
 	o.validity = lf_validity_after(ttl, lf_now_ms() - start);
 
-	if (r == LF_NOT_APPLIED)
+	if (r == LF_ANS_UNAVAILABLE)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_UNAVAILABLE, resource));
 	/* unknown: the lease may or may not have been extended; nothing to undo */
-	if (r == LF_UNKNOWN)
+	if (r == LF_ANS_UNKNOWN)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RENEW_UNKNOWN, resource));
 
 	/*
@@ -1304,7 +1242,7 @@ lf_renew(PG_FUNCTION_ARGS)
 	 * to it (lf_mark_lease_lost: its writes and its COMMIT fail with
 	 * LF010), never "released" (that would switch the commit check off).
 	 */
-	if (answer != 1)
+	if (r == LF_ANS_LOST)
 	{
 		if (e && e->state == STATE_HELD)
 			lf_mark_lease_lost(e, "lease_fence.renew() found that the lease key no longer holds this lease's identity");
@@ -1347,8 +1285,7 @@ lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = check_resource(fcinfo, 0);
 	char	   *identity = check_identity(fcinfo, 1);
-	LfRedisOutcome r;
-	long long	answer = 0;
+	LfAnswerOutcome r;
 	LeaseEntry *e = lf_find_lease(resource, identity);
 
 	reason[0] = '\0';
@@ -1356,11 +1293,11 @@ lf_release(PG_FUNCTION_ARGS)
 	if (e)
 		lf_keepalive_stop(e);
 	r = run_identity_script(LF_SCRIPT_RELEASE, "release", resource, identity,
-							lf_release_publish(), e, 0, 0, &answer);
+							lf_release_publish(), e, 0, 0);
 
-	if (r == LF_NOT_APPLIED)
+	if (r == LF_ANS_UNAVAILABLE)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNAVAILABLE, resource));
-	if (r == LF_UNKNOWN)
+	if (r == LF_ANS_UNKNOWN)
 	{
 		/* retried, bounded, at the end of the transaction */
 		if (e)
@@ -1370,7 +1307,7 @@ lf_release(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNKNOWN, resource));
 	}
 
-	if (answer == 1 && lf_min_replicas > 0)
+	if (r == LF_ANS_RELEASED && lf_min_replicas > 0)
 	{
 		/*
 		 * A deletion the replicas do not have could be undone by a
@@ -1394,7 +1331,7 @@ lf_release(PG_FUNCTION_ARGS)
 	if (e)
 		e->state = STATE_RELEASED;
 	lf_update_write_check();	/* a lost lease released: its loss acknowledged */
-	PG_RETURN_DATUM(status_only(fcinfo, answer == 1 ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
+	PG_RETURN_DATUM(status_only(fcinfo, r == LF_ANS_RELEASED ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
 								resource));
 }
 

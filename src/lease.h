@@ -1,10 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * lease.h
- *	  The lease layer (layer 3, docs/design.md "Layers"): keep-alive
- *	  (keepalive.c), the session's lease registry (lease_registry.c), and the
- *	  SQL functions of the lease helper (lease.c), each calling only those
- *	  listed before it, and the layers below.
+ *	  The lease layer (layer 3; its files and the order of their calls:
+ *	  docs/design.md, "The layers"): keep-alive, the session's lease
+ *	  registry, and the SQL functions of the lease helper.
  *
  * IDENTIFICATION
  *	  src/lease.h
@@ -16,6 +15,10 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "port/atomics.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "utils/backend_status.h"
 #include "utils/relcache.h"
 
 #include "compat.h"
@@ -88,6 +91,55 @@ extern void lf_lease_validity_set(LeaseEntry *e, int64 validity);
 /* keepalive.c: how many leases the cluster can keep alive at once */
 #define LF_KEEPALIVE_SLOTS 1024
 
+/*
+ * The keep-alive table in shared memory, which the owners (keepalive.c)
+ * and the worker (keepalive_worker.c) share, under its LWLock.
+ */
+/* the state of a slot */
+typedef enum KeepaliveState
+{
+	KA_FREE = 0,
+	KA_ACTIVE,					/* renewed while its owner is active */
+	KA_LOST						/* lost: its owner's fenced writes fail */
+} KeepaliveState;
+
+/* why a kept-alive lease was lost */
+typedef enum KeepaliveLoss
+{
+	KL_NONE = 0,
+	KL_NOT_HELD,				/* a renewal found the key gone or another's */
+	KL_UNCONFIRMED,				/* no renewal was confirmed before it expired */
+	KL_IDLE,					/* its owner was idle past its TTL */
+	KL_MAX,						/* keepalive_max_ms was reached: released */
+	KL_SETTINGS					/* the worker's Redis settings differ */
+} KeepaliveLoss;
+
+/* one kept-alive lease, in shared memory */
+typedef struct KeepaliveSlot
+{
+	pg_atomic_uint32 state;		/* KeepaliveState: the owner reads it unlocked */
+	pg_atomic_uint32 loss;		/* KeepaliveLoss */
+	pg_atomic_uint64 valid_until;	/* lf_now_ms() by which it expires */
+	int			owner_pid;
+	PgBackendStatus *owner_status;	/* the owner's pg_stat_activity entry */
+	uint64		fingerprint;	/* of the owner's Redis settings */
+	int64		ttl_ms;
+	int64		max_until;		/* lf_now_ms() when keepalive_max_ms is reached */
+	int64		next_renew;		/* lf_now_ms() of the next renewal */
+	char		identity[33];
+	char		resource[LF_MAX_RESOURCE + 1];
+} KeepaliveSlot;
+
+typedef struct KeepaliveShared
+{
+	LWLock	   *lock;
+	Latch	   *worker_latch;	/* NULL while no worker runs */
+	pg_atomic_uint64 worker_fingerprint;	/* 0: no worker has started */
+	KeepaliveSlot slots[LF_KEEPALIVE_SLOTS];
+} KeepaliveShared;
+
+extern KeepaliveShared *lf_ka;
+extern const char *const lf_keepalive_loss_reasons[];
 extern int	lf_keepalive_max_ms;
 extern void lf_keepalive_precheck(LeaseScope scope);
 extern bool lf_keepalive_start(LeaseEntry *e, int64 start, int64 validity);
@@ -101,6 +153,9 @@ extern void lf_keepalive_check_entry(const LeaseEntry *e);
 extern void lf_keepalive_xact_end(void);
 extern const char *lf_keepalive_state_of(const char *identity);
 extern void lf_keepalive_init(void);
+
+/* keepalive_worker.c: the background worker (lease_fence keepalive) */
+PGDLLEXPORT void lf_keepalive_main(Datum arg);
 
 /*
  * Validity left after a request that took elapsed ms, for a lease of ttl

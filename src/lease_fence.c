@@ -3,9 +3,10 @@
  * lease_fence.c
  *	  Module entry point: _PG_init, and nothing else.
  *
- * The top of the layers (docs/design.md, "Layers"): it calls each module's
- * init function, and no file calls it.  Each module defines its own
- * settings, next to their storage, and installs its own hooks.
+ * Layer 4, the module's entry, the top of the layers (docs/design.md, "The
+ * layers"): it calls each module's init function, and no file calls it.
+ * Each module defines its own settings, next to their storage, and
+ * installs its own hooks.
  *
  * IDENTIFICATION
  *	  src/lease_fence.c

@@ -15,8 +15,8 @@
  * recorded as "unconfirmed" when that is not confirmed either.  The list
  * is the view lease_fence.leases.
  *
- * Layer 3 (docs/design.md, "Layers"): it calls keepalive.c, the Redis
- * layer, the resource fence and the current generation; lease.c calls it.
+ * Layer 3, the leases (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/lease_registry.c
@@ -26,8 +26,6 @@
 #include "postgres.h"
 
 #include <stdio.h>
-
-#include <hiredis/hiredis.h>
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
@@ -296,10 +294,8 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	char	   *key;
 	const char *keys[1];
 	const char *args[2];
-	redisReply *reply = NULL;
-	char		err[LF_ERRLEN];
-	LfRedisOutcome r;
-	bool		confirmed = false;
+	LfAnswer	ans;
+	bool		confirmed;
 	int64		left;
 
 	/*
@@ -321,21 +317,16 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	keys[0] = key;
 	args[0] = identity;
 	args[1] = lf_release_publish();
-	r = lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
-					  (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN, &reply, err);
-	if (r == LF_SENT)
+	lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
+				  (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN, &ans);
+	if (ans.outcome == LF_ANS_SENT_DEFERRED)
 	{
 		/* its reply is read (and counted) before the connection's next command */
 		pfree(key);
 		return true;
 	}
-	if (r == LF_APPLIED)
-	{
-		confirmed = (reply->type == REDIS_REPLY_INTEGER);
-		if (!confirmed)
-			snprintf(err, sizeof(err), "unexpected reply to the release script");
-		freeReplyObject(reply);
-	}
+	/* the key no longer holds the identity: only the script's own two answers say so */
+	confirmed = ans.outcome == LF_ANS_RELEASED || ans.outcome == LF_ANS_NOT_HELD;
 	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
 	if (!confirmed)
 	{
@@ -343,8 +334,8 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
-				errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
-				errdetail_log("%s", err),
+				errdetail("%s", lf_visible_error(ans.err, buf, sizeof(buf))),
+				errdetail_log("%s", ans.err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
 	}
 	pfree(key);
@@ -758,11 +749,8 @@ verify_at_commit(void)
 		char	   *key;
 		const char *keys[1];
 		const char *args[1];
-		redisReply *reply = NULL;
-		char		err[LF_ERRLEN];
-		LfRedisOutcome r;
+		LfAnswer	ans;
 		int64		start;
-		int64		pttl = -3;
 
 		/* a lease a renew found lost: no need to ask, whatever commit_check says */
 		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_LOST)
@@ -790,58 +778,49 @@ verify_at_commit(void)
 		keys[0] = key;
 		args[0] = e->identity;
 		start = lf_now_ms();
-		r = lf_run_script(LF_SCRIPT_CHECK, 1, keys, 1, args, lf_command_timeout_ms,
-						  LF_INTERRUPTIBLE, &reply, err);
-		if (r == LF_INTERRUPTED)
-			lf_lease_interrupted(e->resource, e->identity, e->generation, e->scope, e->ttl_ms, e->min_validity_ms);
-		if (r == LF_APPLIED)
-		{
-			if (reply->type == REDIS_REPLY_INTEGER)
-				pttl = reply->integer;
-			else
-			{
-				snprintf(err, sizeof(err), "unexpected reply");
-				r = LF_UNKNOWN;
-			}
-			freeReplyObject(reply);
-		}
+		lf_run_script(LF_SCRIPT_CHECK, 1, keys, 1, args, lf_command_timeout_ms,
+					  LF_INTERRUPTIBLE, &ans);
 		pfree(key);
+		if (ans.outcome == LF_ANS_INTERRUPTED)
+			lf_lease_interrupted(e->resource, e->identity, e->generation, e->scope, e->ttl_ms, e->min_validity_ms);
 
-		if (r != LF_APPLIED || pttl == -3 || pttl == -2 ||
-			(pttl >= 0 && lf_validity_after(pttl, lf_now_ms() - start) < e->min_validity_ms))
-			lf_count(LF_C_COMMIT_CHECK_LF010);
-		else
-			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
-
-		if (r != LF_APPLIED)
+		/* held: with pttl_ms left (none: the key has no expiry) */
+		if (ans.outcome == LF_ANS_HELD &&
+			!(ans.has_pttl && lf_validity_after(ans.pttl_ms, lf_now_ms() - start) < e->min_validity_ms))
 		{
-			char		buf[LF_ERRLEN];
-
-			ereport(ERROR,
-					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
-					errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
-					errdetail("%s", lf_visible_error(err, buf, sizeof(buf))),
-					errdetail_log("%s", err),
-					errhint("The transaction was rolled back because its lease may have been lost."));
+			lf_count(LF_C_COMMIT_CHECK_VERIFIED);
+			continue;
 		}
-		if (pttl == -3 || pttl == -2)
+		lf_count(LF_C_COMMIT_CHECK_LF010);
+
+		if (ans.outcome == LF_ANS_NOT_HELD)
 			ereport(ERROR,
 					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
 					errmsg("lease on resource \"%s\" was lost before commit", e->resource),
 					errdetail("The lease key no longer holds this transaction's identity (generation " INT64_FORMAT ").",
 							  e->generation),
 					errhint("The transaction was rolled back; acquire the lease again and retry."));
-		if (pttl >= 0)
+		if (ans.outcome == LF_ANS_HELD)
 		{
-			int64		left = lf_validity_after(pttl, lf_now_ms() - start);
+			int64		left = lf_validity_after(ans.pttl_ms, lf_now_ms() - start);
 
-			if (left < e->min_validity_ms)
-				ereport(ERROR,
-						errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
-						errmsg("lease on resource \"%s\" has too little validity left at commit", e->resource),
-						errdetail("About " INT64_FORMAT " ms are left; min_validity_ms is " INT64_FORMAT ".",
-								  left, e->min_validity_ms),
-						errhint("The transaction was rolled back; use a longer ttl_ms or renew before commit."));
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" has too little validity left at commit", e->resource),
+					errdetail("About " INT64_FORMAT " ms are left; min_validity_ms is " INT64_FORMAT ".",
+							  left, e->min_validity_ms),
+					errhint("The transaction was rolled back; use a longer ttl_ms or renew before commit."));
+		}
+		/* unavailable, unknown, and any reply the check script never gives */
+		{
+			char		buf[LF_ERRLEN];
+
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
+					errdetail("%s", lf_visible_error(ans.err, buf, sizeof(buf))),
+					errdetail_log("%s", ans.err),
+					errhint("The transaction was rolled back because its lease may have been lost."));
 		}
 	}
 }

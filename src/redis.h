@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * redis.h
- *	  The Redis layer (layer 2, docs/design.md "Layers"): its settings
- *	  (redis_settings.c), the TLS transport (redis_tls.c), connections
- *	  (redis_conn.c), which server a command goes to (redis_topology.c), and
- *	  the lease scripts with the classification of their replies
- *	  (redis_script.c), each file calling only those listed before it.
- *	  Nothing above this layer knows the Redis protocol; nothing below it
- *	  knows Redis at all.
+ *	  The Redis layer (layer 2; its files and the order of their calls:
+ *	  docs/design.md, "The layers"): its settings, the TLS transport,
+ *	  connections, which server a command goes to, the lease scripts, and
+ *	  the one decoder of their replies, which turns every reply into a typed
+ *	  answer (LfAnswer).  Nothing above this layer knows the Redis protocol
+ *	  (test/layers.sh refuses hiredis there); nothing below it knows Redis
+ *	  at all.
  *
  * IDENTIFICATION
  *	  src/redis.h
@@ -177,6 +177,73 @@ extern int	lf_redis_connections(LfConnInfo **out);
 extern int	lf_redis_disconnect(int64 deadline);
 
 /* ---------------------------------------------------------------------
+ * redis_reply.c: what a script's reply means (scripts/answers.json)
+ * ---------------------------------------------------------------------
+ */
+typedef enum LfScript
+{
+	LF_SCRIPT_ACQUIRE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
+	LF_SCRIPT_RENEW,			/* KEYS lease; ARGV identity, ttl_ms */
+	LF_SCRIPT_RELEASE,			/* KEYS lease; ARGV identity, PUBLISH or SPUBLISH */
+	LF_SCRIPT_CHECK,			/* KEYS lease; ARGV identity */
+	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
+	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
+	LF_NUM_SCRIPTS
+} LfScript;
+
+/*
+ * What a script's request came to: the outcomes of scripts/answers.json
+ * (what the caller must do with each is written there), and two of the
+ * transport's own.
+ */
+typedef enum LfAnswerOutcome
+{
+	LF_ANS_ACQUIRED,			/* acquire: generation */
+	LF_ANS_BUSY,				/* acquire: pttl_ms, if has_pttl */
+	LF_ANS_STALE,				/* acquire: stored */
+	LF_ANS_CORRUPT,				/* acquire: the generation key holds no generation */
+	LF_ANS_RENEWED,				/* renew */
+	LF_ANS_LOST,				/* renew */
+	LF_ANS_RELEASED,			/* release */
+	LF_ANS_NOT_HELD,			/* release, check */
+	LF_ANS_HELD,				/* check: pttl_ms, if has_pttl (else no expiry) */
+	LF_ANS_CLAIMED,				/* claim: value */
+	LF_ANS_OURS,				/* claim: value */
+	LF_ANS_OTHERS,				/* claim: value */
+	LF_ANS_TAKEN_OVER,			/* takeover: value, if has_value (else none) */
+	LF_ANS_NOSCRIPT,			/* EVALSHA: not run (lf_run_script sends EVAL) */
+	LF_ANS_UNAVAILABLE,			/* certainly not applied */
+	LF_ANS_UNKNOWN,				/* it may have run; nobody can tell */
+	LF_ANS_INTERRUPTED,			/* as unknown, with an interrupt pending */
+	LF_ANS_SENT_DEFERRED,		/* LF_DEFER: sent; redis_conn.c reads its reply */
+	LF_NUM_ANSWER_OUTCOMES
+} LfAnswerOutcome;
+
+/* room for a claim value (a longer one is cut: it is only shown) */
+#define LF_VALUELEN 256
+
+typedef struct LfAnswer
+{
+	LfAnswerOutcome outcome;
+	bool		replied;		/* a reply came (error replies included) */
+	int64		generation;		/* acquired */
+	int64		stored;			/* stale */
+	bool		has_pttl;		/* busy, held: pttl_ms is known */
+	int64		pttl_ms;
+	bool		has_value;		/* claimed, ours, others, taken_over */
+	char		value[LF_VALUELEN];
+	char		err[LF_ERRLEN]; /* why, when it is not the script's own answer */
+} LfAnswer;
+
+extern void lf_decode_reply(LfScript script, const struct redisReply *reply, LfAnswer *answer);
+extern void lf_decode_send_result(LfSendResult r, const char *err, LfAnswer *answer);
+extern bool lf_parse_canonical_generation(const char *s, size_t len, int64 *value);
+extern bool lf_error_code_is(const char *str, const char *code);
+extern const char *lf_answer_outcome_name(LfAnswerOutcome o);
+extern const char *lf_answer_table_name(LfAnswerOutcome o);
+extern const char *lf_script_name(LfScript script);
+
+/* ---------------------------------------------------------------------
  * redis_watch.c: the Sentinel watch's answer (a background worker)
  * ---------------------------------------------------------------------
  */
@@ -231,30 +298,9 @@ extern void lf_tls_free(void *tls);
  * ---------------------------------------------------------------------
  */
 
-/* what became of a script */
-typedef enum LfRedisOutcome
-{
-	LF_APPLIED,					/* it ran: its answer is *reply */
-	LF_NOT_APPLIED,				/* it certainly did not run */
-	LF_UNKNOWN,					/* it may have run; nobody can tell */
-	LF_INTERRUPTED,				/* as LF_UNKNOWN, with an interrupt pending */
-	LF_SENT						/* LF_DEFER: sent; redis_conn.c reads its reply */
-} LfRedisOutcome;
-
-typedef enum LfScript
-{
-	LF_SCRIPT_ACQUIRE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
-	LF_SCRIPT_RENEW,			/* KEYS lease; ARGV identity, ttl_ms */
-	LF_SCRIPT_RELEASE,			/* KEYS lease; ARGV identity, PUBLISH or SPUBLISH */
-	LF_SCRIPT_CHECK,			/* KEYS lease; ARGV identity */
-	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
-	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
-	LF_NUM_SCRIPTS
-} LfScript;
-
-extern LfRedisOutcome lf_run_script(LfScript script, int nkeys, const char **keys,
-									int nargs, const char **args, int timeout_ms,
-									int flags, struct redisReply **reply, char *err);
+extern LfAnswerOutcome lf_run_script(LfScript script, int nkeys, const char **keys,
+									 int nargs, const char **args, int timeout_ms,
+									 int flags, LfAnswer *answer);
 extern char *lf_lease_key(const char *resource);
 extern char *lf_release_channel(const char *resource);
 extern const char *lf_release_publish(void);

@@ -35,8 +35,8 @@
  * Host names are resolved with getaddrinfo(), which does not honour
  * connect_timeout_ms or interrupts (see docs/reference.md, "Settings").
  *
- * Layer 2 (docs/design.md, "Layers"): it calls the settings and the TLS
- * transport below it; redis_topology.c picks the endpoint from above.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_conn.c
@@ -767,10 +767,18 @@ drain_deferred_by(LfConn *c, int64 deadline, bool interruptible, bool *interrupt
 		in_flight = NULL;
 		if (r == LF_SEND_INTERRUPTED)
 			*interrupted = true;
-		confirmed = (r == LF_REPLY && reply->type == REDIS_REPLY_INTEGER);
-		if (r == LF_REPLY && !confirmed)
-			snprintf(err, LF_ERRLEN, "Redis answered: %s",
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "an unexpected reply");
+		/* the release script's own two answers confirm it (redis_reply.c) */
+		if (r == LF_REPLY)
+		{
+			LfAnswer	ans;
+
+			lf_decode_reply(LF_SCRIPT_RELEASE, reply, &ans);
+			confirmed = ans.outcome == LF_ANS_RELEASED || ans.outcome == LF_ANS_NOT_HELD;
+			if (!confirmed)
+				strlcpy(err, ans.err, LF_ERRLEN);
+		}
+		else
+			confirmed = false;
 		if (reply)
 			freeReplyObject(reply);
 		/* the next one moves up */

@@ -2,7 +2,8 @@
  *
  * redis_script.c
  *	  The Lua scripts of the lease protocol, the Redis keys they work on, and
- *	  what each reply means: applied, not applied, or unknown.
+ *	  running a script to a typed answer (what each reply means is
+ *	  redis_reply.c's, after scripts/answers.json).
  *
  * Every operation is one script, so each compare-and-act happens atomically
  * inside Redis:
@@ -25,8 +26,8 @@
  * sent once with EVAL, which also loads it.  Builds with assertions check
  * the constants against the texts at load time.
  *
- * Layer 2 (docs/design.md, "Layers"), its top file: it calls the topology
- * below it; the lease layer calls it.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_script.c
@@ -100,74 +101,26 @@ static const LuaScript scripts[LF_NUM_SCRIPTS] = {
 };
 
 /*
- * An error reply.  Errors Redis raises before running any of a script
- * (loading, busy, auth, read-only replica, out of memory, cluster
- * redirections) mean nothing was applied.  Anything else might have
- * happened after a write inside the script: unknown.
- */
-static LfRedisOutcome
-classify_error_reply(const redisReply *reply, char *err)
-{
-	static const char *const not_applied[] = {
-		"NOSCRIPT", "LOADING", "BUSY", "NOAUTH", "NOPERM", "WRONGPASS", "READONLY",
-		"MASTERDOWN", "OOM", "MISCONF", "CLUSTERDOWN", "MOVED", "ASK",
-		"TRYAGAIN", "CROSSSLOT", "NOREPLICAS"
-	};
-	size_t		i;
-
-	snprintf(err, LF_ERRLEN, "Redis answered: %s", reply->str);
-	for (i = 0; i < lengthof(not_applied); i++)
-		if (lf_redis_is_error(reply, not_applied[i]))
-			return LF_NOT_APPLIED;
-	return LF_UNKNOWN;
-}
-
-/* What a command's end means for a script that was in it. */
-static LfRedisOutcome
-classify(LfSendResult r, redisReply **reply, char *err)
-{
-	LfRedisOutcome o;
-
-	switch (r)
-	{
-		case LF_REPLY:
-			if ((*reply)->type != REDIS_REPLY_ERROR)
-				return LF_APPLIED;
-			o = classify_error_reply(*reply, err);
-			freeReplyObject(*reply);
-			*reply = NULL;
-			return o;
-		case LF_NOT_SENT:
-			return LF_NOT_APPLIED;
-		case LF_NO_REPLY:
-			return LF_UNKNOWN;
-		case LF_SEND_INTERRUPTED:
-			return LF_INTERRUPTED;
-		case LF_SENT_UNREAD:
-			return LF_SENT;
-	}
-	return LF_UNKNOWN;			/* keep compiler quiet */
-}
-
-/*
  * Run a script: EVALSHA, and EVAL when Redis answers NOSCRIPT.  Both share
- * one deadline, timeout_ms.  On LF_APPLIED *reply is the script's answer (a
- * malloc'd hiredis reply, never an error reply) for the caller to check and
- * free; on anything else there is no reply and err says why.
+ * one deadline, timeout_ms.  *answer is what it came to, decoded by
+ * redis_reply.c (scripts/answers.json); the reply itself is freed here, on
+ * every path, so no caller ever holds one.  Returns answer->outcome.
  */
-LfRedisOutcome
+LfAnswerOutcome
 lf_run_script(LfScript script, int nkeys, const char **keys,
 			  int nargs, const char **args, int timeout_ms, int flags,
-			  redisReply **reply, char *err)
+			  LfAnswer *answer)
 {
 	const LuaScript *s = &scripts[script];
 	const char *argv[12];
 	size_t		argvlen[12];
 	char		numkeys[12];
+	char		err[LF_ERRLEN];
 	int			argc = 0;
 	int			i;
 	int64		start = lf_now_ms();
 	LfSendResult r;
+	redisReply *reply = NULL;
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	pg_ltoa(nkeys, numkeys);
@@ -182,26 +135,46 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	for (i = 0; i < argc; i++)
 		argvlen[i] = strlen(argv[i]);
 
-	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, reply, err);
-	if (r == LF_REPLY && !(flags & LF_DEFER) && lf_redis_is_error(*reply, "NOSCRIPT"))
+	err[0] = '\0';
+	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, &reply, err);
+	if (r != LF_REPLY)
+		lf_decode_send_result(r, err, answer);
+	else
+	{
+		lf_decode_reply(script, reply, answer);
+		freeReplyObject(reply);
+		reply = NULL;
+	}
+	if (answer->outcome == LF_ANS_NOSCRIPT && !(flags & LF_DEFER) &&
+		strcmp(argv[0], "EVALSHA") == 0)
 	{
 		int			left = timeout_ms - (int) (lf_now_ms() - start);
 
-		freeReplyObject(*reply);
-		*reply = NULL;
 		if (left <= 0)
 		{
-			snprintf(err, LF_ERRLEN, "timed out before the script could be loaded");
-			return LF_NOT_APPLIED;
+			lf_decode_send_result(LF_NOT_SENT, "timed out before the script could be loaded", answer);
+			return answer->outcome;
 		}
 		argv[0] = "EVAL";
 		argv[1] = s->text;
 		argvlen[0] = 4;
 		argvlen[1] = strlen(s->text);
 		/* the connection that answered NOSCRIPT is fine: not a fresh one */
-		r = lf_redis_command(keys[0], argc, argv, argvlen, left, flags & ~LF_FRESH, reply, err);
+		err[0] = '\0';
+		r = lf_redis_command(keys[0], argc, argv, argvlen, left, flags & ~LF_FRESH, &reply, err);
+		if (r != LF_REPLY)
+			lf_decode_send_result(r, err, answer);
+		else
+		{
+			lf_decode_reply(script, reply, answer);
+			freeReplyObject(reply);
+			reply = NULL;
+		}
 	}
-	return classify(r, reply, err);
+	/* EVAL answering NOSCRIPT (or a deferred EVAL): nothing ran */
+	if (answer->outcome == LF_ANS_NOSCRIPT)
+		answer->outcome = LF_ANS_UNAVAILABLE;
+	return answer->outcome;
 }
 
 /*

@@ -23,9 +23,8 @@
  * OpenSSL call here leaves the thread's error queue empty: the server's own
  * TLS code (libpq, the SSL server side) reads that queue too.
  *
- * Layer 2 (docs/design.md, "Layers"): it reads the settings
- * (redis_settings.c) and nothing else of lease_fence's; redis_conn.c calls
- * it.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_tls.c

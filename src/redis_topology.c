@@ -24,8 +24,8 @@
  * A redirection is an answer that nothing was applied, so following it
  * never makes an outcome unknown: only a lost reply does.
  *
- * Layer 2 (docs/design.md, "Layers"): it calls the connections and the
- * settings below it; redis_script.c and the lease layer call it.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_topology.c

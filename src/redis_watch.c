@@ -29,8 +29,8 @@
  * whose last check is older than LF_ROLE_MAX_AGE_MS (docs/guides/redis-deployments.md,
  * "Sentinel").
  *
- * Layer 2 (docs/design.md, "Layers"): it calls the connections and the
- * settings below it; redis_topology.c reads its answer.
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/redis_watch.c

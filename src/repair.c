@@ -5,10 +5,8 @@
  *	  database never issued, and the one narrow door in the fence trigger
  *	  it goes through.
  *
- * Layer 1 (docs/design.md, "Layers"): fence_trigger.c asks lf_repair_row()
- * about the rows of the one table whose UPDATE this file runs; this file
- * calls the generations (generation.c), the extension's own relations
- * (extension.c) and the counters, nothing above.
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/repair.c

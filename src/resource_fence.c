@@ -29,10 +29,9 @@
  * re-check, the decision is made against what the newest holder committed,
  * so a stale holder in REPEATABLE READ gets LF001 too, not 40001.
  *
- * Layer 1 (docs/design.md, "Layers"): it reads the current generation and
- * the generations below it; a transaction-scoped lease (lease_registry.c)
- * calls lf_fence_resource_at() from above.  The lease layer's check of a
- * write comes through lf_write_check_hook.
+ * Layer 1, the fence (docs/design.md, "The layers": its files and the order
+ * of their calls). The lease layer's check of a write
+ * comes through lf_write_check_hook.
  *
  * IDENTIFICATION
  *	  src/resource_fence.c

@@ -16,8 +16,8 @@
  * variable and added to shared memory once per transaction.  Rejections are
  * added at once, so they count although the rejecting transaction aborts.
  *
- * Layer 0 (docs/design.md, "Layers"): every file may count, and this file
- * calls none of lease_fence's.
+ * Layer 0, the counters (docs/design.md, "The layers": its files and the order
+ * of their calls).
  *
  * IDENTIFICATION
  *	  src/stats.c
@@ -41,7 +41,7 @@
 PG_FUNCTION_INFO_V1(lf_stats);
 PG_FUNCTION_INFO_V1(lf_stats_reset);
 
-/* (operation, outcome) of each counter, from the one list in lease_fence.h */
+/* (operation, outcome) of each counter, from the one list in stats.h */
 static const char *const counter_names[LF_NUM_COUNTERS][2] = {
 #define LF_COUNTER_NAMES(id, operation, outcome) {operation, outcome},
 	LF_COUNTERS(LF_COUNTER_NAMES)

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * stats.h
- *	  The counters (stats.c): layer 0, which every other file may call and
- *	  which calls none of them (docs/design.md, "Layers").
+ *	  The counters (stats.c): layer 0 (docs/design.md, "The layers"), which
+ *	  every other file may call and which calls none of them.
  *
  * IDENTIFICATION
  *	  src/stats.h

@@ -8,7 +8,13 @@
 #     call, or a loop, which always contains one);
 #   - on any symbol of hiredis or OpenSSL used by a file below the Redis
 #     layer (the fence must work with no Redis at all);
-#   - on an object file the list does not place.
+#   - on an object file the list does not place;
+#   - on any source file (src/*.c, src/*.h) outside the Redis layer's own
+#     (src/redis_*, src/redis.h) that includes hiredis or mentions
+#     redisReply or REDIS_REPLY_: above the Redis layer nobody sees a
+#     reply, only its typed answer (LfAnswer, src/redis.h); below it nobody
+#     knows Redis.  Read from the sources beside the objects (DIR), else
+#     from this repository's src/.
 #
 #   bash test/layers.sh [DIR]       DIR holds the .o files (default: src)
 #   bash test/layers.sh --self-test [DIR]
@@ -17,7 +23,14 @@
 #                                   refused (test/run.sh's "layers" suite)
 set -uo pipefail
 
-# lowest first; "layer file" per line
+# The layers, lowest first: "layer file" per line.  This table is the one
+# written list of them (docs/design.md, "The layers", is written from it);
+# every call goes to a file listed before its caller.
+#   0  the counters
+#   1  the fence: no Redis at all
+#   2  Redis: the only files that know the protocol (hiredis)
+#   3  the leases
+#   4  the module's entry (_PG_init)
 ORDER="
 0 stats
 1 extension
@@ -26,6 +39,7 @@ ORDER="
 1 resource_fence
 1 repair
 1 fence_trigger
+2 redis_reply
 2 redis_settings
 2 redis_tls
 2 redis_conn
@@ -33,6 +47,7 @@ ORDER="
 2 redis_topology
 2 redis_script
 3 keepalive
+3 keepalive_worker
 3 lease_registry
 3 lease
 4 lease_fence
@@ -87,12 +102,25 @@ check() {
 		done < <(nm "$dir/$from.o" | awk '$1 == "U" { print $2 }' | sort -u)
 	done
 
+	# hiredis in the sources: only the Redis layer's own files
+	local srcdir=$dir c base hits
+	compgen -G "$srcdir/*.c" >/dev/null || srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src
+	for c in "$srcdir"/*.c "$srcdir"/*.h; do
+		[ -e "$c" ] || continue
+		base=$(basename "$c")
+		case $base in
+			redis_* | redis.h) continue ;;
+		esac
+		hits=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]hiredis/|redisReply|REDIS_REPLY_' "$c" | head -3 | tr '\n' ' ')
+		[ -z "$hits" ] || problems+=("$base includes hiredis or touches a redisReply outside the Redis layer (src/redis_*, src/redis.h): $hits")
+	done
+
 	if [ ${#problems[@]} -gt 0 ]; then
 		printf 'layers: %s\n' "${problems[@]}"
 		echo "layers: ${#files[@]} files, $uses uses of another file's symbols, ${#problems[@]} problems"
 		return 1
 	fi
-	echo "layers: ${#files[@]} files, $uses uses of another file's symbols, every one downward; nothing below layer 2 uses hiredis or OpenSSL"
+	echo "layers: ${#files[@]} files, $uses uses of another file's symbols, every one downward; nothing below layer 2 uses hiredis or OpenSSL; no source outside src/redis_* and src/redis.h includes hiredis or touches a redisReply"
 	return 0
 }
 
@@ -149,6 +177,36 @@ expect_refused "a call up the order inside a layer (below redis_conn, calling it
 expect_refused "a layer-1 file using hiredis (freeReplyObject)" \
 	'probe \(layer 1\) uses freeReplyObject of hiredis or OpenSSL' \
 	hiredis fence_trigger 'extern void freeReplyObject(void *); void lf_probe(void *r) { freeReplyObject(r); }'
+# hiredis above the Redis layer, in the sources: a copy of src/ whose
+# lease.c includes hiredis, and one whose keepalive.c looks into a reply
+srcroot=$(cd "$src" && pwd)
+[ -e "$srcroot/lease.c" ] || srcroot=$(cd "$(dirname "$0")/.." && pwd)/src
+planted() {
+	local name=$1 file=$2 line=$3 pattern=$4 what=$5 out rc
+	rm -rf "$tmp/$name"; mkdir -p "$tmp/$name"
+	cp "$src"/*.o "$tmp/$name"/ && cp "$srcroot"/*.c "$srcroot"/*.h "$tmp/$name"/
+	printf '%s\n' "$line" | cat - "$srcroot/$file" >"$tmp/$name/$file"
+	out=$(check "$tmp/$name"); rc=$?
+	if [ $rc -eq 1 ] && grep -qE "$pattern" <<<"$out"; then point ok "refused: $what"
+	else echo "$out"; point bad "refused: $what"; fi
+}
+planted hiredis_src lease.c '#include <hiredis/hiredis.h>' \
+	'lease.c includes hiredis or touches a redisReply outside the Redis layer' \
+	"a lease-layer source including hiredis (a planted #include in lease.c)"
+planted reply_src keepalive.c 'static int lf_probe(const struct redisReply *r) { return r != 0; }' \
+	'keepalive.c includes hiredis or touches a redisReply' \
+	"a lease-layer source touching a redisReply (keepalive.c)"
+planted reply_type_src fence_trigger.c '#define LF_PROBE REDIS_REPLY_INTEGER' \
+	'fence_trigger.c includes hiredis or touches a redisReply' \
+	"a fence source naming REDIS_REPLY_INTEGER"
+# the Redis layer's own files may: a planted include in redis_script.c passes
+out=$(rm -rf "$tmp/redis_own"; mkdir -p "$tmp/redis_own"; cp "$src"/*.o "$tmp/redis_own"/;
+	cp "$srcroot"/*.c "$srcroot"/*.h "$tmp/redis_own"/;
+	printf '#include <hiredis/hiredis.h>\n' | cat - "$srcroot/redis_reply.c" >"$tmp/redis_own/redis_reply.c";
+	check "$tmp/redis_own"); rc=$?
+[ $rc -eq 0 ] && point ok "allowed: hiredis in the Redis layer's own files (src/redis_*)" ||
+	{ echo "$out"; point bad "allowed: hiredis in the Redis layer's own files (src/redis_*)"; }
+
 # an object file nobody placed
 out=$(rm -rf "$tmp/unplaced"; mkdir -p "$tmp/unplaced"; cp "$src"/*.o "$tmp/unplaced"/;
 	echo 'int lf_unplaced_probe;' >"$tmp/unplaced/stray.c"; cc -c -o "$tmp/unplaced/stray.o" "$tmp/unplaced/stray.c";

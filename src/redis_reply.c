@@ -1,0 +1,366 @@
+/*-------------------------------------------------------------------------
+ *
+ * redis_reply.c
+ *	  What a lease script's reply means: the one decoder of the lease
+ *	  protocol, from a hiredis reply (or a request that got none) to a typed
+ *	  answer (LfAnswer, redis.h).
+ *
+ * It follows scripts/answers.json to the letter, the table every reader of
+ * the scripts is tested against (bash test/unit.sh):
+ *	- a script's replies ("replies"): each script's own shapes, listed in
+ *	  the comment header of scripts/<name>.lua; any other reply, a wrong
+ *	  type, a code the script never answers, is "unknown";
+ *	- error replies ("errors"), the same for every script, by their code
+ *	  (the first word, matched exactly): NOSCRIPT, the codes Redis answers
+ *	  before running any of a script (nothing applied: "unavailable"), and
+ *	  any other error "unknown" (a script may fail after a write);
+ *	- a request without a reply ("transport"): not sent is "unavailable",
+ *	  sent and unanswered "unknown" (interrupted: the same, with an
+ *	  interrupt pending).
+ *
+ * Pure: no server, no memory context, no error raised.  It depends on
+ * hiredis's reply type and c.h-level things only, so that the server-less
+ * unit test (test/unit/c.sh) links it as it is.
+ *
+ * Layer 2, Redis (docs/design.md, "The layers": its files and the order
+ * of their calls).
+ *
+ * IDENTIFICATION
+ *	  src/redis_reply.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "redis.h"
+
+/* the outcomes' names: those of scripts/answers.json, and the transport's */
+static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {
+	[LF_ANS_ACQUIRED] = "acquired",
+	[LF_ANS_BUSY] = "busy",
+	[LF_ANS_STALE] = "stale",
+	[LF_ANS_CORRUPT] = "corrupt",
+	[LF_ANS_RENEWED] = "renewed",
+	[LF_ANS_LOST] = "lost",
+	[LF_ANS_RELEASED] = "released",
+	[LF_ANS_NOT_HELD] = "not_held",
+	[LF_ANS_HELD] = "held",
+	[LF_ANS_CLAIMED] = "claimed",
+	[LF_ANS_OURS] = "ours",
+	[LF_ANS_OTHERS] = "others",
+	[LF_ANS_TAKEN_OVER] = "taken_over",
+	[LF_ANS_NOSCRIPT] = "noscript",
+	[LF_ANS_UNAVAILABLE] = "unavailable",
+	[LF_ANS_UNKNOWN] = "unknown",
+	[LF_ANS_INTERRUPTED] = "interrupted",
+	[LF_ANS_SENT_DEFERRED] = "sent_deferred",
+};
+
+static const char *const script_names[LF_NUM_SCRIPTS] = {
+	[LF_SCRIPT_ACQUIRE] = "acquire",
+	[LF_SCRIPT_RENEW] = "renew",
+	[LF_SCRIPT_RELEASE] = "release",
+	[LF_SCRIPT_CHECK] = "check",
+	[LF_SCRIPT_CLAIM] = "claim",
+	[LF_SCRIPT_TAKEOVER] = "takeover",
+};
+
+/*
+ * Error codes Redis answers before it runs any of a script: nothing was
+ * applied.  NOSCRIPT is one too, but has an outcome of its own.
+ */
+static const char *const not_applied[] = {
+	"LOADING", "BUSY", "NOAUTH", "NOPERM", "WRONGPASS", "READONLY",
+	"MASTERDOWN", "OOM", "MISCONF", "CLUSTERDOWN", "MOVED", "ASK",
+	"TRYAGAIN", "CROSSSLOT", "NOREPLICAS"
+};
+
+const char *
+lf_answer_outcome_name(LfAnswerOutcome o)
+{
+	if ((int) o < 0 || o >= LF_NUM_ANSWER_OUTCOMES)
+		return "?";
+	return outcome_names[o];
+}
+
+/* The outcome as answers.json names it: an interrupted request is unknown. */
+const char *
+lf_answer_table_name(LfAnswerOutcome o)
+{
+	return lf_answer_outcome_name(o == LF_ANS_INTERRUPTED ? LF_ANS_UNKNOWN : o);
+}
+
+const char *
+lf_script_name(LfScript script)
+{
+	if ((int) script < 0 || script >= LF_NUM_SCRIPTS)
+		return "?";
+	return script_names[script];
+}
+
+/* Is str an error text whose code (its first word) is exactly code? */
+bool
+lf_error_code_is(const char *str, const char *code)
+{
+	size_t		n = strlen(code);
+
+	return strncmp(str, code, n) == 0 && (str[n] == ' ' || str[n] == '\0');
+}
+
+static void
+answer_init(LfAnswer *a, LfAnswerOutcome o)
+{
+	memset(a, 0, sizeof(*a));
+	a->outcome = o;
+}
+
+/* (snprintf's truncation is wanted: err and value are for people) */
+static void
+set_err(LfAnswer *a, const char *what, const char *detail)
+{
+	if (detail)
+		snprintf(a->err, sizeof(a->err), "%s: %s", what, detail);
+	else
+		snprintf(a->err, sizeof(a->err), "%s", what);
+}
+
+static void
+unexpected(LfAnswer *a, LfScript script)
+{
+	a->outcome = LF_ANS_UNKNOWN;
+	snprintf(a->err, sizeof(a->err), "unexpected reply to the %s script",
+			 lf_script_name(script));
+}
+
+/*
+ * A generation as the acquire script echoes and stores it: decimal digits,
+ * no sign, no blank, no leading zero, at most the largest bigint.  The
+ * script compares generations as such strings (shorter is smaller), so
+ * anything else ("007", "7 ") is no generation of lease_fence's.
+ */
+bool
+lf_parse_canonical_generation(const char *s, size_t len, int64 *value)
+{
+	uint64		v = 0;
+	size_t		i;
+
+	if (len == 0 || len > 19 || (s[0] == '0' && len > 1))
+		return false;
+	for (i = 0; i < len; i++)
+	{
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (uint64) (s[i] - '0');	/* 19 digits fit in a uint64 */
+	}
+	if (v > (uint64) PG_INT64_MAX)
+		return false;
+	*value = (int64) v;
+	return true;
+}
+
+/* A PTTL as the acquire script sends it: digits only, >= 0 (else none). */
+static bool
+parse_pttl(const char *s, size_t len, int64 *value)
+{
+	int64		v;
+
+	/* leading zeros are harmless in a hint: strip them, keep one digit */
+	while (len > 1 && s[0] == '0')
+	{
+		s++;
+		len--;
+	}
+	if (!lf_parse_canonical_generation(s, len, &v))
+		return false;
+	*value = v;
+	return true;
+}
+
+static void
+set_value(LfAnswer *a, const redisReply *r)
+{
+	size_t		n = r->len < sizeof(a->value) - 1 ? r->len : sizeof(a->value) - 1;
+
+	memcpy(a->value, r->str, n);
+	a->value[n] = '\0';
+	a->has_value = true;
+}
+
+/* An error reply, by its code: the rows "errors" of answers.json. */
+static void
+decode_error(const redisReply *reply, LfAnswer *a)
+{
+	size_t		i;
+
+	set_err(a, "Redis answered", reply->str);
+	if (lf_error_code_is(reply->str, "NOSCRIPT"))
+	{
+		a->outcome = LF_ANS_NOSCRIPT;
+		return;
+	}
+	for (i = 0; i < lengthof(not_applied); i++)
+		if (lf_error_code_is(reply->str, not_applied[i]))
+		{
+			a->outcome = LF_ANS_UNAVAILABLE;
+			return;
+		}
+	a->outcome = LF_ANS_UNKNOWN;
+}
+
+/* {integer, bulk string}: the shape of acquire's and claim's answers */
+static bool
+code_and_string(const redisReply *reply, long long *code, const redisReply **str)
+{
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+		reply->element[0]->type != REDIS_REPLY_INTEGER ||
+		reply->element[1]->type != REDIS_REPLY_STRING)
+		return false;
+	*code = reply->element[0]->integer;
+	*str = reply->element[1];
+	return true;
+}
+
+/*
+ * What the reply of script means: the rows of scripts/answers.json.  reply
+ * is a complete reply (hiredis's); it is only read.
+ */
+void
+lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
+{
+	long long	code;
+	const redisReply *s;
+
+	answer_init(a, LF_ANS_UNKNOWN);
+	a->replied = true;
+	if (reply == NULL)
+	{
+		set_err(a, "no reply", NULL);
+		return;
+	}
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		decode_error(reply, a);
+		return;
+	}
+
+	switch (script)
+	{
+		case LF_SCRIPT_ACQUIRE:
+			/* {1, generation} acquired, {0, PTTL} busy, {2, stored} stale */
+			if (!code_and_string(reply, &code, &s))
+				break;
+			if (code == 1)
+			{
+				if (lf_parse_canonical_generation(s->str, s->len, &a->generation))
+					a->outcome = LF_ANS_ACQUIRED;
+				else
+				{
+					a->outcome = LF_ANS_UNKNOWN;
+					set_err(a, "the acquire script answered acquired with no generation", NULL);
+				}
+				return;
+			}
+			if (code == 0)
+			{
+				a->outcome = LF_ANS_BUSY;
+				a->has_pttl = parse_pttl(s->str, s->len, &a->pttl_ms);
+				return;
+			}
+			if (code == 2)
+			{
+				if (lf_parse_canonical_generation(s->str, s->len, &a->stored))
+					a->outcome = LF_ANS_STALE;
+				else
+				{
+					a->outcome = LF_ANS_CORRUPT;
+					set_err(a, "the generation key holds something that is not a generation", NULL);
+				}
+				return;
+			}
+			break;
+		case LF_SCRIPT_RENEW:
+			/* 1 renewed, 0 lost */
+			if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
+				a->outcome = LF_ANS_RENEWED;
+			else if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)
+				a->outcome = LF_ANS_LOST;
+			else
+				break;
+			return;
+		case LF_SCRIPT_RELEASE:
+			/* 1 released, 0 not held */
+			if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
+				a->outcome = LF_ANS_RELEASED;
+			else if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)
+				a->outcome = LF_ANS_NOT_HELD;
+			else
+				break;
+			return;
+		case LF_SCRIPT_CHECK:
+			/* PTTL when held (-1: no expiry); -3 not held, -2 key gone */
+			if (reply->type != REDIS_REPLY_INTEGER)
+				break;
+			if (reply->integer >= 0 || reply->integer == -1)
+			{
+				a->outcome = LF_ANS_HELD;
+				a->has_pttl = reply->integer >= 0;
+				a->pttl_ms = a->has_pttl ? reply->integer : 0;
+				return;
+			}
+			if (reply->integer == -3 || reply->integer == -2)
+			{
+				a->outcome = LF_ANS_NOT_HELD;
+				return;
+			}
+			break;
+		case LF_SCRIPT_CLAIM:
+			/* {2, value} claimed, {1, value} ours, {0, value} others */
+			if (!code_and_string(reply, &code, &s) || code < 0 || code > 2)
+				break;
+			a->outcome = code == 2 ? LF_ANS_CLAIMED : code == 1 ? LF_ANS_OURS : LF_ANS_OTHERS;
+			set_value(a, s);
+			return;
+		case LF_SCRIPT_TAKEOVER:
+			/* the previous value, or nil */
+			if (reply->type == REDIS_REPLY_STRING)
+				set_value(a, reply);
+			else if (reply->type != REDIS_REPLY_NIL)
+				break;
+			a->outcome = LF_ANS_TAKEN_OVER;
+			return;
+		case LF_NUM_SCRIPTS:
+			break;
+	}
+	unexpected(a, script);
+}
+
+/*
+ * A request that got no reply, by what became of it: the rows "transport"
+ * of answers.json (LF_REPLY has a reply: lf_decode_reply).  err says why.
+ */
+void
+lf_decode_send_result(LfSendResult r, const char *err, LfAnswer *a)
+{
+	switch (r)
+	{
+		case LF_NOT_SENT:
+			answer_init(a, LF_ANS_UNAVAILABLE);
+			break;
+		case LF_NO_REPLY:
+			answer_init(a, LF_ANS_UNKNOWN);
+			break;
+		case LF_SEND_INTERRUPTED:
+			answer_init(a, LF_ANS_INTERRUPTED);
+			break;
+		case LF_SENT_UNREAD:
+			answer_init(a, LF_ANS_SENT_DEFERRED);
+			break;
+		case LF_REPLY:
+		default:
+			answer_init(a, LF_ANS_UNKNOWN);
+			break;
+	}
+	set_err(a, err ? err : "no reply", NULL);
+}
