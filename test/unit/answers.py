@@ -112,6 +112,13 @@ def main():
     point(named == set(scripts), "the table has rows for every script, and no other",
           ["table: %s, decoder: %s" % (sorted(map(str, named)), scripts)] if named != set(scripts) else [])
 
+    # the statuses a library must handle are the ones the extension answers
+    ours = set(b.ask("statuses").split())
+    listed = {"%s:%s" % (r.get("operation"), r.get("status")) for r in table.get("statuses", [])}
+    point(ours == listed, "the table's statuses are those acquire, renew and release answer (src/stats.h)",
+          ["only in the table: %s" % sorted(listed - ours),
+           "only in the extension: %s" % sorted(ours - listed)] if ours != listed else [])
+
     for i, row in enumerate(table.get("replies", [])):
         text = "replies[%d]: %s %s -> %s" % (i, row.get("script"), json.dumps(row.get("reply")), row.get("outcome"))
         try:

@@ -20,6 +20,9 @@
  *     outcomes               the outcome names of the decoder, as the
  *                            table names them
  *     scripts                the scripts' names
+ *     statuses               every status acquire, renew and release can
+ *                            answer, as src/stats.h names them:
+ *                            "acquire:acquired acquire:busy ..."
  */
 #include "postgres.h"
 
@@ -31,6 +34,7 @@
 #include "generation_math.h"
 #include "lease.h"
 #include "redis.h"
+#include "stats.h"
 
 static int	failures = 0;
 
@@ -364,6 +368,21 @@ main(int argc, char **argv)
 			for (o = 0; o < LF_NUM_ANSWER_OUTCOMES; o++)
 				if (o != LF_ANS_INTERRUPTED && o != LF_ANS_SENT_DEFERRED)
 					printf("%s%s", o ? " " : "", lf_answer_outcome_name((LfAnswerOutcome) o));
+			printf("\n");
+		}
+		else if (strcmp(cmd, "statuses") == 0)
+		{
+			const char *sep = "";
+
+#define LF_UNIT_STATUS(id, operation, outcome) \
+			if (strcmp(operation, "acquire") == 0 || strcmp(operation, "renew") == 0 || \
+				strcmp(operation, "release") == 0) \
+			{ \
+				printf("%s%s:%s", sep, operation, outcome); \
+				sep = " "; \
+			}
+			LF_COUNTERS(LF_UNIT_STATUS)
+#undef LF_UNIT_STATUS
 			printf("\n");
 		}
 		else if (strcmp(cmd, "scripts") == 0)
