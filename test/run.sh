@@ -374,6 +374,13 @@ if want tap; then
 			f=$LF_SRC/tmp_check/log/regress_log_${t##*/}
 			[ -f "$f" ] && { echo "--- $f"; tail -n 60 "$f"; }
 		done
+		# a bail-out (initdb failed, say) stops prove before its summary:
+		# the newest logs are those of the files that ran last
+		if grep -q '^Bailout called' "$LF_WORK/tap.out"; then
+			for f in $(ls -t "$LF_SRC"/tmp_check/log/regress_log_* 2>/dev/null | head -n "${LF_TAP_JOBS:-2}"); do
+				echo "--- $f"; tail -n 60 "$f"
+			done
+		fi
 		for f in "$LF_SRC"/tmp_check/log/*.log; do
 			[ -f "$f" ] && { echo "--- $f"; tail -n 40 "$f"; }
 		done
