@@ -257,12 +257,14 @@ for my $check ('always', 'near_expiry')
 	sql_ok($s, 'BEGIN');
 	$r = acquire($s, 'job:unknown-release', 3000, 0, 'transaction');
 	sql_ok($s, 'UPDATE item SET v = v + 1 WHERE id = 6');
-	pause_redis($redis, 1500);
+	# (a pause far longer than the two statements below take on a busy
+	# machine: the acquire must reach a Redis that is still paused)
+	pause_redis($redis, 6000);
 	(undef, $err) = run_sql($s, 'COMMIT');
 	is($err, '', 'unknown release: COMMIT succeeds without waiting for the release');
-	is(item(6), "1:$r->{generation}", 'unknown release: the write committed under its generation');
 	# the next command waits command_timeout_ms for the answer, in vain
 	my ($out, $nerr) = run_sql($s, "SELECT status FROM lease_fence.acquire('job:after-pause', 1000)");
+	is(item(6), "1:$r->{generation}", 'unknown release: the write committed under its generation');
 	like($nerr, qr/could not confirm a lease release sent after an earlier COMMIT/,
 		"unknown release: the session's next Redis command warns that the release was not confirmed");
 	isnt($out, 'acquired', 'unknown release: that next acquire is not granted while Redis is paused');
