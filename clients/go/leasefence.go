@@ -171,7 +171,7 @@ const (
 )
 
 func text(s string) []byte { return []byte(s) }
-func i64(v int64) []byte  { return []byte(strconv.FormatInt(v, 10)) }
+func i64(v int64) []byte   { return []byte(strconv.FormatInt(v, 10)) }
 func boolean(v bool) []byte {
 	if v {
 		return []byte("t")
