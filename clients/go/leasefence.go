@@ -80,6 +80,7 @@ type options struct {
 	waitMs        int64
 	keepalive     bool
 	noStaleRetry  bool
+	pollMs        int64
 }
 
 // MinValidity: the validity the lease must have left when granted or
