@@ -49,7 +49,12 @@ lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-dja
 	"$jdk" libpostgresql-jdbc-java junit5 \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
-	pgbouncer golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev || exit 1
+	pgbouncer || exit 1
+# Go: Debian's toolchain and the packaged sources it builds against, only
+# when the Go library is tested
+case " $LF_CLIENTS " in
+*" go "*) lf_need_packages golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev || exit 1 ;;
+esac
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
 if ! command -v node >/dev/null 2>&1; then
