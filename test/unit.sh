@@ -13,6 +13,7 @@
 #            parsed by redis-py, and what each SQL status becomes
 #   node     clients/node/unit.sh: the same for the Node library
 #   java     clients/java/unit.sh: what each SQL status becomes
+#   go       clients/go/unit.sh: what each SQL status becomes (errors.Is)
 # A part prints TAP ("ok N - ..." / "not ok N - ..."); a part that exits
 # non-zero without a "not ok" counts as one failure.  Each part builds into
 # its own empty temp dir (LF_UNIT_WORK), never into the tree.  As root,
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 top=$PWD
 . test/lib.sh
 
-all="c python node java"
+all="c python node java go"
 parts=${LF_UNIT:-$all}
 for p in $parts; do
 	[[ " $all " == *" $p "* ]] || { echo "LF_UNIT: unknown part $p ($all)" >&2; exit 2; }
@@ -35,12 +36,18 @@ case $(. /etc/os-release && echo "$VERSION_ID") in
 esac
 need=(make gcc libhiredis-dev "postgresql-server-dev-$LF_DEBIAN_MAJOR" python3 python3-pytest python3-redis)
 [[ " $parts " == *" java "* ]] && need+=("$jdk" junit5 libpostgresql-jdbc-java)
+[[ " $parts " == *" go "* ]] && need+=(golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev)
 if [[ " $parts " == *" node "* ]]; then
 	command -v node >/dev/null 2>&1 || need+=(nodejs)
 	command -v npm >/dev/null 2>&1 || need+=(npm)
 fi
 LF_PACKAGES="" lf_need_packages "${need[@]}" || exit 1
 
+# Go's build cache (compiling pgx takes a minute) beside the harness's
+# other caches, when there is one to write to
+if [ -z "${LF_GOCACHE:-}" ] && mkdir -p "${LF_PG_CACHE:-/var/cache/lease_fence}/gocache-$(id -un)" 2>/dev/null; then
+	export LF_GOCACHE=${LF_PG_CACHE:-/var/cache/lease_fence}/gocache-$(id -un)
+fi
 work=$(mktemp -d /tmp/lease_fence_unit.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 export LF_ANSWERS=${LF_ANSWERS:-$top/scripts/answers.json}
