@@ -20,8 +20,8 @@
 # redis-server or valkey-server on port 6379 of the shared loopback).
 #
 # `run` copies the tree into the root, mounts /proc and binds /dev (with
-# /dev/shm and /dev/pts) for the run, chroots, and unmounts and removes the
-# copy on every exit path.  Inside, test/lib.sh sees Debian 13 and uses its
+# /dev/shm and /dev/pts) for the run, chroots, and removes the copy on
+# every exit path; the last of the runs inside at the time unmounts.  Inside, test/lib.sh sees Debian 13 and uses its
 # PostgreSQL 17 where Debian 12 uses 15; apt-get in the root installs what a
 # script needs, from the same archive.  Servers inside share the machine's
 # loopback, on the free ports and unix sockets the scripts pick.
@@ -142,12 +142,26 @@ case ${1:-} in
 		make_root
 		work=$(mktemp -d "$root/tmp/lf-run.XXXXXX")
 		inside=${work#"$root"}
-		mounted=()
+		# Runs in the root side by side (.ci/run's 17 and 17k) share its
+		# /proc and /dev: each run enters its pid in trixie.users, and the
+		# last one out unmounts them (all under trixie.mounts.lock); a pid
+		# that is gone is a run that was killed, and counts no more.
+		users=$cache/trixie.users
 		cleanup() {
-			local m
-			for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-				umount -R "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" 2>/dev/null || true
+			local f live=0
+			exec 7>"$cache/trixie.mounts.lock"
+			flock 7
+			rm -f "$users/$$"
+			for f in "$users"/*; do
+				[ -e "$f" ] || continue
+				if kill -0 "${f##*/}" 2>/dev/null; then live=1; else rm -f "$f"; fi
 			done
+			if [ "$live" = 0 ]; then
+				for m in "$root/dev" "$root/proc"; do
+					mountpoint -q "$m" && { umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
+				done
+			fi
+			flock -u 7
 			rm -rf "$work"
 		}
 		trap cleanup EXIT
@@ -158,8 +172,12 @@ case ${1:-} in
 		[ -e "$top/.git" ] && git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 &&
 			git clone -q --no-local "$top" "$work/git" && mv "$work/git/.git" "$work/src/.git" &&
 			rm -rf "$work/git"
-		mountpoint -q "$root/proc" || { mount -t proc proc "$root/proc"; mounted+=("$root/proc"); }
-		mountpoint -q "$root/dev" || { mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"; mounted+=("$root/dev"); }
+		(
+			flock 7
+			mkdir -p "$users" && echo $$ >"$users/$$"
+			mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+			mountpoint -q "$root/dev" || { mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"; }
+		) 7>"$cache/trixie.mounts.lock"
 		# the machine's way out: its resolver, the certificate authorities it
 		# added to Debian's (a proxy's, say), and its proxy settings
 		cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
