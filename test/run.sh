@@ -54,6 +54,9 @@ set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/test/lib.sh"
 
+# an LF_REDIS that names no server is refused before anything is made
+case $LF_REDIS in redis | valkey) ;; *) lf_select_redis; exit 2 ;; esac
+
 # PostgreSQL 17 is Debian 13's own package: the whole run happens inside a
 # Debian 13 root of its own (test/debian_root.sh), on a copy of this tree
 if [ "${LF_PG:-}" = 17 ] && [ "$LF_DEBIAN_MAJOR" != 17 ]; then
