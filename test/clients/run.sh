@@ -22,6 +22,8 @@
 # stops everything, and prints "N passed, N failed" (one per test case).
 #   LF_CLIENTS="python node java"   which libraries
 #   LF_KEEP=1                       keeps the temp dir
+#   LF_REDIS=valkey                 Valkey instead of Redis (test/lib.sh); the
+#                                   tests get its valkey-cli as LF_REDIS_CLI
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
