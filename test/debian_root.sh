@@ -8,16 +8,20 @@
 #
 # Debian 12 has no PostgreSQL 17 and the archive does not serve its source
 # package, but Debian 13's binary packages are served: debootstrap makes a
-# minimal root with postgresql-17, hiredis 1.x and Redis 8 from the Debian
-# archive this machine already uses (its first deb.debian.org-style source,
+# minimal root with postgresql-17, hiredis 1.x, Redis 8 and Valkey 8 (the
+# LF_REDIS=valkey runs) from the Debian archive this machine already uses (its first deb.debian.org-style source,
 # found as test/pg_build.sh finds it; the machine's apt sources are never
 # read for anything else or changed).  A finished root has a stamp written
 # last; one without (an interrupted debootstrap) is made again.  About 2
-# minutes and 1.7 GB, once.
+# minutes and 1.7 GB, once.  A finished root that lacks a package of the
+# list below (one made before the package was added to it) gets it from the
+# root's own apt, not a new debootstrap.  The root has a policy-rc.d that
+# refuses every service start: a package's postinst starts no server (a
+# redis-server or valkey-server on port 6379 of the shared loopback).
 #
 # `run` copies the tree into the root, mounts /proc and binds /dev (with
-# /dev/shm and /dev/pts) for the run, chroots, and unmounts and removes the
-# copy on every exit path.  Inside, test/lib.sh sees Debian 13 and uses its
+# /dev/shm and /dev/pts) for the run, chroots, and removes the copy on
+# every exit path; the last of the runs inside at the time unmounts.  Inside, test/lib.sh sees Debian 13 and uses its
 # PostgreSQL 17 where Debian 12 uses 15; apt-get in the root installs what a
 # script needs, from the same archive.  Servers inside share the machine's
 # loopback, on the free ports and unix sockets the scripts pick.
@@ -37,16 +41,59 @@ say() { printf '%s\n' "== debian_root: $*" >&2; }
 [ "$(id -u)" -eq 0 ] || { echo "test/debian_root.sh needs root (debootstrap, chroot, mount)" >&2; exit 1; }
 
 # what the runs need in the root, beyond debootstrap's minimal base
-PACKAGES=postgresql-17,postgresql-server-dev-17,libhiredis-dev,libssl-dev,openssl,redis-server,redis-sentinel,redis-tools,make,gcc,libc6-dev,binutils,libipc-run-perl,rsync,python3,ca-certificates,procps,git,unzip
+PACKAGES=postgresql-17,postgresql-server-dev-17,libhiredis-dev,libssl-dev,openssl,redis-server,redis-sentinel,redis-tools,valkey-server,valkey-sentinel,valkey-tools,make,gcc,libc6-dev,binutils,libipc-run-perl,rsync,python3,ca-certificates,procps,git,unzip
+
+# No service starts in the root (invoke-rc.d asks policy-rc.d; 101: refused)
+no_services() {	# root
+	[ -x "$1/usr/sbin/policy-rc.d" ] && return 0
+	printf '#!/bin/sh\n# lease_fence: no service starts in this root\nexit 101\n' >"$1/usr/sbin/policy-rc.d"
+	chmod 755 "$1/usr/sbin/policy-rc.d"
+}
+
+# the packages of the list that a finished root lacks, one a line
+missing_packages() {
+	local p
+	for p in ${PACKAGES//,/ }; do
+		chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+	done
+}
+
+# A finished root made before a package joined the list gets it from the
+# root's apt (under the root's lock: two runs may start at once)
+complete_root() {
+	local missing
+	missing=$(missing_packages)
+	[ -z "$missing" ] && return 0
+	exec 9>"$cache/trixie.lock"
+	flock 9
+	no_services "$root"
+	missing=$(missing_packages)
+	if [ -n "$missing" ]; then
+		say "installing into the root: $(echo $missing)"
+		cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+		# (the root's apt-get, alone: the runs inside take the same lock)
+		if ! chroot "$root" flock -w 1800 /run/lock/lease_fence-apt.lock sh -c \
+			'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
+			_ $missing >"$cache/trixie.complete.log" 2>&1; then
+			tail -n 20 "$cache/trixie.complete.log" >&2
+			echo "debian_root: could not install $(echo $missing) into the root" >&2
+			exit 1
+		fi
+	fi
+	exec 9>&-
+}
 
 make_root() {
 	if [ -f "$stamp" ] && [ -x "$root/usr/lib/postgresql/17/bin/postgres" ]; then
+		complete_root
 		return 0
 	fi
 	mkdir -p "$cache"
 	exec 9>"$cache/trixie.lock"
 	flock 9
 	if [ -f "$stamp" ] && [ -x "$root/usr/lib/postgresql/17/bin/postgres" ]; then
+		exec 9>&-
+		complete_root
 		return 0
 	fi
 	command -v debootstrap >/dev/null || {
@@ -73,6 +120,7 @@ make_root() {
 		echo "debian_root: debootstrap failed, log in $cache/trixie.debootstrap.log" >&2
 		exit 1
 	fi
+	no_services "$root.tmp"
 	# the root's apt lists, for what a script installs later
 	chroot "$root.tmp" apt-get update -qq >/dev/null 2>&1 || true
 	mv "$root.tmp" "$root"
@@ -94,12 +142,26 @@ case ${1:-} in
 		make_root
 		work=$(mktemp -d "$root/tmp/lf-run.XXXXXX")
 		inside=${work#"$root"}
-		mounted=()
+		# Runs in the root side by side (.ci/run's 17 and 17k) share its
+		# /proc and /dev: each run enters its pid in trixie.users, and the
+		# last one out unmounts them (all under trixie.mounts.lock); a pid
+		# that is gone is a run that was killed, and counts no more.
+		users=$cache/trixie.users
 		cleanup() {
-			local m
-			for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
-				umount -R "${mounted[$i]}" 2>/dev/null || umount -l "${mounted[$i]}" 2>/dev/null || true
+			local f live=0
+			exec 7>"$cache/trixie.mounts.lock"
+			flock 7
+			rm -f "$users/$$"
+			for f in "$users"/*; do
+				[ -e "$f" ] || continue
+				if kill -0 "${f##*/}" 2>/dev/null; then live=1; else rm -f "$f"; fi
 			done
+			if [ "$live" = 0 ]; then
+				for m in "$root/dev" "$root/proc"; do
+					mountpoint -q "$m" && { umount -R "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
+				done
+			fi
+			flock -u 7
 			rm -rf "$work"
 		}
 		trap cleanup EXIT
@@ -110,8 +172,12 @@ case ${1:-} in
 		[ -e "$top/.git" ] && git -C "$top" rev-parse -q --verify HEAD >/dev/null 2>&1 &&
 			git clone -q --no-local "$top" "$work/git" && mv "$work/git/.git" "$work/src/.git" &&
 			rm -rf "$work/git"
-		mountpoint -q "$root/proc" || { mount -t proc proc "$root/proc"; mounted+=("$root/proc"); }
-		mountpoint -q "$root/dev" || { mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"; mounted+=("$root/dev"); }
+		(
+			flock 7
+			mkdir -p "$users" && echo $$ >"$users/$$"
+			mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+			mountpoint -q "$root/dev" || { mount --rbind /dev "$root/dev"; mount --make-rslave "$root/dev"; }
+		) 7>"$cache/trixie.mounts.lock"
 		# the machine's way out: its resolver, the certificate authorities it
 		# added to Debian's (a proxy's, say), and its proxy settings
 		cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true

@@ -17,7 +17,26 @@ if [ -z "${LF_DEBIAN_MAJOR:-}" ]; then
 		*) LF_DEBIAN_MAJOR=15 ;;
 	esac
 fi
-LF_PACKAGES="make gcc postgresql-$LF_DEBIAN_MAJOR postgresql-server-dev-$LF_DEBIAN_MAJOR libhiredis-dev libssl-dev openssl redis-server redis-sentinel redis-tools libipc-run-perl rsync"
+# LF_REDIS picks the key-value server every script starts (test/README.md,
+# "Redis or Valkey"): redis (the default: Debian's redis-server, redis-cli,
+# redis-sentinel) or valkey (valkey-server, valkey-cli, valkey-sentinel:
+# Debian 13's Valkey 8, so only inside test/debian_root.sh's root, LF_PG=17).
+# For valkey, LF_REDIS_SERVER, LF_REDIS_CLI and LF_REDIS_SENTINEL are set
+# (unless given) and exported: every program that starts a server or talks
+# to one (lf_start_redis, the TAP modules in test/perl, the fault run, the
+# client tests) takes its programs from them.
+LF_REDIS=${LF_REDIS:-redis}
+case $LF_REDIS in
+	valkey)
+		LF_REDIS_PACKAGES="valkey-server valkey-sentinel valkey-tools"
+		export LF_REDIS_SERVER=${LF_REDIS_SERVER:-/usr/bin/valkey-server}
+		export LF_REDIS_CLI=${LF_REDIS_CLI:-/usr/bin/valkey-cli}
+		export LF_REDIS_SENTINEL=${LF_REDIS_SENTINEL:-/usr/bin/valkey-sentinel}
+		;;
+	*) LF_REDIS_PACKAGES="redis-server redis-sentinel redis-tools" ;;
+esac
+export LF_REDIS
+LF_PACKAGES="make gcc postgresql-$LF_DEBIAN_MAJOR postgresql-server-dev-$LF_DEBIAN_MAJOR libhiredis-dev libssl-dev openssl $LF_REDIS_PACKAGES libipc-run-perl rsync"
 # the PostgreSQL installation a run copies: Debian's unless told otherwise
 # (lf_make_workdir sets PG_BIN and PG_CONFIG to the private copy)
 LF_PG_ROOT=${LF_PG_ROOT:-}
@@ -50,9 +69,24 @@ lf_select_pg() {
 	unset LF_PG
 }
 
+# LF_REDIS is one of redis, valkey; valkey only where Debian packages it
+# (Debian 13: the LF_PG=17 runs, inside test/debian_root.sh's root)
+lf_select_redis() {
+	case $LF_REDIS in
+		redis) return 0 ;;
+		valkey)
+			[ "$LF_DEBIAN_MAJOR" = 17 ] && return 0
+			echo "LF_REDIS=valkey needs LF_PG=17: Valkey is packaged by Debian 13, not Debian 12; an LF_PG=17 run happens inside a Debian 13 root (test/debian_root.sh)" >&2
+			return 2
+			;;
+		*) echo "LF_REDIS=$LF_REDIS: expected redis or valkey" >&2; return 2 ;;
+	esac
+}
+
 # Install the Debian packages that are missing (as root), or say what to do.
 lf_need_packages() {
 	local missing=() p
+	lf_select_redis || return 1
 	for p in $LF_PACKAGES "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 	done
@@ -105,6 +139,7 @@ lf_as_user() {
 # relocatable); the extension is installed into it without root.
 lf_make_workdir() {
 	local top=$1 root
+	lf_select_redis || return 1
 	lf_select_pg || return 1
 	LF_WORK=$(mktemp -d /tmp/lease_fence.XXXXXX)
 	chmod 755 "$LF_WORK"
@@ -175,27 +210,27 @@ lf_stop_pg() {
 	fi
 }
 
-# Start a throwaway redis-server on a unix socket in $LF_WORK (no TCP, no
-# persistence), as $LF_USER so the PostgreSQL server can use the socket.
-# Sets LF_REDIS_SOCK.
+# Start a throwaway redis-server (valkey-server with LF_REDIS=valkey) on a
+# unix socket in $LF_WORK (no TCP, no persistence), as $LF_USER so the
+# PostgreSQL server can use the socket.  Sets LF_REDIS_SOCK.
 lf_start_redis() {
 	LF_REDIS_SOCK=$LF_WORK/redis.sock
-	lf_as_user redis-server --port 0 --unixsocket "$LF_REDIS_SOCK" --unixsocketperm 700 \
+	lf_as_user "${LF_REDIS_SERVER:-redis-server}" --port 0 --unixsocket "$LF_REDIS_SOCK" --unixsocketperm 700 \
 		--save '' --appendonly no --dir "$LF_WORK" --daemonize yes \
 		--pidfile "$LF_WORK/redis.pid" --logfile "$LF_WORK/redis.log" >/dev/null || return 1
 	local i
 	for i in $(seq 1 50); do
-		lf_as_user redis-cli -s "$LF_REDIS_SOCK" PING 2>/dev/null | grep -q PONG && return 0
+		lf_redis_cli PING 2>/dev/null | grep -q PONG && return 0
 		sleep 0.1
 	done
 	cat "$LF_WORK/redis.log"; return 1
 }
 
-lf_redis_cli() { lf_as_user redis-cli -s "$LF_REDIS_SOCK" "$@"; }
+lf_redis_cli() { lf_as_user "${LF_REDIS_CLI:-redis-cli}" -s "$LF_REDIS_SOCK" "$@"; }
 
 lf_stop_redis() {
 	if [ -n "${LF_REDIS_SOCK:-}" ] && [ -f "$LF_WORK/redis.pid" ]; then
-		lf_as_user redis-cli -s "$LF_REDIS_SOCK" SHUTDOWN NOSAVE >/dev/null 2>&1 ||
+		lf_redis_cli SHUTDOWN NOSAVE >/dev/null 2>&1 ||
 			kill "$(cat "$LF_WORK/redis.pid")" 2>/dev/null || true
 	fi
 }

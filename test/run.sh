@@ -46,10 +46,16 @@
 #   LF_TAP_JOBS=1                  TAP files one at a time (default 2:
 #                                  prove -j2; each file has its own servers)
 #   LF_REGRESS="fence protect"     run only these pg_regress files
+# LF_REDIS=valkey: every server a suite starts is Valkey (valkey-server,
+# valkey-sentinel, valkey-cli) instead of Redis; Debian 13's Valkey 8, so
+# with LF_PG=17 only (test/README.md, "Redis or Valkey").
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/test/lib.sh"
+
+# an LF_REDIS that names no server is refused before anything is made
+case $LF_REDIS in redis | valkey) ;; *) lf_select_redis; exit 2 ;; esac
 
 # PostgreSQL 17 is Debian 13's own package: the whole run happens inside a
 # Debian 13 root of its own (test/debian_root.sh), on a copy of this tree
@@ -283,6 +289,18 @@ if want server; then
 		[ "$out" = "acquired released" ] || { echo "acquire / release said: $out"; return 1; }
 	}
 	check "server: acquire from a real Redis, then release" acquire_release
+	# the server is the one LF_REDIS names (Valkey 8 says server_name:valkey
+	# and valkey_version in INFO server, and redis_version:7.2.4, the
+	# Redis it answers as; Redis has no server_name)
+	server_is() {
+		local info
+		info=$(lf_redis_cli INFO server | tr -d '\r') || return 1
+		case $LF_REDIS in
+			valkey) grep -qx 'server_name:valkey' <<<"$info" && grep -qE '^valkey_version:8\.' <<<"$info" ;;
+			*) grep -qE '^redis_version:' <<<"$info" && ! grep -q '^server_name:valkey' <<<"$info" ;;
+		esac || { grep -E '^(redis|valkey)_version:|^server_name:' <<<"$info"; return 1; }
+	}
+	check "server: the server is $LF_REDIS ($("${LF_REDIS_SERVER:-redis-server}" --version | cut -d' ' -f1-3))" server_is
 	lf_stop_redis
 	lf_log "server: done"
 fi

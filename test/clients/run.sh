@@ -24,6 +24,8 @@
 # stops everything, and prints "N passed, N failed" (one per test case).
 #   LF_CLIENTS="python node java go"   which libraries
 #   LF_KEEP=1                       keeps the temp dir
+#   LF_REDIS=valkey                 Valkey instead of Redis (test/lib.sh); the
+#                                   tests get its valkey-cli as LF_REDIS_CLI
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -231,7 +233,7 @@ test_env=(
 	npm_config_update_notifier=false PYTHONDONTWRITEBYTECODE=1
 	PGHOST="$LF_WORK" PGPORT="$PGPORT" PGDATABASE=appdb PGUSER=app
 	LF_NOREDIS_USER=app_noredis
-	LF_REDIS_SOCK="$LF_REDIS_SOCK"
+	LF_REDIS_SOCK="$LF_REDIS_SOCK" LF_REDIS_CLI="${LF_REDIS_CLI:-redis-cli}"
 	LF_PORTABLE_PGPORT="$LF_PORTABLE_PGPORT" LF_PORTABLE_DB=portabledb
 	LF_BOUNCER_HOST="$LF_PGB_DIR" LF_BOUNCER_PORT="$LF_PGB_PORT"
 	LF_JDBC_URL="jdbc:postgresql://127.0.0.1:$PGPORT/appdb"

@@ -3,7 +3,8 @@
 #
 # The server is the real redis-server, the first on PATH (the tests never
 # use a mock; LF_REDIS_SERVER, LF_REDIS_CLI and LF_REDIS_SENTINEL name other
-# programs),
+# programs: test/lib.sh sets them to valkey-server, valkey-cli and
+# valkey-sentinel for LF_REDIS=valkey),
 # private to one test: it lives in a temp dir under the test's tmp_check,
 # listens on a unix socket in that dir and on a free 127.0.0.1 TCP port, keeps
 # nothing on disk (--save '' --appendonly no, so a restart loses every key, as

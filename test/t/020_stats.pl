@@ -131,7 +131,7 @@ SELECT status FROM lease_fence.release('a4-warm', :'warm');
 SELECT lease_fence.stats_reset();
 SET lease_fence.command_timeout_ms = 300;
 SET lease_fence.cleanup_timeout_ms = 300;
-\! redis-cli -s } . $sock . q{ CLIENT PAUSE 2500 ALL > /dev/null
+\! } . $LeaseFenceRedis::REDIS_CLI . q{ -s } . $sock . q{ CLIENT PAUSE 2500 ALL > /dev/null
 SELECT status FROM lease_fence.acquire('a4', 60000);
 });
 die "warm-up failed: $out" unless $out =~ /\Areleased\n/;
@@ -213,7 +213,7 @@ my ($cout, $cerr) = try_sql(q{
 SET lease_fence.commit_check = 'always';
 BEGIN;
 SELECT 1 FROM lease_fence.acquire('c2', 60000, 0, 'transaction');
-\! redis-cli -s } . $sock . q{ DEL 'lease_fence:{c2}' > /dev/null
+\! } . $LeaseFenceRedis::REDIS_CLI . q{ -s } . $sock . q{ DEL 'lease_fence:{c2}' > /dev/null
 COMMIT;
 });
 like($cerr, qr/LF010/, 'a transaction-scoped lease deleted before COMMIT fails the commit with LF010');

@@ -38,7 +38,8 @@ async function connect({ user = APP_USER, host = PGHOST, port = PGPORT } = {}) {
 }
 
 function redis(...args) {
-  return execFileSync('redis-cli', ['-s', REDIS_SOCK, ...args.map(String)],
+  // (LF_REDIS_CLI: valkey-cli when the server is Valkey)
+  return execFileSync(env.LF_REDIS_CLI || 'redis-cli', ['-s', REDIS_SOCK, ...args.map(String)],
     { encoding: 'utf8', timeout: 30000 }).trim();
 }
 const leaseKey = (resource) => `${KEY_PREFIX}{${resource}}`;

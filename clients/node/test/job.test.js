@@ -22,7 +22,8 @@ const KEY_PREFIX = env.LF_KEY_PREFIX || 'lease_fence:';
 const NOREDIS_USER = env.LF_NOREDIS_USER || 'app_noredis';
 
 function redis(...args) {
-  return execFileSync('redis-cli', ['-s', REDIS_SOCK, ...args.map(String)],
+  // (LF_REDIS_CLI: valkey-cli when the server is Valkey)
+  return execFileSync(env.LF_REDIS_CLI || 'redis-cli', ['-s', REDIS_SOCK, ...args.map(String)],
     { encoding: 'utf8', timeout: 30000 }).trim();
 }
 const leaseKey = (resource) => `${KEY_PREFIX}{${resource}}`;

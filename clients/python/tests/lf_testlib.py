@@ -8,6 +8,7 @@ harness's environment), connections, redis-cli, rows.
   PGUSER                  role that takes leases: owns no table
   LF_NOREDIS_USER         same grants, its Redis socket does not exist
   LF_REDIS_SOCK           Redis's unix socket (redis-cli: DEL, SET, CLIENT PAUSE)
+  LF_REDIS_CLI            that program (default redis-cli; valkey-cli for Valkey)
   LF_BOUNCER_HOST/PORT    PgBouncer, transaction pooling (test_pgbouncer)
   LF_PORTABLE_PGPORT      server 2 (same PGHOST): the portable edition, no C library
   LF_PORTABLE_DB          its database (table ``account``, protected)
@@ -58,7 +59,7 @@ async def aconnect(user: str = APP_USER, **kw: Any) -> psycopg.AsyncConnection:
 
 def redis(*args: object) -> str:
     """redis-cli on the harness's socket: the 'admin' side of the tests."""
-    out = subprocess.run(["redis-cli", "-s", REDIS_SOCK, *map(str, args)],
+    out = subprocess.run([ENV.get("LF_REDIS_CLI") or "redis-cli", "-s", REDIS_SOCK, *map(str, args)],
                          check=True, capture_output=True, text=True, timeout=30)
     return out.stdout.strip()
 

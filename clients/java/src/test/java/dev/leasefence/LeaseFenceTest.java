@@ -55,6 +55,9 @@ class LeaseFenceTest {
     static final String URL = System.getenv("LF_JDBC_URL");
     static final String USER = System.getenv().getOrDefault("LF_JDBC_USER", "app");
     static final String REDIS_SOCK = System.getenv("LF_REDIS_SOCK");
+    /** redis-cli, or the program LF_REDIS_CLI names (valkey-cli for Valkey). */
+    static final String REDIS_CLI = System.getenv().getOrDefault("LF_REDIS_CLI", "").isEmpty()
+            ? "redis-cli" : System.getenv("LF_REDIS_CLI");
     static final String KEY_PREFIX = "lease_fence:";
 
     final List<Connection> opened = new ArrayList<>();
@@ -141,7 +144,7 @@ class LeaseFenceTest {
     }
 
     static String redis(String... args) throws IOException, InterruptedException {
-        List<String> cmd = new ArrayList<>(List.of("redis-cli", "-s", REDIS_SOCK));
+        List<String> cmd = new ArrayList<>(List.of(REDIS_CLI, "-s", REDIS_SOCK));
         cmd.addAll(List.of(args));
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
@@ -153,13 +156,13 @@ class LeaseFenceTest {
 
     static void assumeRedisCli() {
         assumeTrue(REDIS_SOCK != null && !REDIS_SOCK.isEmpty(), "LF_REDIS_SOCK is not set");
-        boolean found = false;
+        boolean found = REDIS_CLI.contains(File.separator) && Files.isExecutable(Path.of(REDIS_CLI));
         for (String dir : System.getenv().getOrDefault("PATH", "/usr/bin:/bin").split(File.pathSeparator)) {
-            if (Files.isExecutable(Path.of(dir, "redis-cli"))) {
+            if (Files.isExecutable(Path.of(dir, REDIS_CLI))) {
                 found = true;
             }
         }
-        assumeTrue(found, "redis-cli is not on PATH");
+        assumeTrue(found, REDIS_CLI + " is not on PATH");
     }
 
     // ------------------------------------------------------------------
