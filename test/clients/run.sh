@@ -2,7 +2,8 @@
 # test/clients/run.sh — lease_fence's client libraries, built, installed and
 # used as an application would: Python (clients/python: psycopg 3 sync and
 # async, SQLAlchemy, Django, and behind PgBouncer), Node.js (clients/node:
-# node-postgres, Knex) and Java (clients/java: JDBC).
+# node-postgres, Knex), Java (clients/java: JDBC) and Ruby (clients/ruby:
+# pg, ActiveRecord, Sidekiq).
 #
 # From a fresh Debian 12 machine, as root: installs the Debian packages it
 # needs, builds and installs the extension as the postgres user in a private
@@ -19,8 +20,11 @@
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
 #              then examples/java compiled and run against the jar
+#   - ruby     gem build, gem install --local into a fresh GEM_HOME, its
+#              minitest suite (pg, ActiveRecord 6.1, Sidekiq 6.4) and
+#              examples/ruby run with the installed gem
 # stops everything, and prints "N passed, N failed" (one per test case).
-#   LF_CLIENTS="python node java"   which libraries
+#   LF_CLIENTS="python node java ruby"   which libraries
 #   LF_KEEP=1                       keeps the temp dir
 set -uo pipefail
 
@@ -33,7 +37,7 @@ PYTHON=/usr/bin/python3
 LF_PGB_PORT=6432
 
 # which libraries (clients/<lang>/ci.sh) this run tests
-LF_CLIENTS=${LF_CLIENTS:-python node java}
+LF_CLIENTS=${LF_CLIENTS:-python node java ruby}
 
 # Java: Debian 12's JDK is 17; Debian 13 has none of that name (21), and the
 # library is compiled for 17 (--release 17) either way
@@ -47,7 +51,8 @@ lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-dja
 	"$jdk" libpostgresql-jdbc-java junit5 \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
-	pgbouncer || exit 1
+	pgbouncer \
+	ruby ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
 if ! command -v node >/dev/null 2>&1; then
@@ -258,7 +263,7 @@ run_client() {	# lang
 
 for lang in $LF_CLIENTS; do
 	case $lang in
-	python|node|java) run_client "$lang" ;;
+	python|node|java|ruby) run_client "$lang" ;;
 	*) lf_log "LF_CLIENTS: unknown library $lang"; failed=$((failed + 1)) ;;
 	esac
 done
