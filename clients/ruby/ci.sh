@@ -60,7 +60,7 @@ ruby -rpg -e 'PG.connect(user: "postgres").exec(STDIN.read)' >"$work/setup.log" 
 #    (no -I lib: lib/ is not on the load path)
 rm -rf "$work/tests"
 cp -r "$here/test" "$work/tests" || finish 0 1
-(cd "$work/tests" && LF_EXPECT_INSTALLED=1 timeout -k 5 600 ruby -W0 -e \
+(cd "$work/tests" && LF_EXPECT_INSTALLED=1 timeout -k 5 300 ruby -W0 -e \
 	'Dir["*_test.rb"].sort.each { |f| require File.expand_path(f) }' -- -v) 2>&1 | tee "$work/minitest.log"
 rc=${PIPESTATUS[0]}
 echo "== ruby: minitest exit $rc"

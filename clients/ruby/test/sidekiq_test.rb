@@ -76,7 +76,9 @@ class SidekiqTest < Minitest::Test
     work = @fetch.retrieve_work
     assert work, "the job was not in the queue"
     processor = Sidekiq::Processor.new(nil, fetch: @fetch)
-    [jid, Thread.new { processor.send(:process, work) }]
+    thread = Thread.new { processor.send(:process, work) }
+    thread.report_on_exception = false
+    [jid, thread]
   end
 
   def test_a_job_runs_under_a_lease_named_from_class_and_arguments
@@ -108,16 +110,27 @@ class SidekiqTest < Minitest::Test
     assert_equal "LeaseFence::LeaseLostAtCommit", retries.first["error_class"]
   end
 
-  def test_a_stalled_job_overtaken_by_a_newer_holder_is_refused_by_the_fence
+  # The stalled job's transaction still holds its resource fence: a newer
+  # holder's fenced write waits for it, and goes through once the stalled
+  # job's COMMIT has failed (LF010) and rolled back.
+  def test_a_stalled_job_and_a_newer_holder_only_the_newer_write_stands
     item = SidekiqItem.create!(name: "before")
     _jid, thread = run_job(RenameWorker, item.id, "old job", true)
     lease = JobGate::LEASES.pop
     LFTest.expire(lease.resource)
     pg = LFTest.connect
-    newer = LeaseFence.acquire(pg, lease.resource, ttl_ms: 60_000)   # the job's retry elsewhere
-    LeaseFence.fenced(pg, newer) { |c| c.exec_params("UPDATE ruby_item SET name = 'new job' WHERE id = $1", [item.id]) }
+    writer = Thread.new do                                  # the job's retry, elsewhere
+      l = LeaseFence.acquire(pg, lease.resource, ttl_ms: 60_000)
+      LeaseFence.fenced(pg, l) do |c|
+        c.exec_params("UPDATE ruby_item SET name = 'new job' WHERE id = $1", [item.id])
+      end
+      l
+    end
+    writer.report_on_exception = false
     JobGate::GO << :go
-    assert_raises(LeaseFence::StaleGeneration) { thread.value }
+    assert_raises(LeaseFence::LeaseLostAtCommit) { thread.value }
+    newer = writer.value
+    assert_operator newer.generation, :>, lease.generation
     got = SidekiqItem.find(item.id)
     assert_equal ["new job", newer.generation], [got.name, got.fence_generation]
     LeaseFence.release(pg, newer)
