@@ -3,10 +3,7 @@
 require_relative "test_helper"
 require "lease_fence/active_record"
 
-ActiveRecord::Base.establish_connection(
-  adapter: "postgresql", host: ENV.fetch("PGHOST"), port: ENV.fetch("PGPORT"),
-  database: ENV.fetch("PGDATABASE"), username: ENV.fetch("PGUSER"), pool: 10
-)
+ActiveRecord::Base.establish_connection(LFTest.active_record_config)
 ActiveRecord::Base.logger = nil
 
 # ruby_item: id, name, qty, lock_version, and the fence column protect() added

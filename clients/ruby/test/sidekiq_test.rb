@@ -22,10 +22,7 @@ Sidekiq.server_middleware do |chain|
   chain.add LeaseFence::Sidekiq::Middleware, ttl_ms: 60_000
 end
 
-ActiveRecord::Base.establish_connection(
-  adapter: "postgresql", host: ENV.fetch("PGHOST"), port: ENV.fetch("PGPORT"),
-  database: ENV.fetch("PGDATABASE"), username: ENV.fetch("PGUSER"), pool: 10
-) unless ActiveRecord::Base.connected?
+ActiveRecord::Base.establish_connection(LFTest.active_record_config) unless ActiveRecord::Base.connected?
 
 class SidekiqItem < ActiveRecord::Base
   self.table_name = "ruby_item"

@@ -24,9 +24,21 @@ module LFTest
 
   module_function
 
+  # COMMIT of a transaction-scoped lease asks Redis only near the lease's
+  # expiry by the backend's clock (lease_fence.commit_check = near_expiry);
+  # the tests make a young lease expire in Redis (PEXPIRE), so their
+  # sessions ask at every COMMIT: no waiting for the clock
+  COMMIT_CHECK = "always"
+
   def connect(user: ENV.fetch("PGUSER"))
     PG.connect(host: ENV.fetch("PGHOST"), port: ENV.fetch("PGPORT"), dbname: ENV.fetch("PGDATABASE"),
-               user: user)
+               user: user, options: "-c lease_fence.commit_check=#{COMMIT_CHECK}")
+  end
+
+  def active_record_config
+    { adapter: "postgresql", host: ENV.fetch("PGHOST"), port: ENV.fetch("PGPORT"),
+      database: ENV.fetch("PGDATABASE"), username: ENV.fetch("PGUSER"), pool: 10,
+      variables: { "lease_fence.commit_check" => COMMIT_CHECK } }
   end
 
   def redis

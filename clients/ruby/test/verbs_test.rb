@@ -210,6 +210,9 @@ class VerbsTest < Minitest::Test
     @conn.exec("BEGIN")
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(@conn, res, ttl_ms: 1000) }
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.fenced(@conn, 1) { flunk "ran" } }
+    assert_raises(LeaseFence::ConnectionError) { LeaseFence.job(@conn, res, ttl_ms: 1000) { flunk "ran" } }
+    # the caller's transaction is left alone, not rolled back
+    assert_equal PG::PQTRANS_INTRANS, @conn.transaction_status
     @conn.exec("ROLLBACK")
     refute LFTest.redis.exists?(LFTest.lease_key(res)), "a refused call took a lease"
   end

@@ -71,13 +71,16 @@ module LeaseFence
 
       # BEGIN; the statement; the block; COMMIT (ROLLBACK on any exception)
       def transaction(sql, params)
-        row = begin_with(sql, params)
-        result = yield row
-        @conn.exec("COMMIT")
-        result
-      rescue Exception # rubocop:disable Lint/RescueException
-        rollback
-        raise
+        check_idle # a caller's transaction is refused, never rolled back
+        begin
+          row = begin_with(sql, params)
+          result = yield row
+          @conn.exec("COMMIT")
+          result
+        rescue Exception # rubocop:disable Lint/RescueException
+          rollback
+          raise
+        end
       end
 
       def rollback
