@@ -60,14 +60,26 @@ ruby -rpg -e 'PG.connect(user: "postgres").exec(STDIN.read)' >"$work/setup.log" 
 #    (no -I lib: lib/ is not on the load path)
 rm -rf "$work/tests"
 cp -r "$here/test" "$work/tests" || finish 0 1
+#    minitest -v prints one "Class#test_x = 0.00 s = ." line per case on
+#    stdout (. passed, F failed, E error, S skipped); stderr (the server's
+#    WARNINGs that libpq prints) is kept apart so it cannot split them
 (cd "$work/tests" && LF_EXPECT_INSTALLED=1 timeout -k 5 300 ruby -W0 -e \
-	'Dir["*_test.rb"].sort.each { |f| require File.expand_path(f) }' -- -v) 2>&1 | tee "$work/minitest.log"
-rc=${PIPESTATUS[0]}
+	'Dir["*_test.rb"].sort.each { |f| require File.expand_path(f) }' -- -v) \
+	>"$work/minitest.log" 2>"$work/minitest.err"
+rc=$?
+cat "$work/minitest.log"
+sed 's/^/== ruby: stderr: /' "$work/minitest.err"
 echo "== ruby: minitest exit $rc"
 pattern='^[A-Za-z_:]+#[A-Za-z0-9_?!]+ = [0-9.]+ s = [.FES]$'
 passed=$(grep -E "$pattern" "$work/minitest.log" | grep -c ' = \.$')
 failed=$(grep -E "$pattern" "$work/minitest.log" | grep -c ' = [FE]$')
 skipped=$(grep -E "$pattern" "$work/minitest.log" | grep -c ' = S$')
+# every case minitest counted has its line
+runs=$(sed -nE 's/^([0-9]+) runs, .*/\1/p' "$work/minitest.log" | tail -n 1)
+if [ -n "$runs" ] && [ "$runs" -ne $((passed + failed + skipped)) ]; then
+	echo "== ruby: minitest ran $runs cases, $((passed + failed + skipped)) reported"
+	failed=$((failed + runs - passed - failed - skipped))
+fi
 if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
 	failed=1		# minitest failed without a failed case (crashed, load error)
 fi

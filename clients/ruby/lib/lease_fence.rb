@@ -77,6 +77,59 @@ module LeaseFence
     end
   end
 
+  # Hold a session-scoped lease that the server keeps alive while the block
+  # runs (needs shared_preload_libraries = 'lease_fence'); yields a
+  # KeptAliveLease, returns the block's value.
+  #
+  # acquire(..., scope => 'session', keepalive => true) on +conn+ (stale
+  # retried once unless +retry_stale+ is false), then the block, then
+  # release. Write under it with fenced(conn, lease): once the lease is lost
+  # those writes (and their COMMIT) raise LeaseLostAtCommit (LF010).
+  # +watch+ is *another* idle connection, used by lease.state / lost? /
+  # check! (queries on the owner's connection make it look active). At
+  # the end the lease is released; not_held there raises LeaseLost (it was
+  # lost while the block ran). If the block raised, its exception
+  # propagates unchanged (the lease is released all the same).
+  def kept_alive_lease(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, watch: nil, retry_stale: true)
+    raise ArgumentError, "kept_alive_lease needs a block" unless block_given?
+    if !watch.nil? && watch.equal?(conn)
+      raise ArgumentError, "watch must be another connection than the lease owner's: queries on " \
+                           "the owner's connection make it look active"
+    end
+
+    params = acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, true)
+    db = DB.for(conn)
+    DB.for(watch) unless watch.nil? # a type error now rather than at the first check
+    row = Lease.from_row(db.alone(ACQUIRE_SQL, params))
+    row = Lease.from_row(db.alone(ACQUIRE_SQL, params)) if row.status == "stale" && retry_stale
+    lease = KeptAliveLease.new(**Translate.acquired(row).to_h)
+    lease.watch = watch
+    begin
+      result = yield lease
+    rescue Exception # rubocop:disable Lint/RescueException
+      begin
+        release(conn, lease)
+      rescue StandardError
+        nil # keep the block's exception
+      end
+      raise
+    end
+    if release(conn, lease) == "not_held"
+      raise LeaseLost.new("lost", lease, "kept-alive lease #{resource.inspect} was lost before the " \
+                                         "block ended (release: not_held)")
+    end
+    result
+  end
+
+  # lease_fence.keepalive_state: "active", "lost" or nil (no longer kept
+  # alive), asked on +watch+, a connection other than the lease owner's.
+  def keepalive_state(watch, lease)
+    identity = lease.is_a?(Lease) ? lease.identity : lease
+    raise ArgumentError, "an identity is a String, got #{identity.inspect}" unless identity.is_a?(String)
+
+    DB.for(watch).alone(KEEPALIVE_STATE_SQL, [identity])["state"]
+  end
+
   # Extend an explicit lease to +ttl_ms+; returns the validity in ms.
   # Raises LeaseLost (gone or someone else's: never recreated), LeaseDenied
   # (insufficient_validity, unreplicated), LeaseUnavailable, LeaseUnknown.

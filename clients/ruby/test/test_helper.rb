@@ -62,6 +62,12 @@ module LFTest
     Timeout.timeout(30) { sleep 0.01 while redis.exists?(key) }
   end
 
+  # waits (30 s at most) until the block is true: for the server's
+  # background work, never a timed assertion
+  def wait_until(what)
+    Timeout.timeout(30, RuntimeError, "timed out waiting for #{what}") { sleep 0.02 until yield }
+  end
+
   def new_account(conn, owner = "nobody", balance = 0)
     conn.exec_params("INSERT INTO account (owner, balance) VALUES ($1, $2) RETURNING id",
                      [owner, balance]).getvalue(0, 0).to_i

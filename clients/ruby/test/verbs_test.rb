@@ -216,4 +216,63 @@ class VerbsTest < Minitest::Test
     @conn.exec("ROLLBACK")
     refute LFTest.redis.exists?(LFTest.lease_key(res)), "a refused call took a lease"
   end
+
+  def test_kept_alive_lease_writes_and_is_released_at_the_end
+    res = LFTest.resource("ka")
+    id = LFTest.new_account(@conn)
+    watch = LFTest.connect
+    got = LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 3000, watch: watch) do |lease|
+      assert_kind_of LeaseFence::KeptAliveLease, lease
+      assert_equal "active", lease.state
+      refute lease.lost?
+      lease.check!
+      LeaseFence.fenced(@conn, lease) { |c| c.exec_params("UPDATE account SET owner = 'kept' WHERE id = $1", [id]) }
+      lease
+    end
+    assert_equal({ owner: "kept", balance: 0, fence: got.generation }, LFTest.account(@conn, id))
+    refute LFTest.redis.exists?(LFTest.lease_key(res)), "released at the end"
+    assert_nil got.state, "no longer kept alive"
+    assert_raises(ArgumentError) { LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 3000, watch: @conn) { flunk "ran" } }
+  ensure
+    watch&.close
+  end
+
+  def test_kept_alive_lease_lost_refuses_writes_and_raises_lease_lost_at_the_end
+    res = LFTest.resource("kalost")
+    id = LFTest.new_account(@conn)
+    watch = LFTest.connect
+    thief = "f" * 32
+    kept = nil
+    e = assert_raises(LeaseFence::LeaseLost) do
+      LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 3000, watch: watch) do |lease|
+        kept = lease
+        LeaseFence.fenced(@conn, lease) { |c| c.exec_params("UPDATE account SET owner = 'before' WHERE id = $1", [id]) }
+        LFTest.redis.set(LFTest.lease_key(res), thief, px: 60_000)     # someone else's now
+        LFTest.wait_until("the watch to see the loss") { lease.lost? }
+        assert_equal "lost", lease.state
+        assert_raises(LeaseFence::LeaseLost) { lease.check! }
+        lf010 = assert_raises(LeaseFence::LeaseLostAtCommit) do
+          LeaseFence.fenced(@conn, lease) { |c| c.exec_params("UPDATE account SET owner = 'after' WHERE id = $1", [id]) }
+        end
+        assert_equal "LF010", lf010.sqlstate
+      end
+    end
+    assert_equal ["lost", kept], [e.status, e.lease]
+    assert_equal "before", LFTest.account(@conn, id)[:owner]
+    assert_equal thief, LFTest.redis.get(LFTest.lease_key(res)), "the other identity's key is untouched"
+    LFTest.redis.del(LFTest.lease_key(res))
+  ensure
+    watch&.close
+  end
+
+  def test_kept_alive_lease_released_when_the_block_raises
+    res = LFTest.resource("karaise")
+    assert_raises(ZeroDivisionError) do
+      LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 3000) do |lease|
+        assert_raises(ArgumentError) { lease.state }    # no watch connection
+        1 / 0
+      end
+    end
+    refute LFTest.redis.exists?(LFTest.lease_key(res))
+  end
 end

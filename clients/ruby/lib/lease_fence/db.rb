@@ -10,6 +10,7 @@ module LeaseFence
   SET_GENERATION_SQL = "SELECT lease_fence.set_generation($1::bigint, $2::text)"
   RENEW_SQL = "SELECT renewed, status, validity_ms, reason " \
               "FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)"
+  KEEPALIVE_STATE_SQL = "SELECT lease_fence.keepalive_state($1::text) AS state"
   RELEASE_SQL = "SELECT released, status, reason FROM lease_fence.release($1::text, $2::text)"
 
   BUSY_MSG = "lease_fence needs a connection that is not in a transaction (commit first)"

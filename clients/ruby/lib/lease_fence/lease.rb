@@ -27,6 +27,34 @@ module LeaseFence
     end
   end
 
+  # The Lease of kept_alive_lease: scope session, renewed by the server.
+  # +state+, +lost?+ and +check!+ ask lease_fence.keepalive_state on
+  # +watch+, the connection given to kept_alive_lease, never on the owner's;
+  # without one they raise ArgumentError.
+  class KeptAliveLease < Lease
+    attr_accessor :watch
+
+    # "active", "lost", or nil (no longer kept alive)
+    def state
+      raise ArgumentError, "this kept-alive lease has no watch connection: pass watch: <another connection>" if watch.nil?
+
+      LeaseFence.keepalive_state(watch, self)
+    end
+
+    # true unless the keep-alive worker still keeps it
+    def lost?
+      state != "active"
+    end
+
+    # raises LeaseLost unless the lease is still kept alive
+    def check!
+      got = state
+      return if got == "active"
+
+      raise LeaseLost.new("lost", self, "kept-alive lease #{resource.inspect}: #{got || "no longer kept alive"}")
+    end
+  end
+
   # What release returns: the status ("released", "not_held",
   # "unavailable", "unknown"), a String, with +reason+ (why, for unavailable
   # and unknown; nil otherwise).
