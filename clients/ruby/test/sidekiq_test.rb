@@ -49,8 +49,9 @@ end
 
 class CustomResourceWorker
   include Sidekiq::Worker
-  sidekiq_options queue: "lf", retry: 3,
-                  lease_fence: { resource: ->(job) { "item:#{job["args"][0]}" }, ttl_ms: 30_000 }
+  extend LeaseFence::Sidekiq::Options
+  sidekiq_options queue: "lf", retry: 3
+  lease_fence_options resource: ->(job) { "item:#{job["args"][0]}" }, ttl_ms: 30_000
 
   def perform(id)
     JobGate::LEASES << LeaseFence::Sidekiq.current_lease

@@ -23,9 +23,17 @@ module LeaseFence
     #     end
     #   end
     #
-    # Options (the middleware's, and per worker with
-    # sidekiq_options lease_fence: { ... }, which win; lease_fence: false
-    # runs the worker without a lease):
+    # Options (the middleware's, and per worker with lease_fence_options,
+    # which win; lease_fence_options false runs the worker without a lease):
+    #
+    #   class ChargeWorker
+    #     include Sidekiq::Worker
+    #     extend LeaseFence::Sidekiq::Options
+    #     lease_fence_options resource: ->(job) { "account:#{job["args"][0]}" }
+    #   end
+    #
+    # (not sidekiq_options: those are copied into every job's JSON payload,
+    # and a lambda is no JSON)
     #   ttl_ms:     the lease's TTL (default 60_000): longer than the job runs
     #   resource:   a lambda taking the job hash, returning the resource name;
     #               default "sidekiq:<class>:<sha256 of the JSON arguments>"
@@ -40,8 +48,7 @@ module LeaseFence
       end
 
       def call(worker, job, _queue, &block)
-        per_worker = worker.class.respond_to?(:get_sidekiq_options) &&
-                     worker.class.get_sidekiq_options["lease_fence"]
+        per_worker = worker.class.respond_to?(:lease_fence_options) ? worker.class.lease_fence_options : nil
         return yield if per_worker == false
 
         opts = @options.merge(normalize(per_worker || {}))
@@ -74,6 +81,21 @@ module LeaseFence
           raise ArgumentError, "lease_fence option ttl_ms: a positive Integer"
         end
         out
+      end
+    end
+
+    # Per-worker options of the middleware: extend a worker class with it.
+    module Options
+      # lease_fence_options(ttl_ms: ..., resource: ->(job) { ... }, connection: -> { ... }),
+      # or lease_fence_options(false): no lease for this worker; without
+      # arguments, the options set (nil: none)
+      def lease_fence_options(options = nil)
+        return @lease_fence_options if options.nil?
+        unless options == false || options.is_a?(Hash)
+          raise ArgumentError, "lease_fence_options: a Hash or false, got #{options.class}"
+        end
+
+        @lease_fence_options = options
       end
     end
 
