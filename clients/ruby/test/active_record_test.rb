@@ -121,4 +121,31 @@ class ActiveRecordTest < Minitest::Test
       assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(@ar, res, ttl_ms: 1000) }
     end
   end
+
+  # the concern itself, outside LeaseFence's blocks: the application's own
+  # transaction sets the generation (as the ORM guide shows) and saves
+  def test_the_model_translates_a_refused_save_in_its_own_transaction
+    item = RubyItem.create!(name: "own")
+    a, b = two_holders("ar-own")
+    LeaseFence.fenced(@ar, b) { RubyItem.find(item.id).update!(name: "b") }
+    stale_copy = RubyItem.find(item.id)      # the current lock_version: only the fence can say no
+    e = assert_raises(LeaseFence::StaleGeneration) do
+      ActiveRecord::Base.transaction do
+        @ar.select_value("SELECT lease_fence.set_generation(#{Integer(a.generation)}, NULL)")
+        stale_copy.name = "a"
+        stale_copy.save!
+      end
+    end
+    assert_equal "LF001", e.sqlstate
+    assert_kind_of ActiveRecord::StatementInvalid, e.cause
+    assert_equal "b", RubyItem.find(item.id).name
+    # and destroy
+    assert_raises(LeaseFence::StaleGeneration) do
+      ActiveRecord::Base.transaction do
+        @ar.select_value("SELECT lease_fence.set_generation(#{Integer(a.generation)}, NULL)")
+        RubyItem.find(item.id).destroy
+      end
+    end
+    assert RubyItem.exists?(item.id)
+  end
 end
