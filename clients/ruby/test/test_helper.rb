@@ -7,6 +7,7 @@
 # LF_REDIS_SOCK — the tests' "admin" side, used to make a lease expire.
 require "minitest/autorun"
 require "securerandom"
+require "tmpdir"
 require "timeout"
 require "redis"
 require "lease_fence"

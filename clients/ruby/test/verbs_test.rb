@@ -275,4 +275,39 @@ class VerbsTest < Minitest::Test
     end
     refute LFTest.redis.exists?(LFTest.lease_key(res))
   end
+
+  # what the client sent until the block stops the trace, from libpq's
+  # protocol trace (the message types the frontend sent)
+  def frontend_messages(path)
+    File.open(path, "w") do |io|
+      @conn.trace(io)
+      tracing = true
+      stop = lambda do
+        @conn.untrace if tracing
+        tracing = false
+      end
+      begin
+        yield stop
+      ensure
+        stop.call
+      end
+    end
+    File.readlines(path).filter_map { |l| l.split("\t")[3] if l.split("\t")[1] == "F" }
+  end
+
+  def test_job_and_fenced_send_begin_with_their_first_statement_in_one_round_trip
+    Dir.mktmpdir do |dir|
+      res = LFTest.resource("rt")
+      sent = frontend_messages(File.join(dir, "job.trace")) do |stop|
+        LeaseFence.job(@conn, res, ttl_ms: 60_000) { stop.call }
+      end
+      assert_equal ["Query"], sent, "job: BEGIN and the acquire are one message"
+      lease = LeaseFence.acquire(@conn, res, ttl_ms: 60_000)
+      sent = frontend_messages(File.join(dir, "fenced.trace")) do |stop|
+        LeaseFence.fenced(@conn, lease) { stop.call }
+      end
+      assert_equal ["Query"], sent, "fenced: BEGIN and set_generation are one message"
+      LeaseFence.release(@conn, lease)
+    end
+  end
 end
