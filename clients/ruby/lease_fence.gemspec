@@ -19,7 +19,7 @@ Gem::Specification.new do |s|
   s.files = Dir["lib/**/*.rb"] + ["README.md", "lease_fence.gemspec"]
   s.require_paths = ["lib"]
   s.required_ruby_version = ">= 2.7"
-  s.add_runtime_dependency "pg", ">= 1.1"
+  s.add_runtime_dependency "pg", "~> 1.1"
   # optional, used only when the application loads them:
   #   activerecord >= 6.1 (lease_fence/active_record), sidekiq >= 6.4 (lease_fence/sidekiq)
 end
