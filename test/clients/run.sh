@@ -2,7 +2,8 @@
 # test/clients/run.sh — lease_fence's client libraries, built, installed and
 # used as an application would: Python (clients/python: psycopg 3 sync and
 # async, SQLAlchemy, Django, and behind PgBouncer), Node.js (clients/node:
-# node-postgres, Knex), Java (clients/java: JDBC) and Go (clients/go: pgx v4).
+# node-postgres, Knex), Java (clients/java: JDBC), Go (clients/go: pgx v4)
+# and Ruby (clients/ruby: pg, ActiveRecord, Sidekiq).
 #
 # From a fresh Debian 12 machine, as root: installs the Debian packages it
 # needs, builds and installs the extension as the postgres user in a private
@@ -21,8 +22,11 @@
 #              then examples/java compiled and run against the jar
 #   - go       builds offline against Debian's Go sources (/usr/share/gocode,
 #              GOPATH mode), runs its go test suite and examples/go
+#   - ruby     gem build, gem install --local into a fresh GEM_HOME, its
+#              minitest suite (pg, ActiveRecord 6.1, Sidekiq 6.4) and
+#              examples/ruby run with the installed gem
 # stops everything, and prints "N passed, N failed" (one per test case).
-#   LF_CLIENTS="python node java go"   which libraries
+#   LF_CLIENTS="python node java go ruby"   which libraries
 #   LF_KEEP=1                       keeps the temp dir
 #   LF_REDIS=valkey                 Valkey instead of Redis (test/lib.sh); the
 #                                   tests get its valkey-cli as LF_REDIS_CLI
@@ -37,7 +41,7 @@ PYTHON=/usr/bin/python3
 LF_PGB_PORT=6432
 
 # which libraries (clients/<lang>/ci.sh) this run tests
-LF_CLIENTS=${LF_CLIENTS:-python node java go}
+LF_CLIENTS=${LF_CLIENTS:-python node java go ruby}
 
 # Java: Debian 12's JDK is 17; Debian 13 has none of that name (21), and the
 # library is compiled for 17 (--release 17) either way
@@ -52,10 +56,13 @@ lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-dja
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
-# Go: Debian's toolchain and the packaged sources it builds against, only
-# when the Go library is tested
+# Go and Ruby: Debian's toolchains and packaged libraries, only when that
+# library is tested
 case " $LF_CLIENTS " in
 *" go "*) lf_need_packages golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev || exit 1 ;;
+esac
+case " $LF_CLIENTS " in
+*" ruby "*) lf_need_packages ruby ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1 ;;
 esac
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
@@ -276,7 +283,7 @@ run_client() {	# lang
 
 for lang in $LF_CLIENTS; do
 	case $lang in
-	python|node|java|go) run_client "$lang" ;;
+	python|node|java|go|ruby) run_client "$lang" ;;
 	*) lf_log "LF_CLIENTS: unknown library $lang"; failed=$((failed + 1)) ;;
 	esac
 done
