@@ -14,6 +14,7 @@
 #   node     clients/node/unit.sh: the same for the Node library
 #   java     clients/java/unit.sh: what each SQL status becomes
 #   go       clients/go/unit.sh: what each SQL status becomes (errors.Is)
+#   ruby     clients/ruby/unit.sh: what each SQL status becomes in Ruby
 # A part prints TAP ("ok N - ..." / "not ok N - ..."); a part that exits
 # non-zero without a "not ok" counts as one failure.  Each part builds into
 # its own empty temp dir (LF_UNIT_WORK), never into the tree.  As root,
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 top=$PWD
 . test/lib.sh
 
-all="c python node java go"
+all="c python node java go ruby"
 parts=${LF_UNIT:-$all}
 for p in $parts; do
 	[[ " $all " == *" $p "* ]] || { echo "LF_UNIT: unknown part $p ($all)" >&2; exit 2; }
@@ -37,6 +38,7 @@ esac
 need=(make gcc libhiredis-dev "postgresql-server-dev-$LF_DEBIAN_MAJOR" python3 python3-pytest python3-redis)
 [[ " $parts " == *" java "* ]] && need+=("$jdk" junit5 libpostgresql-jdbc-java)
 [[ " $parts " == *" go "* ]] && need+=(golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev)
+[[ " $parts " == *" ruby "* ]] && need+=(ruby ruby-pg ruby-minitest)
 if [[ " $parts " == *" node "* ]]; then
 	command -v node >/dev/null 2>&1 || need+=(nodejs)
 	command -v npm >/dev/null 2>&1 || need+=(npm)
