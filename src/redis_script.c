@@ -101,6 +101,29 @@ static const LuaScript scripts[LF_NUM_SCRIPTS] = {
 };
 
 /*
+ * Send one command of a script and decode what it came to into *answer; a
+ * reply is freed here, on every path.
+ */
+static void
+send_decoded(LfScript script, const char *route_key, int argc, const char **argv,
+			 const size_t *argvlen, int timeout_ms, int flags, LfAnswer *answer)
+{
+	char		err[LF_ERRLEN];
+	redisReply *reply = NULL;
+	LfSendResult r;
+
+	err[0] = '\0';
+	r = lf_redis_command(route_key, argc, argv, argvlen, timeout_ms, flags, &reply, err);
+	if (r != LF_REPLY)
+		lf_decode_send_result(r, err, answer);
+	else
+	{
+		lf_decode_reply(script, reply, answer);
+		freeReplyObject(reply);
+	}
+}
+
+/*
  * Run a script: EVALSHA, and EVAL when Redis answers NOSCRIPT.  Both share
  * one deadline, timeout_ms.  *answer is what it came to, decoded by
  * redis_reply.c (scripts/answers.json); the reply itself is freed here, on
@@ -115,12 +138,9 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	const char *argv[12];
 	size_t		argvlen[12];
 	char		numkeys[12];
-	char		err[LF_ERRLEN];
 	int			argc = 0;
 	int			i;
 	int64		start = lf_now_ms();
-	LfSendResult r;
-	redisReply *reply = NULL;
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	pg_ltoa(nkeys, numkeys);
@@ -135,16 +155,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	for (i = 0; i < argc; i++)
 		argvlen[i] = strlen(argv[i]);
 
-	err[0] = '\0';
-	r = lf_redis_command(keys[0], argc, argv, argvlen, timeout_ms, flags, &reply, err);
-	if (r != LF_REPLY)
-		lf_decode_send_result(r, err, answer);
-	else
-	{
-		lf_decode_reply(script, reply, answer);
-		freeReplyObject(reply);
-		reply = NULL;
-	}
+	send_decoded(script, keys[0], argc, argv, argvlen, timeout_ms, flags, answer);
 	if (answer->outcome == LF_ANS_NOSCRIPT && !(flags & LF_DEFER) &&
 		strcmp(argv[0], "EVALSHA") == 0)
 	{
@@ -160,16 +171,7 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 		argvlen[0] = 4;
 		argvlen[1] = strlen(s->text);
 		/* the connection that answered NOSCRIPT is fine: not a fresh one */
-		err[0] = '\0';
-		r = lf_redis_command(keys[0], argc, argv, argvlen, left, flags & ~LF_FRESH, &reply, err);
-		if (r != LF_REPLY)
-			lf_decode_send_result(r, err, answer);
-		else
-		{
-			lf_decode_reply(script, reply, answer);
-			freeReplyObject(reply);
-			reply = NULL;
-		}
+		send_decoded(script, keys[0], argc, argv, argvlen, left, flags & ~LF_FRESH, answer);
 	}
 	/* EVAL answering NOSCRIPT (or a deferred EVAL): nothing ran */
 	if (answer->outcome == LF_ANS_NOSCRIPT)

@@ -119,34 +119,28 @@ def main():
           ["only in the table: %s" % sorted(listed - ours),
            "only in the extension: %s" % sorted(ours - listed)] if ours != listed else [])
 
-    for i, row in enumerate(table.get("replies", [])):
-        text = "replies[%d]: %s %s -> %s" % (i, row.get("script"), json.dumps(row.get("reply")), row.get("outcome"))
+    def check_reply(script, row, text):
+        """One row's reply, read and decoded as script's, against the row."""
         try:
-            line = b.ask("reply %s %s" % (row["script"], resp(row["reply"]).hex()))
+            line = b.ask("reply %s %s" % (script, resp(row["reply"]).hex()))
         except (KeyError, ValueError) as e:
             point(False, text, ["cannot encode: %s" % e])
-            continue
+            return
         got, err = parse(line)
         if err is not None:
             point(False, text, [err])
-            continue
+            return
         why = expect_fields(row, got)
         point(not why, text, why)
 
+    for i, row in enumerate(table.get("replies", [])):
+        check_reply(row.get("script"), row, "replies[%d]: %s %s -> %s" % (
+            i, row.get("script"), json.dumps(row.get("reply")), row.get("outcome")))
+
     for i, row in enumerate(table.get("errors", [])):
         for script in scripts:
-            text = "errors[%d] to %s: %s -> %s" % (i, script, json.dumps(row.get("reply")), row.get("outcome"))
-            try:
-                line = b.ask("reply %s %s" % (script, resp(row["reply"]).hex()))
-            except (KeyError, ValueError) as e:
-                point(False, text, ["cannot encode: %s" % e])
-                continue
-            got, err = parse(line)
-            if err is not None:
-                point(False, text, [err])
-                continue
-            why = expect_fields(row, got)
-            point(not why, text, why)
+            check_reply(script, row, "errors[%d] to %s: %s -> %s" % (
+                i, script, json.dumps(row.get("reply")), row.get("outcome")))
 
     for i, row in enumerate(table.get("transport", [])):
         text = "transport[%d]: %s -> %s" % (i, row.get("request"), row.get("outcome"))
