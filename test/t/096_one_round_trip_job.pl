@@ -255,7 +255,8 @@ for my $check ('always', 'near_expiry')
 	# an unknown release after COMMIT: the commit stands
 	my $unconfirmed = $counter->('unconfirmed');
 	sql_ok($s, 'BEGIN');
-	$r = acquire($s, 'job:unknown-release', 3000, 0, 'transaction');
+	# a TTL far past the pause below, so that the key outlives it
+	$r = acquire($s, 'job:unknown-release', 60000, 0, 'transaction');
 	sql_ok($s, 'UPDATE item SET v = v + 1 WHERE id = 6');
 	# (a pause far longer than the two statements below take on a busy
 	# machine: the acquire must reach a Redis that is still paused)
@@ -272,6 +273,8 @@ for my $check ('always', 'near_expiry')
 	wait_pause_over($redis);
 	is($redis->cli('GET', lkey('job:unknown-release')), $r->{identity},
 		'unknown release: the key still holds the identity (left to its TTL)');
+	# its TTL, run out now
+	$redis->cli('PEXPIRE', lkey('job:unknown-release'), 1);
 	my $deadline = time() + 30;
 	do { $n = acquire($node, 'job:unknown-release', 5000); sleep(0.2) if $n->{status} eq 'busy'; }
 	  while ($n->{status} eq 'busy' && time() < $deadline);
