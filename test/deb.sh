@@ -47,9 +47,13 @@ check() {
 	else failed=$((failed + 1)); echo "not ok - $name"; fi
 }
 
+# dpkg, one at a time with the apt-get of every other run on the machine
+# (or in the same Debian root): test/lib.sh's lock
+dpkg_locked() { flock -w 1800 /run/lock/lease_fence-apt.lock dpkg "$@"; }
+
 installed=0
 deb_cleanup() {
-	if [ "$installed" = 1 ]; then dpkg -r "$PKG" >/dev/null 2>&1; fi
+	if [ "$installed" = 1 ]; then dpkg_locked -r "$PKG" >/dev/null 2>&1; fi
 	lf_cleanup
 }
 trap deb_cleanup EXIT
@@ -140,7 +144,7 @@ deb_contents() {
 check "the package holds lease_fence.so and the extension files for $LF_DEBIAN_MAJOR" deb_contents
 
 # 3. install, CREATE EXTENSION, the demo
-if dpkg -i "$deb" >"$out/install.log" 2>&1; then installed=1; else cat "$out/install.log"; fi
+if dpkg_locked -i "$deb" >"$out/install.log" 2>&1; then installed=1; else cat "$out/install.log"; fi
 check "dpkg -i $PKG installs" [ "$installed" = 1 ]
 if [ "$installed" = 1 ]; then
 	lf_start_pg || exit 1
@@ -167,7 +171,7 @@ fi
 
 # 4. remove
 if [ "$installed" = 1 ]; then
-	dpkg -r "$PKG" >"$out/remove.log" 2>&1 && installed=0
+	dpkg_locked -r "$PKG" >"$out/remove.log" 2>&1 && installed=0
 	gone() {
 		[ "$installed" = 0 ] || { cat "$out/remove.log"; return 1; }
 		! ls "/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib/lease_fence.so" "/usr/share/postgresql/$LF_DEBIAN_MAJOR"/extension/lease_fence* 2>/dev/null

@@ -191,6 +191,11 @@ if want docs; then
 	fi
 	if [ -x "$exp" ]; then
 		lf_as_user mkdir -p "$LF_WORK/exporter"
+		# run from the temp dir: the cache may be a directory only root can
+		# enter (LF_PG_CACHE a mktemp -d, for a fresh run)
+		cp "$exp" "$LF_WORK/exporter/prometheus-postgres-exporter" &&
+			chmod 755 "$LF_WORK/exporter/prometheus-postgres-exporter" &&
+			exp=$LF_WORK/exporter/prometheus-postgres-exporter
 		/usr/bin/python3 "$LF_SRC/test/readme_check.py" --block postgres-exporter "$LF_SRC/docs/operations.md" \
 			>"$LF_WORK/exporter/queries.yaml"
 		lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 >/dev/null <<-'SQL'
