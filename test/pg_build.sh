@@ -37,13 +37,24 @@ say() { printf '%s\n' "== pg_build $major: $*" >&2; }
 recipe="--enable-cassert --enable-debug --enable-tap-tests --with-openssl, CFLAGS=-Og, no ECPG"
 built() { [ -f "$stamp" ] && grep -qF -- "$recipe" "$stamp" && [ -x "$prefix/bin/postgres" ]; }
 
+# The build's programs find its libraries (psql its libpq) by their run
+# path, the absolute path of $prefix/lib: the unprivileged user the tests
+# run as must be able to enter the cache, also one made by mktemp -d (0700;
+# else psql 18 falls back to the system's older libpq and fails to start)
+cache_enterable() {
+	[ -d "$cache" ] && [ "$(id -u)" -eq 0 ] && chmod a+rx "$cache" 2>/dev/null
+	return 0
+}
+
 if built; then
+	cache_enterable
 	echo "$prefix"
 	exit 0
 fi
 
 # one build of a major at a time: a second caller waits, then finds the stamp
 mkdir -p "$cache"
+cache_enterable
 exec 9>"$cache/pg$major.lock"
 flock 9
 if built; then
