@@ -53,8 +53,22 @@ fi
 # libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
 # libmaven-install-plugin-java).
 if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
-	echo "== java: mvn -o package (Debian's maven-repo, build in $BUILD/maven)"
-	if env -u LF_JDBC_URL mvn -o -B -q -f "$here/pom.xml" -Dmaven.repo.local=/usr/share/maven-repo \
+	# the versions this repository holds (pom.xml names Debian 12's; Debian 13
+	# packages newer ones): the highest numbered directory of each artifact
+	repo=/usr/share/maven-repo
+	versions=()
+	for pv in lf.pgjdbc.version=org/postgresql/postgresql \
+		lf.junit.version=org/junit/jupiter/junit-jupiter \
+		lf.resources.version=org/apache/maven/plugins/maven-resources-plugin \
+		lf.compiler.version=org/apache/maven/plugins/maven-compiler-plugin \
+		lf.surefire.version=org/apache/maven/plugins/maven-surefire-plugin \
+		lf.jar.version=org/apache/maven/plugins/maven-jar-plugin \
+		lf.install.version=org/apache/maven/plugins/maven-install-plugin; do
+		v=$(ls -1 "$repo/${pv#*=}" 2>/dev/null | grep -E '^[0-9]' | sort -V | tail -n 1)
+		[ -n "$v" ] && versions+=("-D${pv%%=*}=$v")
+	done
+	echo "== java: mvn -o package (Debian's maven-repo: ${versions[*]}; build in $BUILD/maven)"
+	if env -u LF_JDBC_URL mvn -o -B -q -f "$here/pom.xml" -Dmaven.repo.local="$repo" "${versions[@]}" \
 		-Dlf.maven.target="$BUILD/maven" package >"$BUILD/maven.log" 2>&1 &&
 		[ -f "$BUILD/maven/lease-fence-1.3.0.jar" ]; then
 		passed=$((passed + 1))

@@ -16,10 +16,24 @@ require "lease_fence/sidekiq"
 
 SIDEKIQ_DB = 7
 SIDEKIQ_LOG = StringIO.new
-Sidekiq.redis = { path: ENV.fetch("LF_REDIS_SOCK"), db: SIDEKIQ_DB }
-Sidekiq.logger = Logger.new(SIDEKIQ_LOG)
-Sidekiq.server_middleware do |chain|
-  chain.add LeaseFence::Sidekiq::Middleware, ttl_ms: 60_000
+SIDEKIQ_REDIS = { path: ENV.fetch("LF_REDIS_SOCK"), db: SIDEKIQ_DB }.freeze
+# Sidekiq 7 (Debian 13) configures a server through its default
+# configuration and runs jobs in capsules; Sidekiq 6 (Debian 12) through
+# module methods. The middleware is the same in both.
+if ::Sidekiq::VERSION.to_i >= 7
+  SIDEKIQ_CONFIG = Sidekiq.default_configuration
+  SIDEKIQ_CONFIG.redis = SIDEKIQ_REDIS
+  SIDEKIQ_CONFIG.logger = Logger.new(SIDEKIQ_LOG)
+  SIDEKIQ_CONFIG.server_middleware do |chain|
+    chain.add LeaseFence::Sidekiq::Middleware, ttl_ms: 60_000
+  end
+  SIDEKIQ_CAPSULE = SIDEKIQ_CONFIG.default_capsule { |cap| cap.queues = ["lf"] }
+else
+  Sidekiq.redis = SIDEKIQ_REDIS
+  Sidekiq.logger = Logger.new(SIDEKIQ_LOG)
+  Sidekiq.server_middleware do |chain|
+    chain.add LeaseFence::Sidekiq::Middleware, ttl_ms: 60_000
+  end
 end
 
 ActiveRecord::Base.establish_connection(LFTest.active_record_config) unless ActiveRecord::Base.connected?
@@ -64,7 +78,11 @@ class SidekiqTest < Minitest::Test
     Sidekiq.redis(&:flushdb)                      # database 7 only: Sidekiq's own keys
     JobGate::LEASES.clear
     JobGate::GO.clear
-    @fetch = Sidekiq::BasicFetch.new(queues: ["lf"])
+    @fetch = if defined?(SIDEKIQ_CAPSULE)
+               Sidekiq::BasicFetch.new(SIDEKIQ_CAPSULE)
+             else
+               Sidekiq::BasicFetch.new(queues: ["lf"])
+             end
   end
 
   # push with the real client, fetch and process as a Sidekiq server does;
@@ -73,7 +91,11 @@ class SidekiqTest < Minitest::Test
     jid = Sidekiq::Client.push("class" => klass, "args" => args)
     work = @fetch.retrieve_work
     assert work, "the job was not in the queue"
-    processor = Sidekiq::Processor.new(nil, fetch: @fetch)
+    processor = if defined?(SIDEKIQ_CAPSULE)
+                  Sidekiq::Processor.new(SIDEKIQ_CAPSULE)
+                else
+                  Sidekiq::Processor.new(nil, fetch: @fetch)
+                end
     thread = Thread.new { processor.send(:process, work) }
     thread.report_on_exception = false
     [jid, thread]
