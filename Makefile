@@ -45,7 +45,7 @@ DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql 
 	lease_fence--1.3--1.4.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml full_row_save lease_api stats resource_fence upgrade reinstall unissued install_safety
+REGRESS = generation fence protect truncate_guard partition dml full_row_save lease_api stats resource_fence upgrade reinstall unissued install_safety who_holds_what
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency truncate_guard resource_fence full_row_save

@@ -40,7 +40,7 @@ CREATE FUNCTION @extschema@.holder(resource text,
 	OUT pid integer, OUT database text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'lf_holder'
-LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION @extschema@.holder(text) IS
 'asks Redis who holds a resource: held, identity, ttl_ms, the highest generation granted, and the pid and database of its holder in this cluster';

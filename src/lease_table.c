@@ -496,13 +496,18 @@ lf_holder(PG_FUNCTION_ARGS)
 void
 lf_table_init(void)
 {
+	/*
+	 * A PGC_POSTMASTER setting can only be defined while the libraries of
+	 * shared_preload_libraries load: without preloading it does not exist,
+	 * as pg_stat_statements.max does not.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
 	DefineCustomIntVariable("lease_fence.max_tracked_leases",
 							"How many leases lease_fence.all_leases can show, cluster-wide.",
 							"Each takes about 1.1 kB of shared memory; a lease beyond it is counted in stats (all_leases / overflow), never refused.",
 							&lf_max_tracked_leases, 1024, 1, 1000000,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = table_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;

@@ -30,6 +30,9 @@ my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('who_holds_what', "shared_preload_libraries = 'lease_fence'",
 	'lease_fence.max_tracked_leases = 4');
 my $json = JSON::PP->new;
+is($node->safe_psql('postgres', q{SELECT setting, context FROM pg_settings
+	WHERE name = 'lease_fence.max_tracked_leases'}), '4|postmaster',
+	'max_tracked_leases: set at server start (postmaster), here 4');
 my $major = int($node->safe_psql('postgres', 'SHOW server_version_num') / 10000);
 
 $node->safe_psql('postgres', q{
@@ -38,6 +41,7 @@ CREATE ROLE lf_b LOGIN;
 CREATE ROLE lf_nobody LOGIN;
 CREATE ROLE lf_mon LOGIN IN ROLE pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+                          lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.holder(text) TO lf_a, lf_b;
 });
@@ -166,6 +170,17 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 }
 
 #
+# a kept-alive lease says so
+#
+{
+	my $k = call($a, "lease_fence.acquire('job:kept', 30000, 0, 'session', keepalive => true)");
+	need($k->{status}, 'acquired', 'A acquires job:kept, kept alive');
+	my $r = rows_as('lf_b', 'job:kept');
+	is(tf($r->[0]{keepalive}), 'true', 'all_leases: a kept-alive lease shows keepalive true');
+	release($a, 'job:kept', $k->{identity});
+}
+
+#
 # overflow: four slots; more leases are counted, not shown, never refused
 #
 {
@@ -241,5 +256,27 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 }
 
 $node->stop;
+
+#
+# without shared_preload_libraries: the session's own leases only
+#
+{
+	my $plain = $redis->node('not_preloaded');
+	my $s = session($plain);
+	my $pid_s = sql_ok($s, 'SELECT pg_backend_pid()');
+	my $l = acquire($s, 'own', 60000);
+	my $out = sql_ok($s, "SELECT pid, resource, generation, identity FROM lease_fence.all_leases");
+	is($out, "$pid_s|own|$l->{generation}|$l->{identity}",
+		'not preloaded: all_leases shows the session\'s own lease, with its pid');
+	is($plain->safe_psql('postgres', 'SELECT count(*) FROM lease_fence.all_leases'), '0',
+		'not preloaded: another session sees none of it');
+	my $h = call($plain, "lease_fence.holder('own')");
+	is($h->{identity}, $l->{identity}, 'not preloaded: holder() still asks Redis');
+	is($h->{pid}, undef, 'not preloaded: ... with no pid (no table to find it in)');
+	release($s, 'own', $l->{identity});
+	$s->quit;
+	$plain->stop;
+}
+
 $redis->stop;
 done_testing();
