@@ -26,7 +26,7 @@ SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER
 FROM pg_attribute WHERE attrelid = 'lease_fence.all_leases'::regclass AND attnum > 0;
 SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum) AS latency
 FROM pg_attribute WHERE attrelid = 'lease_fence.latency'::regclass AND attnum > 0;
-SELECT pg_get_function_result('lease_fence.holder(text)'::regprocedure) AS holder;
+SELECT pg_get_function_arguments('lease_fence.holder(text)'::regprocedure) AS holder;
 
 -- not preloaded: the session's own leases (none here), the backend's own
 -- histograms, empty
@@ -59,7 +59,8 @@ SELECT try($$SELECT lease_fence.holder(repeat('x', 1025))$$);
 -- no Redis: an error that says so, with no path in it
 SELECT try($$SELECT lease_fence.holder('job:42')$$);
 
--- a failed request is no latency sample (nothing replied)
+-- a request that got no reply is no latency sample
+SELECT status FROM lease_fence.acquire('job:42', 1000);
 SELECT sum(count) AS samples FROM lease_fence.latency;
 
 DROP FUNCTION public.try(text);
