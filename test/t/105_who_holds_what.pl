@@ -261,7 +261,8 @@ $node->stop;
 # without shared_preload_libraries: the session's own leases only
 #
 {
-	my $plain = $redis->node('not_preloaded');
+	# a cluster of its own: a key_prefix of its own (the first one's is claimed)
+	my $plain = $redis->node('not_preloaded', "lease_fence.key_prefix = 'np:'");
 	my $s = session($plain);
 	my $pid_s = sql_ok($s, 'SELECT pg_backend_pid()');
 	my $l = acquire($s, 'own', 60000);
