@@ -378,6 +378,10 @@ table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, O
 	copy = palloc(sizeof(LeaseSlot));
 	for (i = 0; i < table_size && !found; i++)
 	{
+		/* a first look, unlocked, at the identity only: copy just the candidates */
+		if (pg_atomic_read_u32(&table->slots[i].owner) == 0 ||
+			strncmp(table->slots[i].identity, identity, sizeof(copy->identity) - 1) != 0)
+			continue;
 		if (!read_slot(i, copy) || copy->state == STATE_RELEASED ||
 			strcmp(copy->identity, identity) != 0 || strcmp(copy->resource, resource) != 0)
 			continue;
