@@ -133,23 +133,30 @@ lf_table_active(void)
 static void
 write_slot(LeaseSlot *s, const LeaseEntry *e, bool whole)
 {
-	pg_atomic_fetch_add_u32(&s->changecount, 1);
+	/* only its owner writes a slot: no read-modify-write needed */
+	uint32		count = pg_atomic_read_u32(&s->changecount);
+
+	pg_atomic_write_u32(&s->changecount, count + 1);
 	pg_write_barrier();
 	if (whole)
 	{
+		/* a resource is at most LF_MAX_RESOURCE bytes (lease.c refuses longer) */
+		size_t		len = Min(strlen(e->resource), (size_t) LF_MAX_RESOURCE);
+
 		s->pid = MyProcPid;
 		s->dboid = MyDatabaseId;
 		s->roleid = e->role;
 		s->acquired_at = e->acquired_at;
-		strlcpy(s->identity, e->identity, sizeof(s->identity));
-		strlcpy(s->resource, e->resource, sizeof(s->resource));
+		memcpy(s->identity, e->identity, sizeof(s->identity));
+		memcpy(s->resource, e->resource, len);
+		s->resource[len] = '\0';
 	}
 	s->generation = e->generation;
 	s->scope = (uint8) e->scope;
 	s->state = (uint8) e->state;
 	s->expires_at = e->expires_at;
 	pg_write_barrier();
-	pg_atomic_fetch_add_u32(&s->changecount, 1);
+	pg_atomic_write_u32(&s->changecount, count + 2);
 }
 
 /* Backend exit: free every slot this backend still has. */

@@ -141,7 +141,7 @@ send_decoded(LfScript script, const char *route_key, int argc, const char **argv
 static LfAnswerOutcome
 run_script(LfScript script, int nkeys, const char **keys,
 		   int nargs, const char **args, int timeout_ms, int flags,
-		   LfAnswer *answer)
+		   LfAnswer *answer, int64 start)
 {
 	const LuaScript *s = &scripts[script];
 	const char *argv[12];
@@ -149,7 +149,6 @@ run_script(LfScript script, int nkeys, const char **keys,
 	char		numkeys[12];
 	int			argc = 0;
 	int			i;
-	int64		start = lf_now_ms();
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	pg_ltoa(nkeys, numkeys);
@@ -200,7 +199,7 @@ latency_op(LfScript script)
 		case LF_SCRIPT_ACQUIRE:
 			return LF_LAT_ACQUIRE;
 		case LF_SCRIPT_RENEW:
-			return IsBackgroundWorker ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
+			return MyBackendType == B_BG_WORKER ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
 		case LF_SCRIPT_RELEASE:
 			return LF_LAT_RELEASE;
 		case LF_SCRIPT_CHECK:
@@ -222,7 +221,9 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	uint64		start = lf_now_us();
 	int			op;
 
-	(void) run_script(script, nkeys, keys, nargs, args, timeout_ms, flags, answer);
+	/* (start in ms is lf_now_ms() then: the same clock) */
+	(void) run_script(script, nkeys, keys, nargs, args, timeout_ms, flags, answer,
+					  (int64) (start / 1000));
 	op = latency_op(script);
 	if (op >= 0 && answer->replied)
 		lf_latency_add((LfLatencyOp_t) op, lf_now_us() - start);
