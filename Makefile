@@ -19,6 +19,7 @@ MODULE_big = lease_fence
 # one list of the layers; docs/design.md, "The layers"), which checks that
 # every call goes to a file listed before its caller
 OBJS = \
+	src/latency.o \
 	src/stats.o \
 	src/extension.o \
 	src/generation.o \
@@ -35,14 +36,16 @@ OBJS = \
 	src/redis_script.o \
 	src/keepalive.o \
 	src/keepalive_worker.o \
+	src/lease_table.o \
 	src/lease_registry.o \
 	src/lease.o \
 	src/lease_fence.o
 
-DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql
+DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql \
+	lease_fence--1.3--1.4.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
-REGRESS = generation fence protect truncate_guard partition dml full_row_save lease_api stats resource_fence upgrade reinstall unissued install_safety
+REGRESS = generation fence protect truncate_guard partition dml full_row_save lease_api stats resource_fence upgrade reinstall unissued install_safety who_holds_what
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = fence_concurrency truncate_guard resource_fence full_row_save
@@ -73,7 +76,8 @@ endif
 # libraries run too: embedded into src/lua_scripts.h with their SHA1s at
 # build time (scripts/embed.sh), for src/redis_script.c only
 LUA_SCRIPTS = scripts/acquire.lua scripts/renew.lua scripts/release.lua \
-	scripts/check.lua scripts/claim.lua scripts/takeover.lua
+	scripts/check.lua scripts/claim.lua scripts/takeover.lua \
+	scripts/holder.lua
 
 EXTRA_CLEAN = output_iso tmp_check src/lua_scripts.h src/lua_scripts.h.tmp
 

@@ -126,6 +126,14 @@ DROP ROLE lf_up_fencer;
 SELECT table_name, fence_column, strict, tokens, ok FROM lease_fence.protected_tables;
 SELECT lease_fence.next_generation() > :before_update AS generations_continue;
 
+-- 1.4: all_leases and latency for everybody; holder() asks Redis, so it is
+-- not PUBLIC's
+ALTER EXTENSION lease_fence UPDATE TO '1.4';
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+SELECT has_function_privilege('public', 'lease_fence.holder(text)', 'EXECUTE') AS public_may_ask_holder,
+       has_table_privilege('public', 'lease_fence.all_leases', 'SELECT') AS public_sees_all_leases,
+       has_table_privilege('public', 'lease_fence.latency', 'SELECT') AS public_sees_latency;
+
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)
 CREATE TEMP TABLE updated AS

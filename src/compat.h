@@ -22,6 +22,7 @@
 #include "storage/latch.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 /*
  * GUC check hooks hand their "extra" to the GUC machinery, which frees it.
@@ -140,5 +141,25 @@ lf_heap_update_waiting(Relation rel, ItemPointer tid, HeapTuple tuple, bool *ind
 #endif
 	return result;
 }
+
+/*
+ * The wait event of a backend waiting for Redis (a reply, or a waiting
+ * acquire's turn): from 17 on one of its own, LeaseFenceWait in
+ * pg_stat_activity (registered on first use, once per file that waits);
+ * before, Extension.
+ */
+#if PG_VERSION_NUM >= 170000
+static inline uint32
+lf_wait_event(void)
+{
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("LeaseFenceWait");
+	return event;
+}
+#else
+#define lf_wait_event() PG_WAIT_EXTENSION
+#endif
 
 #endif							/* LEASE_FENCE_COMPAT_H */

@@ -966,7 +966,7 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 			wake = Min(deadline, now + jittered(poll));
 			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+						   (long) Max(wake - now, 1), lf_wait_event());
 			if (rc & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
@@ -1017,7 +1017,7 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 		if (!subscribed)
 		{
 			int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+									   (long) Max(wake - now, 1), lf_wait_event());
 
 			if (rc & WL_LATCH_SET)
 				ResetLatch(MyLatch);
@@ -1052,7 +1052,7 @@ acquire_waiting(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 deadline)
 			now = lf_now_ms();
 			wake = Min(deadline, now + jittered(poll));
 			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), PG_WAIT_EXTENSION);
+						   (long) Max(wake - now, 1), lf_wait_event());
 			if (rc & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
@@ -1301,7 +1301,7 @@ lf_release(PG_FUNCTION_ARGS)
 	{
 		/* retried, bounded, at the end of the transaction */
 		if (e)
-			e->state = STATE_UNKNOWN;
+			lf_set_lease_state(e, STATE_UNKNOWN);
 		else
 			lf_add_lease(resource, identity, 0, SCOPE_EXPLICIT, STATE_UNKNOWN, 0, 0, 0);
 		PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNKNOWN, resource));
@@ -1322,14 +1322,14 @@ lf_release(PG_FUNCTION_ARGS)
 		{
 			report_unreplicated("release", resource, acked, err);
 			if (e)
-				e->state = STATE_UNKNOWN;
+				lf_set_lease_state(e, STATE_UNKNOWN);
 			else
 				lf_add_lease(resource, identity, 0, SCOPE_EXPLICIT, STATE_UNKNOWN, 0, 0, 0);
 			PG_RETURN_DATUM(status_only(fcinfo, LF_C_RELEASE_UNKNOWN, resource));
 		}
 	}
 	if (e)
-		e->state = STATE_RELEASED;
+		lf_set_lease_state(e, STATE_RELEASED);
 	lf_update_write_check();	/* a lost lease released: its loss acknowledged */
 	PG_RETURN_DATUM(status_only(fcinfo, r == LF_ANS_RELEASED ? LF_C_RELEASE_RELEASED : LF_C_RELEASE_NOT_HELD,
 								resource));

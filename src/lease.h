@@ -15,6 +15,7 @@
 
 #include "datatype/timestamp.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -58,6 +59,8 @@ typedef struct LeaseEntry
 	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
 	int			keepalive_slot;	/* kept alive: its slot (keepalive.c), else -1 */
 	const char *lost_why;		/* STATE_LOST: why, for the LF010 (a constant) */
+	Oid			role;			/* the role that acquired it */
+	int			table_slot;		/* its slot in the lease table, else -1 */
 } LeaseEntry;
 
 extern LeaseEntry *lf_find_lease(const char *resource, const char *identity);
@@ -72,6 +75,7 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
+extern void lf_set_lease_state(LeaseEntry *e, LeaseState state);
 extern void lf_update_write_check(void);
 extern bool lf_may_see_settings(void);
 extern const char *lf_visible_error(const char *err, char *buf, size_t buflen);
@@ -153,6 +157,18 @@ extern void lf_keepalive_check_entry(const LeaseEntry *e);
 extern void lf_keepalive_xact_end(void);
 extern const char *lf_keepalive_state_of(const char *identity);
 extern void lf_keepalive_init(void);
+
+/* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
+extern int	lf_max_tracked_leases;
+
+extern bool lf_table_active(void);
+extern void lf_table_register(LeaseEntry *e);
+extern void lf_table_update(LeaseEntry *e);
+extern void lf_table_forget(LeaseEntry *e);
+extern void lf_table_rows(ReturnSetInfo *rsinfo);
+extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
+extern bool lf_may_see_identity(Oid holder_role);
+extern void lf_table_init(void);
 
 /* keepalive_worker.c: the background worker (lease_fence keepalive) */
 PGDLLEXPORT void lf_keepalive_main(Datum arg);

@@ -35,6 +35,7 @@ void
 _PG_init(void)
 {
 	/* layer 0 */
+	lf_latency_init();
 	lf_stats_init();
 
 	/* layer 1: the fence */
@@ -49,6 +50,7 @@ _PG_init(void)
 
 	/* layer 3: leases */
 	lf_keepalive_init();
+	lf_table_init();
 	lf_registry_init();
 
 	/*

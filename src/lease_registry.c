@@ -45,6 +45,7 @@
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_session_leases);
+PG_FUNCTION_INFO_V1(lf_all_leases);
 
 /*
  * How much of the session's list is kept (see trim_entries): released
@@ -188,6 +189,7 @@ trim_entries(LeaseEntry *keep)
 		}
 		if (drop)
 		{
+			lf_table_forget(e);
 			leases = foreach_delete_current(leases, lc);
 			pfree(e->resource);
 			pfree(e);
@@ -215,6 +217,21 @@ lf_lease_validity_set(LeaseEntry *e, int64 validity)
 		validity = 0;
 	e->expires_at = GetCurrentTimestamp() + validity * 1000;
 	e->valid_until_ms = lf_now_ms() + validity;
+	lf_table_update(e);
+}
+
+/*
+ * e's state changes: the lease table shows it; a released lease leaves the
+ * table (the registry may keep it a while, as released).
+ */
+void
+lf_set_lease_state(LeaseEntry *e, LeaseState state)
+{
+	e->state = state;
+	if (state == STATE_RELEASED)
+		lf_table_forget(e);
+	else
+		lf_table_update(e);
 }
 
 LeaseEntry *
@@ -235,6 +252,7 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 										  ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(lease_cxt);
 	e = palloc0(sizeof(LeaseEntry));
+	e->table_slot = -1;			/* (lf_lease_validity_set writes it when set) */
 
 	e->resource = pstrdup(resource);
 	strlcpy(e->identity, identity, sizeof(e->identity));
@@ -246,8 +264,10 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->ttl_ms = ttl;
 	e->min_validity_ms = minv;
 	e->keepalive_slot = -1;
+	e->role = GetUserId();
 	leases = lappend(leases, e);
 	MemoryContextSwitchTo(old);
+	lf_table_register(e);
 	added_since_trim++;
 	maybe_trim(e);
 	return e;
@@ -364,8 +384,8 @@ settle_deferring(LeaseEntry *e, bool fresh, bool defer, int64 deadline)
 	bool		skipped;
 
 	lf_keepalive_stop(e);
-	e->state = cleanup_release(e->resource, e->identity, fresh, defer, deadline, &skipped) ?
-		STATE_RELEASED : STATE_UNCONFIRMED;
+	lf_set_lease_state(e, cleanup_release(e->resource, e->identity, fresh, defer, deadline, &skipped) ?
+					   STATE_RELEASED : STATE_UNCONFIRMED);
 	return skipped ? 1 : 0;
 }
 
@@ -444,7 +464,7 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 	if (e == NULL)
 		e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
 	else if (!(e->state == STATE_LOST && e->scope != SCOPE_EXPLICIT))
-		e->state = STATE_UNKNOWN;	/* (a lost lease stays lost: it is settled all the same) */
+		lf_set_lease_state(e, STATE_UNKNOWN);	/* (a lost lease stays lost: it is settled all the same) */
 	CHECK_FOR_INTERRUPTS();
 	/* not reached when the interrupt throws; if it did not, say so */
 	ereport(ERROR,
@@ -567,7 +587,7 @@ lf_mark_lease_lost(LeaseEntry *e, const char *why)
 	MemoryContext old;
 
 	lf_keepalive_stop(e);
-	e->state = STATE_LOST;
+	lf_set_lease_state(e, STATE_LOST);
 	e->lost_why = why;
 	if (e->scope == SCOPE_EXPLICIT)
 		return;
@@ -702,6 +722,34 @@ lf_session_leases(PG_FUNCTION_ARGS)
 		values[6] = TimestampTzGetDatum(e->expires_at);
 		nulls[6] = (e->state != STATE_HELD && e->state != STATE_LOST);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * lease_fence.all_leases_rows(): the rows of lease_fence.all_leases, every
+ * lease of every backend from the lease table (lease_table.c), or, when
+ * lease_fence is not preloaded, this session's own.
+ */
+Datum
+lf_all_leases(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ListCell   *lc;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (lf_table_active())
+	{
+		lf_table_rows(rsinfo);
+		return (Datum) 0;
+	}
+	trim_entries(NULL);			/* no expired explicit lease is shown */
+	foreach(lc, leases)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->state != STATE_RELEASED)
+			lf_table_put_entry(rsinfo, e);
 	}
 	return (Datum) 0;
 }

@@ -188,6 +188,7 @@ typedef enum LfScript
 	LF_SCRIPT_CHECK,			/* KEYS lease; ARGV identity */
 	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
 	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
+	LF_SCRIPT_HOLDER,			/* KEYS lease, gen; no ARGV */
 	LF_NUM_SCRIPTS
 } LfScript;
 
@@ -205,8 +206,9 @@ typedef enum LfAnswerOutcome
 	LF_ANS_RENEWED,				/* renew */
 	LF_ANS_LOST,				/* renew */
 	LF_ANS_RELEASED,			/* release */
-	LF_ANS_NOT_HELD,			/* release, check */
-	LF_ANS_HELD,				/* check: pttl_ms, if has_pttl (else no expiry) */
+	LF_ANS_NOT_HELD,			/* release, check; holder: generation (0: none) */
+	LF_ANS_HELD,				/* check: pttl_ms, if has_pttl (else no expiry);
+								 * holder: also value (the identity), generation */
 	LF_ANS_CLAIMED,				/* claim: value */
 	LF_ANS_OURS,				/* claim: value */
 	LF_ANS_OTHERS,				/* claim: value */

@@ -500,7 +500,7 @@ wait_socket(pgsocket fd, int want, int64 deadline, bool interruptible)
 			deadline = Min(deadline, lf_die_deadline_hook());
 		if (now >= deadline)
 			return 0;
-		n = WaitEventSetWait(wait_set, (long) (deadline - now), &event, 1, PG_WAIT_EXTENSION);
+		n = WaitEventSetWait(wait_set, (long) (deadline - now), &event, 1, lf_wait_event());
 		if (n == 0)
 			continue;			/* timed out: the loop checks the deadline */
 		if (event.events & WL_LATCH_SET)

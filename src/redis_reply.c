@@ -65,6 +65,7 @@ static const char *const script_names[LF_NUM_SCRIPTS] = {
 	[LF_SCRIPT_CHECK] = "check",
 	[LF_SCRIPT_CLAIM] = "claim",
 	[LF_SCRIPT_TAKEOVER] = "takeover",
+	[LF_SCRIPT_HOLDER] = "holder",
 };
 
 /*
@@ -329,6 +330,42 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 			else if (reply->type != REDIS_REPLY_NIL)
 				break;
 			a->outcome = LF_ANS_TAKEN_OVER;
+			return;
+		case LF_SCRIPT_HOLDER:
+			/* {1, identity, PTTL, generation} held, {0, generation} not held */
+			if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+				reply->element[0]->type != REDIS_REPLY_INTEGER)
+				break;
+			code = reply->element[0]->integer;
+			if (code == 1 && reply->elements == 4 &&
+				reply->element[1]->type == REDIS_REPLY_STRING &&
+				reply->element[2]->type == REDIS_REPLY_INTEGER &&
+				(reply->element[2]->integer >= 0 || reply->element[2]->integer == -1))
+			{
+				a->outcome = LF_ANS_HELD;
+				set_value(a, reply->element[1]);
+				a->has_pttl = reply->element[2]->integer >= 0;
+				a->pttl_ms = a->has_pttl ? reply->element[2]->integer : 0;
+				s = reply->element[3];
+			}
+			else if (code == 0 && reply->elements == 2)
+			{
+				a->outcome = LF_ANS_NOT_HELD;
+				s = reply->element[1];
+			}
+			else
+				break;
+			/* the generation key's value: none (''), or a generation */
+			if (s->type != REDIS_REPLY_STRING)
+				break;
+			if (s->len == 0)
+				return;
+			if (!lf_parse_canonical_generation(s->str, s->len, &a->generation))
+			{
+				a->outcome = LF_ANS_CORRUPT;
+				a->has_value = false;
+				set_err(a, "the generation key holds something that is not a generation", NULL);
+			}
 			return;
 		case LF_NUM_SCRIPTS:
 			break;

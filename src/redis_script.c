@@ -42,7 +42,9 @@
 #endif
 
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "redis.h"
+#include "stats.h"
 #include "utils/builtins.h"
 
 /* generated from scripts/<name>.lua: LF_LUA_<NAME> and LF_LUA_<NAME>_SHA1 */
@@ -84,6 +86,12 @@ static const char claim_script[] = LF_LUA_CLAIM;
 /* KEYS: claim key.  ARGV: our claim value.  The previous value, or nil. */
 static const char takeover_script[] = LF_LUA_TAKEOVER;
 
+/*
+ * KEYS: lease key, generation key.  No ARGV; only reads.  {1, identity,
+ * PTTL, generation or ''} held, {0, generation or ''} not held.
+ */
+static const char holder_script[] = LF_LUA_HOLDER;
+
 typedef struct LuaScript
 {
 	const char *text;
@@ -98,6 +106,7 @@ static const LuaScript scripts[LF_NUM_SCRIPTS] = {
 	{check_script, LF_LUA_CHECK_SHA1},
 	{claim_script, LF_LUA_CLAIM_SHA1},
 	{takeover_script, LF_LUA_TAKEOVER_SHA1},
+	{holder_script, LF_LUA_HOLDER_SHA1},
 };
 
 /*
@@ -129,10 +138,10 @@ send_decoded(LfScript script, const char *route_key, int argc, const char **argv
  * redis_reply.c (scripts/answers.json); the reply itself is freed here, on
  * every path, so no caller ever holds one.  Returns answer->outcome.
  */
-LfAnswerOutcome
-lf_run_script(LfScript script, int nkeys, const char **keys,
-			  int nargs, const char **args, int timeout_ms, int flags,
-			  LfAnswer *answer)
+static LfAnswerOutcome
+run_script(LfScript script, int nkeys, const char **keys,
+		   int nargs, const char **args, int timeout_ms, int flags,
+		   LfAnswer *answer, int64 start)
 {
 	const LuaScript *s = &scripts[script];
 	const char *argv[12];
@@ -140,7 +149,6 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	char		numkeys[12];
 	int			argc = 0;
 	int			i;
-	int64		start = lf_now_ms();
 
 	Assert((size_t) (3 + nkeys + nargs) <= lengthof(argv));
 	pg_ltoa(nkeys, numkeys);
@@ -176,6 +184,49 @@ lf_run_script(LfScript script, int nkeys, const char **keys,
 	/* EVAL answering NOSCRIPT (or a deferred EVAL): nothing ran */
 	if (answer->outcome == LF_ANS_NOSCRIPT)
 		answer->outcome = LF_ANS_UNAVAILABLE;
+	return answer->outcome;
+}
+
+/*
+ * The histogram (lease_fence.latency) each script's round trips go to: a
+ * renew in the keep-alive worker is a keep-alive renew.
+ */
+static int
+latency_op(LfScript script)
+{
+	switch (script)
+	{
+		case LF_SCRIPT_ACQUIRE:
+			return LF_LAT_ACQUIRE;
+		case LF_SCRIPT_RENEW:
+			return MyBackendType == B_BG_WORKER ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
+		case LF_SCRIPT_RELEASE:
+			return LF_LAT_RELEASE;
+		case LF_SCRIPT_CHECK:
+			return LF_LAT_COMMIT_CHECK;
+		default:
+			return -1;
+	}
+}
+
+/*
+ * Run a script (run_script), timing its round trip for lease_fence.latency
+ * when a reply came.
+ */
+LfAnswerOutcome
+lf_run_script(LfScript script, int nkeys, const char **keys,
+			  int nargs, const char **args, int timeout_ms, int flags,
+			  LfAnswer *answer)
+{
+	uint64		start = lf_now_us();
+	int			op;
+
+	/* (start in ms is lf_now_ms() then: the same clock) */
+	(void) run_script(script, nkeys, keys, nargs, args, timeout_ms, flags, answer,
+					  (int64) (start / 1000));
+	op = latency_op(script);
+	if (op >= 0 && answer->replied)
+		lf_latency_add((LfLatencyOp_t) op, lf_now_us() - start);
 	return answer->outcome;
 }
 

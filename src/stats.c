@@ -202,7 +202,7 @@ lf_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* lease_fence.stats_reset(): zero every counter */
+/* lease_fence.stats_reset(): zero every counter, and the latency histograms */
 Datum
 lf_stats_reset(PG_FUNCTION_ARGS)
 {
@@ -217,6 +217,7 @@ lf_stats_reset(PG_FUNCTION_ARGS)
 		else
 			local_counters[i] = 0;
 	}
+	lf_latency_reset();
 	if (shared)
 		pg_atomic_write_u64(&shared->reset_at, (uint64) GetCurrentTimestamp());
 	else

@@ -12,6 +12,8 @@
 #ifndef LF_STATS_H
 #define LF_STATS_H
 
+#include <time.h>
+
 /*
  * stats.c: one counter per outcome.  This list is the one place that names
  * them: the enum below, the (operation, outcome) columns of lease_fence.stats,
@@ -64,7 +66,8 @@
 	X(KEEPALIVE_LOST, "keepalive", "lost") \
 	X(KEEPALIVE_UNCONFIRMED, "keepalive", "unconfirmed") \
 	X(KEEPALIVE_IDLE_EXPIRED, "keepalive", "idle_expired") \
-	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached")
+	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached") \
+	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow")
 
 typedef enum LfCounter
 {
@@ -80,5 +83,33 @@ extern void lf_count(LfCounter c);
 extern void lf_count_n(LfCounter c, uint64 n);
 extern const char *lf_counter_outcome(LfCounter c);
 extern void lf_stats_init(void);
+
+/*
+ * latency.c: the Redis round trips of each operation, a histogram each
+ * (lease_fence.latency)
+ */
+typedef enum LfLatencyOp_t
+{
+	LF_LAT_ACQUIRE,
+	LF_LAT_RENEW,
+	LF_LAT_RELEASE,
+	LF_LAT_COMMIT_CHECK,
+	LF_LAT_KEEPALIVE_RENEW,
+	LF_NUM_LATENCY_OPS
+} LfLatencyOp_t;
+
+extern void lf_latency_add(LfLatencyOp_t op, uint64 us);
+extern void lf_latency_reset(void);
+extern void lf_latency_init(void);
+
+/* Microseconds on the monotonic clock: round trips for latency.c. */
+static inline uint64
+lf_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64) ts.tv_sec * 1000000 + (uint64) ts.tv_nsec / 1000;
+}
 
 #endif							/* LF_STATS_H */

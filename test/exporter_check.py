@@ -7,7 +7,9 @@ the exporter Debian ships, against a real server.
 Starts EXPORTER (prometheus-postgres-exporter) on a free 127.0.0.1 port with
 --extend.query-path=QUERIES.yaml and DATA_SOURCE_NAME=DSN, reads /metrics,
 and checks what the page promises: the queries load, the lease_fence.stats
-counters and their reset time are exported, and lease_fence.protected_tables
+counters and their reset time are exported, lease_fence.latency as a
+Prometheus histogram, the leases of lease_fence.all_leases by state, and
+lease_fence.protected_tables
 shows a sound table as ok 1 and a table whose fence trigger is disabled as
 ok 0 with its problem.  The caller prepares the database (test/run.sh, suite
 docs): a table "account" fenced and written, a table "broken" whose
@@ -92,6 +94,23 @@ def main():
               'exporter: ... and its problem is exported as a label')
         check(not find('lease_fence_protected_table_problem_present', table_name='account'),
               'exporter: the sound table has no problem series')
+        ops = ['acquire', 'renew', 'release', 'commit_check', 'keepalive_renew']
+        buckets = {op: [l for l in samples if l.startswith('lease_fence_latency_seconds_bucket{')
+                        and f'operation="{op}"' in l] for op in ops}
+        check(all(len(b) == 12 for b in buckets.values()),
+              'exporter: lease_fence_latency_seconds is a histogram of 12 buckets (+Inf included) per operation',
+              f'{ {op: len(b) for op, b in buckets.items()} }')
+        check(all(find('lease_fence_latency_seconds_bucket', operation=op, le='+Inf') ==
+                  find('lease_fence_latency_seconds_count', operation=op) and
+                  len(find('lease_fence_latency_seconds_sum', operation=op)) == 1 for op in ops),
+              'exporter: ... with its _count (the +Inf bucket) and _sum')
+        check(len(find('lease_fence_latency_seconds_bucket', operation='acquire', le='0.001')) == 1,
+              'exporter: ... its bounds in seconds (le="0.001" is 1 ms)')
+        check(find('lease_fence_leases_count', state='held') == [0.0],
+              'exporter: lease_fence_leases_count by state (none held here)', f'{find("lease_fence_leases_count")}')
+        check(find('lease_fence_leases_expiring_seconds') == [-1.0],
+              'exporter: lease_fence_leases_expiring_seconds (-1: none held)',
+              f'{find("lease_fence_leases_expiring_seconds")}')
     finally:
         proc.terminate()
         try:

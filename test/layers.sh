@@ -32,6 +32,7 @@ set -uo pipefail
 #   3  the leases
 #   4  the module's entry (_PG_init)
 ORDER="
+0 latency
 0 stats
 1 extension
 1 generation
@@ -48,6 +49,7 @@ ORDER="
 2 redis_script
 3 keepalive
 3 keepalive_worker
+3 lease_table
 3 lease_registry
 3 lease
 4 lease_fence

@@ -516,6 +516,20 @@ SELECT vg_step('stats_every_lease_outcome',
 	AND (operation, outcome) NOT IN (('acquire', 'unreplicated'), ('renew', 'unreplicated'));
 SELECT 'STAT|' || concat_ws('|', operation, outcome, count) FROM lease_fence.stats WHERE count > 0 ORDER BY operation, outcome;
 
+-- who holds what: the lease table, holder() (its script and reply), the
+-- latency histograms
+SELECT a.identity AS who_id FROM lease_fence.acquire('vg:who', 30000) a \gset
+SELECT vg_step('all_leases_row', count(*)::text, '1') FROM lease_fence.all_leases
+	WHERE resource = 'vg:who' AND pid = pg_backend_pid() AND identity = :'who_id';
+SELECT vg_step('holder_held', h.held || ' ' || h.identity || ' ' || (h.pid = pg_backend_pid()),
+		'true ' || :'who_id' || ' true', h::text)
+	FROM lease_fence.holder('vg:who') h;
+SELECT vg_step('holder_free', h.held::text, 'false', h::text) FROM lease_fence.holder('vg:nobody') h;
+SELECT vg_step('released_who', r.status, 'released') FROM lease_fence.release('vg:who', :'who_id') r;
+SELECT vg_step('all_leases_gone', count(*)::text, '0') FROM lease_fence.all_leases WHERE resource = 'vg:who';
+SELECT vg_step('latency_samples', (sum(count) FILTER (WHERE le = 'Infinity') > 0)::text, 'true')
+	FROM lease_fence.latency;
+
 -- a session lease whose release at exit finds Redis stopped (test/valgrind.sh
 -- checks the server log for the WARNING, then starts Redis again)
 SELECT vg_step('exit_down_acquired', a.status, 'acquired', a::text)

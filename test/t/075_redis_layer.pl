@@ -117,11 +117,11 @@ sub connections
 # by the build (scripts/embed.sh -> src/lua_scripts.h): the header carries
 # each file byte for byte and its SHA1, which is the SHA1 Redis computes
 # (SCRIPT LOAD); and what the extension sends is these texts: after SCRIPT
-# FLUSH, each of the six goes once with EVAL, and then Redis knows each
+# FLUSH, each of the seven goes once with EVAL, and then Redis knows each
 # file's SHA1 (a different text would have loaded under another SHA1)
 {
 	my $top = "$FindBin::RealBin/../..";
-	my @names = qw(acquire renew release check claim takeover);
+	my @names = qw(acquire renew release check claim takeover holder);
 	my $bytes = sub {
 		my ($path) = @_;
 		open(my $fh, '<:raw', $path) or die "open $path: $!";
@@ -158,7 +158,7 @@ sub connections
 	# transaction-scope lease (checked at PRE_COMMIT under commit_check =
 	# always; released after commit, without waiting: always as EVAL, since
 	# a request whose NOSCRIPT would come back later could not be resent),
-	# the takeover of the key_prefix
+	# the takeover of the key_prefix, and who holds a resource (holder)
 	my $all = sub {
 		my ($round) = @_;
 		my $s = session($node);
@@ -172,15 +172,16 @@ sub connections
 			"round $round: transaction scope");
 		sql_ok($s, 'COMMIT');
 		sql_ok($s, 'SELECT lease_fence.claim_key_prefix()');
+		need(tf(call($s, "lease_fence.holder('r-lua-$round')")->{held}), 'false', "round $round: holder");
 		$s->quit;
 	};
 	$all->(1);
-	is(calls($a, 'eval'), 6 + 1,
-		'after SCRIPT FLUSH: each of the six scripts sent with EVAL once, and the release after COMMIT');
+	is(calls($a, 'eval'), 7 + 1,
+		'after SCRIPT FLUSH: each of the seven scripts sent with EVAL once, and the release after COMMIT');
 	is($a->cli('SCRIPT', 'EXISTS', map { $sha{$_} } @names), join("\n", (1) x @names),
 		'Redis knows each script by the SHA1 of its file: the extension sent the files\' texts');
 	$all->(2);
-	is(calls($a, 'eval'), 6 + 2,
+	is(calls($a, 'eval'), 7 + 2,
 		'then every call an EVALSHA of the files\' SHA1s: no EVAL more but the release after COMMIT');
 	$a->cli('FLUSHALL');
 }

@@ -71,6 +71,11 @@ for my $m (@masters)
 my $one = sql_ok($s, q{SELECT identity FROM held WHERE resource = 'res-77'});
 my $owner77 = LeaseFenceTopology::owner_of(lkey('res-77'), @masters);
 is($owner77->cli('GET', lkey('res-77')), $one, "res-77's key is on the master of its slot");
+# holder(): its two keys share the resource's slot, so one script on the
+# master of that slot answers, without a redirection or CROSSSLOT
+is(sql_ok($s, q{SELECT x.held || ' ' || x.identity || ' ' || (x.generation = h.generation)
+	FROM held h, LATERAL lease_fence.holder(h.resource) x WHERE h.resource = 'res-77'}),
+	"true $one true", 'holder() on a Cluster: held, with its identity and the generation granted');
 is(sql_ok($s, q{
 SELECT count(*) FILTER (WHERE r.status = 'released') FROM held h, LATERAL lease_fence.release(h.resource, h.identity) r
 }), '1000', 'and all 1000 released');

@@ -108,7 +108,9 @@ def main():
     point(want == outcomes, "the decoder's outcomes are the table's",
           ["only in the table: %s" % sorted(want - outcomes),
            "only in the decoder: %s" % sorted(outcomes - want)] if want != outcomes else [])
-    named = {r.get("script") for r in table.get("replies", [])}
+    # the client libraries' scripts' rows, and the extension's own (holder)
+    extension_rows = [r for r in table.get("extension_replies", []) if "script" in r]
+    named = {r.get("script") for r in table.get("replies", []) + extension_rows}
     point(named == set(scripts), "the table has rows for every script, and no other",
           ["table: %s, decoder: %s" % (sorted(map(str, named)), scripts)] if named != set(scripts) else [])
 
@@ -135,6 +137,10 @@ def main():
 
     for i, row in enumerate(table.get("replies", [])):
         check_reply(row.get("script"), row, "replies[%d]: %s %s -> %s" % (
+            i, row.get("script"), json.dumps(row.get("reply")), row.get("outcome")))
+
+    for i, row in enumerate(extension_rows):
+        check_reply(row.get("script"), row, "extension_replies[%d]: %s %s -> %s" % (
             i, row.get("script"), json.dumps(row.get("reply")), row.get("outcome")))
 
     for i, row in enumerate(table.get("errors", [])):

@@ -1,0 +1,526 @@
+/*-------------------------------------------------------------------------
+ *
+ * lease_table.c
+ *	  The cluster-wide lease table: one slot per lease any backend holds, in
+ *	  shared memory, which lease_fence.all_leases shows as pg_locks shows
+ *	  locks, and holder() reads for the pid and database of a holder.
+ *
+ * Each backend writes only its own slots (lease_registry.c: one call where a
+ * lease is registered, changes state, and is forgotten); readers take no
+ * lock.  A slot is claimed with a compare-and-swap of its owner (0: free),
+ * from a hint that moves round the table, and written under its change
+ * count, as PostgreSQL writes a backend's pg_stat_activity entry: odd while
+ * the owner writes, so that a reader copies the slot and keeps the copy
+ * only if the count was even and unchanged across it.  The acquire path
+ * pays a compare-and-swap and the copy of the resource name.
+ *
+ * The table exists only when lease_fence is in shared_preload_libraries;
+ * it has lease_fence.max_tracked_leases slots (PGC_POSTMASTER).  A lease
+ * that finds no free slot is counted (stats: all_leases / overflow) and not
+ * shown; the acquire is never refused for it.  Without the table,
+ * all_leases shows the calling session's own leases (lease_registry.c).
+ *
+ * Layer 3, the leases (docs/design.md, "The layers": its files and the order
+ * of their calls).
+ *
+ * IDENTIFICATION
+ *	  src/lease_table.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_authid.h"
+#include "commands/dbcommands.h"
+#include "lease.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "redis.h"
+#include "stats.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(lf_holder);
+
+/* the table's size: lease_fence.max_tracked_leases */
+int			lf_max_tracked_leases = 1024;
+
+/* one lease, as the backend that holds it last wrote it */
+typedef struct LeaseSlot
+{
+	pg_atomic_uint32 owner;		/* the owner's pid; 0: free */
+	pg_atomic_uint32 changecount;	/* odd while its owner writes it */
+	int			pid;
+	Oid			dboid;
+	Oid			roleid;			/* the role that acquired it */
+	int64		generation;		/* 0: a release of another session's lease */
+	uint8		scope;			/* LeaseScope */
+	uint8		state;			/* LeaseState */
+	TimestampTz acquired_at;
+	TimestampTz expires_at;
+	char		identity[33];
+	char		resource[LF_MAX_RESOURCE + 1];
+} LeaseSlot;
+
+typedef struct LeaseTable
+{
+	pg_atomic_uint32 hint;		/* where the next claim starts looking */
+	pg_atomic_uint32 used;		/* slots claimed */
+	LeaseSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} LeaseTable;
+
+static LeaseTable *table = NULL;
+static int	table_size = 0;
+static bool exit_hook_registered = false;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static const char *const scope_names[] = {"explicit", "session", "transaction"};
+static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
+
+static Size
+table_bytes(void)
+{
+	return add_size(offsetof(LeaseTable, slots),
+					mul_size(sizeof(LeaseSlot), (Size) lf_max_tracked_leases));
+}
+
+static void
+table_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(table_bytes()));
+}
+
+static void
+table_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	table = ShmemInitStruct("lease_fence lease table", table_bytes(), &found);
+	if (!found)
+	{
+		pg_atomic_init_u32(&table->hint, 0);
+		pg_atomic_init_u32(&table->used, 0);
+		for (i = 0; i < lf_max_tracked_leases; i++)
+		{
+			pg_atomic_init_u32(&table->slots[i].owner, 0);
+			pg_atomic_init_u32(&table->slots[i].changecount, 0);
+		}
+	}
+	table_size = lf_max_tracked_leases;
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Does the cluster-wide table exist (lease_fence preloaded)? */
+bool
+lf_table_active(void)
+{
+	return table != NULL;
+}
+
+/* Write e's fields into its slot, under the slot's change count. */
+static void
+write_slot(LeaseSlot *s, const LeaseEntry *e, bool whole)
+{
+	/* only its owner writes a slot: no read-modify-write needed */
+	uint32		count = pg_atomic_read_u32(&s->changecount);
+
+	pg_atomic_write_u32(&s->changecount, count + 1);
+	pg_write_barrier();
+	if (whole)
+	{
+		/* a resource is at most LF_MAX_RESOURCE bytes (lease.c refuses longer) */
+		size_t		len = Min(strlen(e->resource), (size_t) LF_MAX_RESOURCE);
+
+		s->pid = MyProcPid;
+		s->dboid = MyDatabaseId;
+		s->roleid = e->role;
+		s->acquired_at = e->acquired_at;
+		memcpy(s->identity, e->identity, sizeof(s->identity));
+		memcpy(s->resource, e->resource, len);
+		s->resource[len] = '\0';
+	}
+	s->generation = e->generation;
+	s->scope = (uint8) e->scope;
+	s->state = (uint8) e->state;
+	s->expires_at = e->expires_at;
+	pg_write_barrier();
+	pg_atomic_write_u32(&s->changecount, count + 2);
+}
+
+/* Backend exit: free every slot this backend still has. */
+static void
+free_own_slots(int code, Datum arg)
+{
+	int			i;
+
+	if (table == NULL)
+		return;
+	for (i = 0; i < table_size; i++)
+	{
+		uint32		pid = (uint32) MyProcPid;
+
+		if (pg_atomic_read_u32(&table->slots[i].owner) == pid &&
+			pg_atomic_compare_exchange_u32(&table->slots[i].owner, &pid, 0))
+			pg_atomic_fetch_sub_u32(&table->used, 1);
+	}
+}
+
+/*
+ * A lease was added to this session's registry: give it a slot, or count
+ * it as not shown when the table is full.  Never an error.
+ */
+void
+lf_table_register(LeaseEntry *e)
+{
+	uint32		start;
+	int			i;
+
+	e->table_slot = -1;
+	if (table == NULL)
+		return;
+	if (pg_atomic_read_u32(&table->used) >= (uint32) table_size)
+	{
+		lf_count(LF_C_ALL_LEASES_OVERFLOW);
+		return;
+	}
+	if (!exit_hook_registered)
+	{
+		on_shmem_exit(free_own_slots, (Datum) 0);
+		exit_hook_registered = true;
+	}
+	start = pg_atomic_fetch_add_u32(&table->hint, 1);
+	for (i = 0; i < table_size; i++)
+	{
+		int			n = (int) ((start + (uint32) i) % (uint32) table_size);
+		LeaseSlot  *s = &table->slots[n];
+		uint32		free_owner = 0;
+
+		if (pg_atomic_read_u32(&s->owner) != 0 ||
+			!pg_atomic_compare_exchange_u32(&s->owner, &free_owner, (uint32) MyProcPid))
+			continue;
+		pg_atomic_fetch_add_u32(&table->used, 1);
+		write_slot(s, e, true);
+		e->table_slot = n;
+		return;
+	}
+	lf_count(LF_C_ALL_LEASES_OVERFLOW);
+}
+
+/* e's state, generation or validity changed: its slot shows it. */
+void
+lf_table_update(LeaseEntry *e)
+{
+	if (table == NULL || e->table_slot < 0)
+		return;
+	write_slot(&table->slots[e->table_slot], e, false);
+}
+
+/* e was released or dropped from the registry: its slot is free again. */
+void
+lf_table_forget(LeaseEntry *e)
+{
+	LeaseSlot  *s;
+
+	if (table == NULL || e->table_slot < 0)
+		return;
+	s = &table->slots[e->table_slot];
+	e->table_slot = -1;
+	pg_atomic_write_u32(&s->owner, 0);
+	pg_atomic_fetch_sub_u32(&table->used, 1);
+}
+
+/*
+ * May the current user see the identity of a lease that holder_role
+ * acquired?  The rule of pg_stat_activity's query column: a member of that
+ * role (so the role itself and superusers) or of pg_read_all_stats.  An
+ * identity is a capability: it renews and releases the lease.
+ */
+bool
+lf_may_see_identity(Oid holder_role)
+{
+	Oid			me = GetUserId();
+
+	return has_privs_of_role(me, holder_role) ||
+		has_privs_of_role(me, ROLE_PG_READ_ALL_STATS);
+}
+
+/* One row of all_leases. */
+static void
+put_row(ReturnSetInfo *rsinfo, const LeaseSlot *s, const char *ka_state)
+{
+	Datum		values[11];
+	bool		nulls[11];
+	char	   *dbname;
+	char	   *rolname;
+	bool		lost = s->state == STATE_LOST ||
+		(s->state == STATE_HELD && ka_state != NULL && strcmp(ka_state, "lost") == 0);
+
+	memset(nulls, 0, sizeof(nulls));
+	values[0] = Int32GetDatum(s->pid);
+	dbname = get_database_name(s->dboid);
+	values[1] = dbname ? CStringGetTextDatum(dbname) : (Datum) 0;
+	nulls[1] = dbname == NULL;
+	rolname = GetUserNameFromId(s->roleid, true);
+	values[2] = rolname ? CStringGetTextDatum(rolname) : (Datum) 0;
+	nulls[2] = rolname == NULL;
+	values[3] = CStringGetTextDatum(s->resource);
+	if (lf_may_see_identity(s->roleid))
+		values[4] = CStringGetTextDatum(s->identity);
+	else
+		nulls[4] = true;
+	values[5] = Int64GetDatum(s->generation);
+	nulls[5] = s->generation == 0;
+	values[6] = CStringGetTextDatum(scope_names[s->scope]);
+	values[7] = CStringGetTextDatum(lost ? "lost" : state_names[s->state]);
+	values[8] = BoolGetDatum(ka_state != NULL);
+	values[9] = TimestampTzGetDatum(s->acquired_at);
+	values[10] = TimestampTzGetDatum(s->expires_at);
+	nulls[10] = s->state != STATE_HELD && s->state != STATE_LOST;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * A consistent copy of slot n into *out, or false when it is free.  Retries
+ * while its owner writes it (a few stores: the wait is short).
+ */
+static bool
+read_slot(int n, LeaseSlot *out)
+{
+	LeaseSlot  *s = &table->slots[n];
+
+	for (;;)
+	{
+		uint32		before;
+		uint32		after;
+
+		if (pg_atomic_read_u32(&s->owner) == 0)
+			return false;
+		before = pg_atomic_read_u32(&s->changecount);
+		pg_read_barrier();
+		memcpy(out, s, sizeof(LeaseSlot));
+		pg_read_barrier();
+		after = pg_atomic_read_u32(&s->changecount);
+		if (before == after && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	out->identity[sizeof(out->identity) - 1] = '\0';
+	out->resource[sizeof(out->resource) - 1] = '\0';
+	/* freed while we copied it: not a lease any more */
+	return pg_atomic_read_u32(&s->owner) != 0;
+}
+
+/*
+ * The rows of all_leases from the table: every lease of every backend,
+ * except an explicit one past its local validity (its key has expired in
+ * Redis, or it was renewed by another backend, which shows its own).
+ */
+void
+lf_table_rows(ReturnSetInfo *rsinfo)
+{
+	LeaseSlot  *copy = palloc(sizeof(LeaseSlot));
+	TimestampTz now = GetCurrentTimestamp();
+	int			i;
+
+	for (i = 0; i < table_size; i++)
+	{
+		if (!read_slot(i, copy))
+			continue;
+		if (copy->state == STATE_RELEASED ||
+			(copy->state == STATE_HELD && copy->scope == SCOPE_EXPLICIT && copy->expires_at < now))
+			continue;
+		put_row(rsinfo, copy, lf_keepalive_state_of(copy->identity));
+	}
+	pfree(copy);
+}
+
+/*
+ * The rows of all_leases without the table: this session's leases, as the
+ * registry holds them (lease_registry.c).
+ */
+void
+lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e)
+{
+	LeaseSlot  *s = palloc0(sizeof(LeaseSlot));
+
+	s->pid = MyProcPid;
+	s->dboid = MyDatabaseId;
+	s->roleid = e->role;
+	s->generation = e->generation;
+	s->scope = (uint8) e->scope;
+	s->state = (uint8) e->state;
+	s->acquired_at = e->acquired_at;
+	s->expires_at = e->expires_at;
+	strlcpy(s->identity, e->identity, sizeof(s->identity));
+	strlcpy(s->resource, e->resource, sizeof(s->resource));
+	put_row(rsinfo, s, lf_keepalive_state_of(e->identity));
+	pfree(s);
+}
+
+/*
+ * Does a backend of this cluster hold resource under identity?  Its pid,
+ * database and role, if so (holder()).
+ */
+static bool
+table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
+{
+	LeaseSlot  *copy;
+	int			i;
+	bool		found = false;
+
+	if (table == NULL)
+		return false;
+	copy = palloc(sizeof(LeaseSlot));
+	for (i = 0; i < table_size && !found; i++)
+	{
+		/* a first look, unlocked, at the identity only: copy just the candidates */
+		if (pg_atomic_read_u32(&table->slots[i].owner) == 0 ||
+			strncmp(table->slots[i].identity, identity, sizeof(copy->identity) - 1) != 0)
+			continue;
+		if (!read_slot(i, copy) || copy->state == STATE_RELEASED ||
+			strcmp(copy->identity, identity) != 0 || strcmp(copy->resource, resource) != 0)
+			continue;
+		*pid = copy->pid;
+		*dboid = copy->dboid;
+		*roleid = copy->roleid;
+		found = true;
+	}
+	pfree(copy);
+	return found;
+}
+
+/*
+ * lease_fence.holder(resource text): who holds resource in Redis, in one
+ * round trip (scripts/holder.lua): held, identity, ttl_ms (NULL: no
+ * expiry), the highest generation granted for it (NULL: none, or its
+ * generation key expired), and, when a backend of this cluster holds it
+ * (the lease table: lease_fence preloaded), that backend's pid and
+ * database.  identity follows all_leases' rule: the holder's role, its
+ * members and pg_read_all_stats; a holder outside this cluster, or one the
+ * table does not show, only superusers and pg_read_all_stats.  EXECUTE is
+ * not PUBLIC's: it sends a request to Redis.
+ */
+Datum
+lf_holder(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	text	   *t;
+	char	   *resource;
+	const char *keys[2];
+	LfAnswer	ans;
+	Datum		values[6];
+	bool		nulls[6];
+	int			pid = 0;
+	Oid			dboid = InvalidOid;
+	Oid			roleid = InvalidOid;
+	bool		in_table = false;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource must not be NULL"));
+	t = PG_GETARG_TEXT_PP(0);
+	if (VARSIZE_ANY_EXHDR(t) == 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource must not be empty"));
+	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("resource is too long"),
+				errdetail("It has %d bytes; the limit is %d.",
+						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	resource = text_to_cstring(t);
+
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	lf_run_script(LF_SCRIPT_HOLDER, 2, keys, 0, NULL, lf_command_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
+	if (ans.outcome == LF_ANS_CORRUPT)
+		ereport(ERROR,
+				errcode(ERRCODE_DATA_CORRUPTED),
+				errmsg("the generation key of resource \"%s\" holds no generation", resource),
+				errhint("Delete it (DEL %s) if nothing else wrote it: lease_fence writes a decimal generation there.",
+						keys[1]));
+	if (ans.outcome != LF_ANS_HELD && ans.outcome != LF_ANS_NOT_HELD)
+		ereport(ERROR,
+				errcode(ERRCODE_CONNECTION_FAILURE),
+				errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
+				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
+				errdetail_log("%s", ans.err));
+
+	memset(nulls, true, sizeof(nulls));
+	values[0] = BoolGetDatum(ans.outcome == LF_ANS_HELD);
+	nulls[0] = false;
+	if (ans.outcome == LF_ANS_HELD)
+	{
+		in_table = table_holder(resource, ans.value, &pid, &dboid, &roleid);
+		if (in_table ? lf_may_see_identity(roleid) :
+			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		{
+			values[1] = CStringGetTextDatum(ans.value);
+			nulls[1] = false;
+		}
+		if (ans.has_pttl)
+		{
+			values[2] = Int64GetDatum(ans.pttl_ms);
+			nulls[2] = false;
+		}
+	}
+	if (ans.generation > 0)
+	{
+		values[3] = Int64GetDatum(ans.generation);
+		nulls[3] = false;
+	}
+	if (in_table)
+	{
+		char	   *dbname = get_database_name(dboid);
+
+		values[4] = Int32GetDatum(pid);
+		nulls[4] = false;
+		if (dbname)
+		{
+			values[5] = CStringGetTextDatum(dbname);
+			nulls[5] = false;
+		}
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/* Called from _PG_init. */
+void
+lf_table_init(void)
+{
+	/*
+	 * A PGC_POSTMASTER setting can only be defined while the libraries of
+	 * shared_preload_libraries load: without preloading it does not exist,
+	 * as pg_stat_statements.max does not.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	DefineCustomIntVariable("lease_fence.max_tracked_leases",
+							"How many leases lease_fence.all_leases can show, cluster-wide.",
+							"Each takes about 1.1 kB of shared memory; a lease beyond it is counted in stats (all_leases / overflow), never refused.",
+							&lf_max_tracked_leases, 1024, 1, 1000000,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = table_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = table_shmem_startup;
+}

@@ -1,0 +1,283 @@
+# 105_who_holds_what.pl — the three questions of docs/operations.md, "Who
+# holds what", on a real Redis with lease_fence in shared_preload_libraries:
+# lease_fence.all_leases (every lease of every backend, identity only for
+# the holder's role, superusers and pg_read_all_stats), holder() (one round
+# trip: held, identity, TTL, generation, and the holder's pid), latency (a
+# histogram per operation), and the wait event of a backend waiting for
+# Redis (LeaseFenceWait from 17 on, Extension before).
+#
+# Two application roles hold leases in sessions of their own; a monitoring
+# role in pg_read_all_stats and a role with no privilege read them from
+# sessions of their own.  The table has four slots
+# (lease_fence.max_tracked_leases), so a fifth lease overflows: counted,
+# not shown, and never refused.
+
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+
+use JSON::PP;
+use LeaseFenceRedis;
+use LeaseFenceTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $redis = LeaseFenceRedis->new;
+my $node = $redis->node('who_holds_what', "shared_preload_libraries = 'lease_fence'",
+	'lease_fence.max_tracked_leases = 4');
+my $json = JSON::PP->new;
+is($node->safe_psql('postgres', q{SELECT setting, context FROM pg_settings
+	WHERE name = 'lease_fence.max_tracked_leases'}), '4|postmaster',
+	'max_tracked_leases: set at server start (postmaster), here 4');
+my $major = int($node->safe_psql('postgres', 'SHOW server_version_num') / 10000);
+
+$node->safe_psql('postgres', q{
+CREATE ROLE lf_a LOGIN;
+CREATE ROLE lf_b LOGIN;
+CREATE ROLE lf_nobody LOGIN;
+CREATE ROLE lf_mon LOGIN IN ROLE pg_read_all_stats;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+                          lease_fence.renew(text, text, bigint, bigint),
+                          lease_fence.release(text, text),
+                          lease_fence.holder(text) TO lf_a, lf_b;
+});
+
+# a background session logged in as $user
+sub session_as
+{
+	my ($user) = @_;
+	return $node->background_psql(
+		'postgres',
+		on_error_stop => 0,
+		extra_params => [ '-v', 'VERBOSITY=verbose', '-U', $user ]);
+}
+
+# the rows of all_leases for $resource, read by $user in a new session
+sub rows_as
+{
+	my ($user, $resource) = @_;
+	my $out = sql_ok($node,
+		"SELECT row_to_json(l) FROM lease_fence.all_leases l WHERE resource = " . lit($resource),
+		user => $user);
+	return [ map { $json->decode($_) } grep { $_ ne '' } split /\n/, $out ];
+}
+
+sub holder_as
+{
+	my ($user, $resource) = @_;
+	return call($node, "lease_fence.holder(" . lit($resource) . ")", user => $user);
+}
+
+my $a = session_as('lf_a');
+my $b = session_as('lf_b');
+my $pid_a = sql_ok($a, 'SELECT pg_backend_pid()');
+my $pid_b = sql_ok($b, 'SELECT pg_backend_pid()');
+my $la = acquire($a, 'job:42', 60000);
+my $lb = acquire($b, 'job:43', 60000, 0, 'session');
+need($la->{status}, 'acquired', 'A acquires job:42');
+need($lb->{status}, 'acquired', 'B acquires job:43');
+
+#
+# all_leases: another backend's lease, with its pid and generation
+#
+{
+	my $r = rows_as('lf_b', 'job:42');
+	is(scalar(@$r), 1, 'all_leases: B\'s role sees A\'s lease on job:42 (one row)');
+	is($r->[0]{pid}, $pid_a, 'all_leases: with the pid of A\'s backend');
+	is($r->[0]{generation}, $la->{generation}, 'all_leases: with the generation A was granted');
+	is($r->[0]{database}, 'postgres', 'all_leases: with its database');
+	is($r->[0]{usename}, 'lf_a', 'all_leases: with the role that acquired it');
+	is($r->[0]{scope}, 'explicit', 'all_leases: its scope');
+	is($r->[0]{state}, 'held', 'all_leases: its state');
+	is(tf($r->[0]{keepalive}), 'false', 'all_leases: not kept alive');
+	ok(defined $r->[0]{expires_at}, 'all_leases: with its local expiry');
+	is($r->[0]{identity}, undef, 'all_leases: a role without the privilege sees identity NULL');
+
+	$r = rows_as('lf_b', 'job:43');
+	is($r->[0]{identity}, $lb->{identity}, 'all_leases: B\'s role sees its own lease\'s identity');
+	is($r->[0]{scope}, 'session', 'all_leases: a session-scoped lease shows as such');
+
+	$r = rows_as('lf_nobody', 'job:42');
+	is(scalar(@$r), 1, 'all_leases: a role with no grant at all sees the row');
+	is($r->[0]{identity}, undef, 'all_leases: ... with identity NULL');
+	$r = rows_as('lf_mon', 'job:42');
+	is($r->[0]{identity}, $la->{identity}, 'all_leases: a member of pg_read_all_stats sees the identity');
+	$r = rows_as($node->safe_psql('postgres', 'SELECT current_user'), 'job:42');
+	is($r->[0]{identity}, $la->{identity}, 'all_leases: a superuser sees the identity');
+}
+
+#
+# holder(): one round trip to Redis, and the holder's pid from the table
+#
+{
+	my $h = holder_as('lf_a', 'job:42');
+	is(tf($h->{held}), 'true', 'holder: job:42 is held');
+	is($h->{identity}, $la->{identity}, 'holder: the holder\'s own role sees its identity');
+	is($h->{pid}, $pid_a, 'holder: the pid of the backend that holds it');
+	is($h->{database}, 'postgres', 'holder: its database');
+	is($h->{generation}, $la->{generation}, 'holder: the highest generation granted for the resource');
+	ok($h->{ttl_ms} > 0 && $h->{ttl_ms} <= 60000, "holder: ttl_ms is the key's PTTL ($h->{ttl_ms})");
+
+	$h = holder_as('lf_b', 'job:42');
+	is($h->{identity}, undef, 'holder: another role sees identity NULL');
+	is($h->{pid}, $pid_a, 'holder: ... and the pid all the same');
+
+	my (undef, $err) = run_sql($node, "SELECT lease_fence.holder('job:42')", user => 'lf_nobody');
+	is(sqlstate($err), '42501', 'holder: EXECUTE is not PUBLIC\'s (42501)');
+
+	# a key this cluster did not take: no pid, and identity only for the privileged
+	$redis->cli('SET', lkey('job:outside'), 'f' x 32, 'PX', 60000);
+	$h = holder_as('lf_a', 'job:outside');
+	is(tf($h->{held}), 'true', 'holder: a lease taken outside this cluster is held');
+	is($h->{pid}, undef, 'holder: ... with no pid');
+	is($h->{identity}, undef, 'holder: ... and its identity NULL for an application role');
+	$h = call($node, "lease_fence.holder('job:outside')");
+	is($h->{identity}, 'f' x 32, 'holder: ... which a superuser sees');
+
+	$h = holder_as('lf_a', 'job:never');
+	is(tf($h->{held}), 'false', 'holder: a resource nobody holds is not held');
+	is($h->{generation}, undef, 'holder: ... and has no generation yet');
+	($err) = (run_sql($node, "SELECT lease_fence.holder('')", user => 'lf_a'))[1];
+	is(sqlstate($err), '22023', 'holder: an empty resource is ERROR 22023');
+}
+
+#
+# release: the row leaves all_leases; holder() still knows the generation
+#
+{
+	release($a, 'job:42', $la->{identity});
+	is(scalar(@{ rows_as('lf_b', 'job:42') }), 0, 'all_leases: a released lease is gone');
+	my $h = holder_as('lf_a', 'job:42');
+	is(tf($h->{held}), 'false', 'holder: released, not held');
+	is($h->{generation}, $la->{generation}, 'holder: the generation granted last is still reported');
+}
+
+#
+# a transaction-scoped lease shows while its transaction runs
+#
+{
+	sql_ok($a, 'BEGIN');
+	my $t = acquire($a, 'job:tx', 60000, 0, 'transaction');
+	my $r = rows_as('lf_b', 'job:tx');
+	is($r->[0]{scope}, 'transaction', 'all_leases: a transaction-scoped lease shows during its transaction');
+	sql_ok($a, 'COMMIT');
+	sql_ok($a, 'SELECT 1');    # the release after COMMIT's reply is read
+	is(scalar(@{ rows_as('lf_b', 'job:tx') }), 0, 'all_leases: ... and is gone after COMMIT');
+}
+
+#
+# a kept-alive lease says so
+#
+{
+	my $k = call($a, "lease_fence.acquire('job:kept', 30000, 0, 'session', keepalive => true)");
+	need($k->{status}, 'acquired', 'A acquires job:kept, kept alive');
+	my $r = rows_as('lf_b', 'job:kept');
+	is(tf($r->[0]{keepalive}), 'true', 'all_leases: a kept-alive lease shows keepalive true');
+	release($a, 'job:kept', $k->{identity});
+}
+
+#
+# overflow: four slots; more leases are counted, not shown, never refused
+#
+{
+	sql_ok($node, 'SELECT lease_fence.stats_reset()');
+	my @ids;
+	for my $i (1 .. 5)
+	{
+		my $r = acquire($a, "many:$i", 60000);
+		is($r->{status}, 'acquired', "overflow: acquire many:$i is not refused");
+		push @ids, $r->{identity};
+	}
+	my $shown = $node->safe_psql('postgres', 'SELECT count(*) FROM lease_fence.all_leases');
+	is($shown, 4, 'overflow: all_leases shows max_tracked_leases rows (4)');
+	my $over = $node->safe_psql('postgres',
+		q{SELECT count FROM lease_fence.stats WHERE operation = 'all_leases' AND outcome = 'overflow'});
+	is($over, 2, 'overflow: stats counts the two leases beyond the table (B holds one slot)');
+	release($a, "many:$_", $ids[ $_ - 1 ]) for 1 .. 5;
+}
+
+#
+# a backend's exit frees its slots
+#
+{
+	$b->quit;
+	wait_backend_gone($pid_b);
+	is(scalar(@{ rows_as('lf_a', 'job:43') }), 0, 'all_leases: a backend that exited holds no row');
+}
+
+#
+# latency: acquires, renews, releases were timed; stats_reset zeroes them
+#
+{
+	sql_ok($node, 'SELECT lease_fence.stats_reset()');
+	my $l = acquire($a, 'lat', 60000);
+	renew($a, 'lat', $l->{identity}, 60000);
+	release($a, 'lat', $l->{identity});
+	my $out = $node->safe_psql('postgres',
+		q{SELECT operation, count, bucket_count, sum_ms >= 0, scope FROM lease_fence.latency
+		  WHERE le = 'Infinity' ORDER BY operation});
+	is($out, join("\n",
+		'acquire|1|1|t|cluster', 'commit_check|0|0|t|cluster', 'keepalive_renew|0|0|t|cluster',
+		'release|1|1|t|cluster', 'renew|1|1|t|cluster'),
+		'latency: one sample each for acquire, renew and release, read from another session');
+	is($node->safe_psql('postgres',
+			q{SELECT count(*), count(*) FILTER (WHERE bucket_count < prev OR bucket_count > count) FROM (
+			    SELECT bucket_count, count,
+			           lag(bucket_count, 1, 0::bigint) OVER (PARTITION BY operation ORDER BY le) AS prev
+			    FROM lease_fence.latency) x}),
+		'60|0', 'latency: 12 cumulative buckets per operation, none below the one before or above the count');
+	sql_ok($node, 'SELECT lease_fence.stats_reset()');
+	is($node->safe_psql('postgres', 'SELECT sum(count), sum(sum_ms) FROM lease_fence.latency'),
+		'0|0', 'latency: stats_reset() zeroes it');
+}
+
+#
+# the wait event of a backend waiting for Redis
+#
+{
+	my $c = session($node);
+	my $pid_c = sql_ok($c, 'SELECT pg_backend_pid()');
+	my $w = acquire($c, 'warm', 30000);    # a connection, and the scripts loaded
+	release($c, 'warm', $w->{identity});
+	sql_ok($c, 'SET lease_fence.command_timeout_ms = 10000');
+	pause_redis($redis, 3000);
+	$c->query_until(qr/started/, "\\echo started\nSELECT status FROM lease_fence.acquire('waiting', 30000);\n");
+	my $want = $major >= 17 ? 'LeaseFenceWait' : 'Extension';
+	ok($node->poll_query_until('postgres',
+			"SELECT wait_event_type || '/' || wait_event FROM pg_stat_activity WHERE pid = $pid_c",
+			"Extension/$want"),
+		"wait event: a backend waiting for Redis shows Extension/$want on PostgreSQL $major");
+	wait_pause_over($redis);
+	$c->quit;
+}
+
+$node->stop;
+
+#
+# without shared_preload_libraries: the session's own leases only
+#
+{
+	# a cluster of its own: a key_prefix of its own (the first one's is claimed)
+	my $plain = $redis->node('not_preloaded', "lease_fence.key_prefix = 'np:'");
+	my $s = session($plain);
+	my $pid_s = sql_ok($s, 'SELECT pg_backend_pid()');
+	my $l = acquire($s, 'own', 60000);
+	my $out = sql_ok($s, "SELECT pid, resource, generation, identity FROM lease_fence.all_leases");
+	is($out, "$pid_s|own|$l->{generation}|$l->{identity}",
+		'not preloaded: all_leases shows the session\'s own lease, with its pid');
+	is($plain->safe_psql('postgres', 'SELECT count(*) FROM lease_fence.all_leases'), '0',
+		'not preloaded: another session sees none of it');
+	my $h = call($plain, "lease_fence.holder('own')");
+	is($h->{identity}, $l->{identity}, 'not preloaded: holder() still asks Redis');
+	is($h->{pid}, undef, 'not preloaded: ... with no pid (no table to find it in)');
+	release($s, 'own', $l->{identity});
+	$s->quit;
+	$plain->stop;
+}
+
+$redis->stop;
+done_testing();
