@@ -30,10 +30,13 @@
 #      concurrency, system calls per cycle (strace), and instructions per
 #      cycle (callgrind, a single-user backend);
 #   7. a fenced job (lease, one fenced row UPDATE, release) at 1, 4 and 16
-#      clients, three ways (test/bench/job.c): lease_fence in three round
+#      clients, four ways (test/bench/job.c): lease_fence in three round
 #      trips, lease_fence in one (a transaction-scoped acquire, pipelined),
-#      and Redis alone (SET NX PX, a token, a compare-and-delete): jobs per
-#      second, and the backends' CPU time and context switches per job.
+#      and Redis alone as a careful application writes it (one EVALSHA of
+#      SET NX PX + INCR, a prepared compare-and-set UPDATE, an EVALSHA
+#      compare-and-delete) and with SET NX PX and INCR as two commands: jobs
+#      per second, and the CPU time per job of the client, the backends and
+#      Redis, and the backends' context switches per job.
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
@@ -55,7 +58,7 @@
 #   LF_BENCH_CLIENT_ROUNDS=3   interleaved rounds of section 6's throughput
 #   LF_BENCH_JOB_ROUNDS=5      interleaved rounds of section 7
 #   LF_BENCH_JOB_SECONDS=10    seconds per section 7 run (one mode, one client count)
-#   LF_BENCH_JOB_MODES="a job b"  section 7's modes (also job_simple: the
+#   LF_BENCH_JOB_MODES="a job b b2"  section 7's modes (also job_simple: the
 #                              one-round-trip job as one simple-query string)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
@@ -81,7 +84,7 @@ CG_CYCLES=${LF_BENCH_CG_CYCLES:-3000}
 CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
 JOB_ROUNDS=${LF_BENCH_JOB_ROUNDS:-5}
 JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
-JOB_MODES=${LF_BENCH_JOB_MODES:-a job b}
+JOB_MODES=${LF_BENCH_JOB_MODES:-a job b b2}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
@@ -489,7 +492,7 @@ psql_u -F ' ' -f "$raw/bulk_mem.sql" >"$raw/rss_bulk.dat" 2>&1 || { cat "$raw/rs
 fi
 
 # ---------------------------------------------------------------------
-# 7. a fenced job, three ways, at 1, 4 and 16 clients
+# 7. a fenced job, four ways, at 1, 4 and 16 clients
 # ---------------------------------------------------------------------
 # The job an application does with a lease: take it, write one row under its
 # token, give it back.  test/bench/job.c runs it in threads, one PostgreSQL
@@ -501,17 +504,20 @@ fi
 #   job  lease_fence in one round trip: BEGIN; acquire(scope =>
 #        'transaction'); UPDATE; COMMIT, pipelined (libpq's pipeline mode,
 #        one sync); the server releases the lease after the COMMIT
-#   b    Redis alone, as an application team writes it: SET NX PX, INCR of
-#        a token key, UPDATE ... SET fence = token WHERE fence <= token,
-#        EVALSHA of a compare-and-delete
+#   b    Redis alone, as a careful application writes it, three round
+#        trips: one EVALSHA of a script doing SET NX PX and INCR of a token
+#        key, the prepared UPDATE ... SET fence = token WHERE fence <= token
+#        (autocommit), EVALSHA of a compare-and-delete: the comparison
+#   b2   the same with SET NX PX and INCR as two commands (four round trips)
 # The backends' CPU time and context switches per job are read from /proc
-# around the timed window (all the clients' backends; Redis' CPU time apart:
-# b does in redis-server what lease_fence does in the backend).  Every job
+# around the timed window (all the clients' backends; Redis' CPU time and
+# the client's apart: b does in redis-server and in the client what
+# lease_fence does in the backend).  Every job
 # must succeed, or job.c stops the run.  The commits wait for their WAL
 # flush in every mode: fsync and synchronous_commit are on (checked, since
 # they are what a real job pays).
 if want 7; then
-lf_log "7. a fenced job: lease_fence in 3 round trips, in 1 (transaction scope), Redis alone; 1, 4, 16 clients"
+lf_log "7. a fenced job: lease_fence in 3 round trips, in 1 (transaction scope), Redis alone (one script, two commands); 1, 4, 16 clients"
 [ "$(psql_u -c "SHOW fsync")" = on ] && [ "$(psql_u -c "SHOW synchronous_commit")" = on ] ||
 	die "section 7 needs fsync and synchronous_commit on"
 job=$LF_WORK/job
@@ -535,6 +541,7 @@ for ((r = 1; r <= JOB_ROUNDS; r++)); do
 			sample "job_cpu_c$c" "$v" "$r" "$(field cpu_us_per_job)" us
 			sample "job_ctx_c$c" "$v" "$r" "$(field ctx_per_job)" switches
 			sample "job_redis_cpu_c$c" "$v" "$r" "$(field redis_cpu_us_per_job)" us
+			sample "job_client_cpu_c$c" "$v" "$r" "$(field client_cpu_us_per_job)" us
 		done
 	done
 done
