@@ -401,6 +401,11 @@ def main():
             out("     two Redis round trips.  The comparison the targets are set against.")
         if "b2" in ran:
             out("   ⁴ as ³, with SET NX PX and INCR sent as two commands: one SQL and three Redis round trips.")
+        if ("job_syscalls", "job") in rep.data:
+            per = sorted(((v, rep.med("job_syscall", v)) for s_, v in rep.data if s_ == "job_syscall"),
+                         key=lambda x: -x[1])
+            out(f"   system calls per job in the job's backend (², 1 client, strace -c): "
+                f"{rep.med('job_syscalls', 'job'):.2f}: " + ", ".join(f"{n} {c:.2f}" for n, c in per if c >= 0.05))
         out("   CPU/job and ctx/job: all the clients' backends (/proc/<pid>/stat and status, voluntary + involuntary")
         out("   switches) over the timed window, per job; Redis CPU/job: redis-server's, which b uses for what the")
         out("   backend does for lease_fence; client CPU/job: job.c's own (getrusage).  Each job.c run checks every")

@@ -545,6 +545,31 @@ for ((r = 1; r <= JOB_ROUNDS; r++)); do
 		done
 	done
 done
+
+# The system calls of one job in its backend (the one-round-trip job, one
+# client): strace -c attached to it for 3 s, divided by the leases its
+# session was granted meanwhile (lease_fence.stats)
+if [[ " $JOB_MODES " == *" job "* ]]; then
+	acquired() { psql_u -c "SELECT count FROM lease_fence.stats WHERE operation = 'acquire' AND outcome = 'acquired'"; }
+	(cd "$LF_WORK" && lf_as_user env PGAPPNAME=bench_job_strace "$job" job 1 6 "$LF_REDIS_SOCK" >"$raw/job_strace.out" 2>&1) &
+	bg=$!
+	for _ in $(seq 1 100); do
+		pid=$(psql_u -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'bench_job_strace'" 2>/dev/null)
+		[ -n "$pid" ] && break
+		sleep 0.05
+	done
+	[ -n "$pid" ] || die "no job backend to trace"
+	sleep 1
+	a0=$(acquired)
+	timeout -s INT 3 strace -c -f -p "$pid" -o "$raw/job_strace.txt" >/dev/null 2>&1
+	a1=$(acquired)
+	wait "$bg" || { cat "$raw/job_strace.out"; die "the traced job run failed"; }
+	calls=$(awk '$NF == "total" { print $4 }' "$raw/job_strace.txt")
+	[ -n "$calls" ] && [ "$a1" -gt "$a0" ] || { cat "$raw/job_strace.txt"; die "strace counted nothing"; }
+	sample job_syscalls job 1 "$(awk -v s="$calls" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls
+	awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$raw/job_strace.txt" |
+		while read -r name count; do sample job_syscall "$name" 1 "$(awk -v s="$count" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls; done
+fi
 fi
 
 # ---------------------------------------------------------------------
