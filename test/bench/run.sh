@@ -55,6 +55,7 @@
 #   LF_BENCH_CG_TXNS=2000      transactions of the issued check's worst case
 #                              counted under callgrind
 #   LF_BENCH_CG_CYCLES=3000    acquire + release cycles counted under callgrind
+#   LF_BENCH_CG_JOBS=1000      section 7's jobs counted under callgrind
 #   LF_BENCH_CLIENT_ROUNDS=3   interleaved rounds of section 6's throughput
 #   LF_BENCH_JOB_ROUNDS=5      interleaved rounds of section 7
 #   LF_BENCH_JOB_SECONDS=10    seconds per section 7 run (one mode, one client count)
@@ -81,6 +82,7 @@ MEM_UPDATES=${LF_BENCH_MEM_UPDATES:-1000000}
 CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
 CG_TXNS=${LF_BENCH_CG_TXNS:-2000}
 CG_CYCLES=${LF_BENCH_CG_CYCLES:-3000}
+CG_JOBS=${LF_BENCH_CG_JOBS:-1000}
 CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
 JOB_ROUNDS=${LF_BENCH_JOB_ROUNDS:-5}
 JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
@@ -637,6 +639,40 @@ if want 6; then
 	sample cycle_ir cycle 1 "$(awk -v i="$ir" -v n="$CG_CYCLES" 'BEGIN { printf "%.0f", i / n }')" Ir
 fi
 
+# 7, again: instructions per job in the backend, counted by callgrind in a
+# single-user backend (every statement a simple query; exec_simple_query
+# collected, so parsing, planning, the COMMIT and the release after it
+# count): CG_JOBS transaction-scoped jobs (BEGIN; acquire(..., 'transaction');
+# the fenced UPDATE; COMMIT), and CG_JOBS of the careful pattern's backend
+# part (its compare-and-set UPDATE, autocommit).  The difference is what the
+# lease costs the backend in user space, which other load cannot move (the
+# kernel's part -- system calls, wake-ups, the WAL flush -- is not counted).
+if want 7; then
+	lf_log "7. instructions per job in the backend (callgrind, $CG_JOBS jobs)"
+	lf_stop_pg
+	for v in job b; do
+		for ((i = 1; i <= CG_JOBS; i++)); do
+			if [ "$v" = job ]; then
+				printf "BEGIN;\nSELECT status FROM lease_fence.acquire('job:cg', 5000, scope => 'transaction');\nUPDATE bench_job_item SET v = v + 1 WHERE id = 1;\nCOMMIT;\n"
+			else
+				printf "UPDATE bench_job_item2 SET v = v + 1, fence = %d WHERE id = 1 AND fence <= %d;\n" \
+					$((1000000000000 + i)) $((1000000000000 + i))
+			fi
+		done |
+			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.job_$v" \
+				--toggle-collect=exec_simple_query "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/callgrind_job_$v.log" 2>&1 || { tail -20 "$raw/callgrind_job_$v.log"; die "callgrind of job $v failed"; }
+		grep -q 'ERROR' "$raw/callgrind_job_$v.log" && { grep -m3 -A2 'ERROR' "$raw/callgrind_job_$v.log"; die "job $v failed under callgrind"; }
+		if [ "$v" = job ]; then
+			n=$(grep -c 'status = "acquired"' "$raw/callgrind_job_$v.log")
+			[ "$n" = "$CG_JOBS" ] || { tail -20 "$raw/callgrind_job_$v.log"; die "$n of $CG_JOBS callgrind jobs acquired"; }
+		fi
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_job_$v.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_job_$v.log"; die "no instruction count for job $v"; }
+		sample job_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_JOBS" 'BEGIN { printf "%.0f", i / n }')" Ir
+	done
+fi
+
 # ---------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------
@@ -662,6 +698,7 @@ elapsed=$(( $(date +%s) - started ))
 	echo "cg_rows=$CG_ROWS"
 	echo "cg_txns=$CG_TXNS"
 	echo "cg_cycles=$CG_CYCLES"
+	echo "cg_jobs=$CG_JOBS"
 	echo "job_rounds=$JOB_ROUNDS"
 	echo "job_seconds=$JOB_SECS"
 } >"$raw/meta.txt"
