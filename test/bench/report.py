@@ -403,7 +403,7 @@ def main():
             out("   ⁴ as ³, with SET NX PX and INCR sent as two commands: one SQL and three Redis round trips.")
         if ("job_ir", "job") in rep.data and ("job_ir", "b") in rep.data:
             ij, ib = rep.med("job_ir", "job"), rep.med("job_ir", "b")
-            out(f"   instructions per job in the backend (callgrind, single-user, simple queries, "
+            out(f"   instructions per job in the backend (callgrind, single-user, prepared, "
                 f"{meta.get('cg_jobs', '?')} jobs): job {ij:,.0f}, b's UPDATE {ib:,.0f}, difference {ij - ib:,.0f}")
             rep.ratios.append(("7  instructions per job, job - b's UPDATE", ij - ib, ij - ib, ij - ib, None, None, None))
         if ("job_syscalls", "job") in rep.data:

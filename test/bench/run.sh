@@ -640,36 +640,57 @@ if want 6; then
 fi
 
 # 7, again: instructions per job in the backend, counted by callgrind in a
-# single-user backend (every statement a simple query; exec_simple_query
-# collected, so parsing, planning, the COMMIT and the release after it
-# count): CG_JOBS transaction-scoped jobs (BEGIN; acquire(..., 'transaction');
-# the fenced UPDATE; COMMIT), and CG_JOBS of the careful pattern's backend
-# part (its compare-and-set UPDATE, autocommit).  The difference is what the
-# lease costs the backend in user space, which other load cannot move (the
-# kernel's part -- system calls, wake-ups, the WAL flush -- is not counted).
+# single-user backend (prepared statements run by EXECUTE): CG_JOBS
+# transaction-scoped jobs (BEGIN; acquire(..., 'transaction'); the fenced
+# UPDATE; COMMIT), and CG_JOBS of the careful pattern's backend part (its
+# compare-and-set UPDATE, autocommit).  Everything the backend runs from
+# PostgresMain on is counted -- parsing, planning, the COMMIT, the release
+# after it -- less a run that reads no statement (start-up and shut-down),
+# divided by the jobs; each count starts from freshly vacuumed tables.  The
+# difference is what the lease costs the backend in user space, which other
+# load cannot move (the kernel's part -- system calls, wake-ups, the WAL
+# flush -- is not counted).
 if want 7; then
 	lf_log "7. instructions per job in the backend (callgrind, $CG_JOBS jobs)"
 	lf_stop_pg
+	cg_single() {	# name: callgrind a single-user backend on stdin, print its Ir
+		# the tables in the same state for every count: vacuumed (the runs
+		# before left HOT chains and dead rows of their own)
+		echo "VACUUM ANALYZE bench_job_item, bench_job_item2, lease_fence.resource_generation;" |
+			(cd "$LF_WORK" && lf_as_user "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/vacuum_job_$1.log" 2>&1 || { tail -20 "$raw/vacuum_job_$1.log" >&2; die "VACUUM before job $1 failed"; }
+		(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.job_$1" \
+			--toggle-collect=PostgresMain "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/callgrind_job_$1.log" 2>&1 || { tail -20 "$raw/callgrind_job_$1.log" >&2; die "callgrind of job $1 failed"; }
+		grep -q 'ERROR' "$raw/callgrind_job_$1.log" && { grep -m3 -A2 'ERROR' "$raw/callgrind_job_$1.log" >&2; die "job $1 failed under callgrind"; }
+		local ir
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_job_$1.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_job_$1.log" >&2; die "no instruction count for job $1"; }
+		echo "$ir"
+	}
+	idle_ir=$(cg_single idle </dev/null) || exit 1
 	for v in job b; do
-		for ((i = 1; i <= CG_JOBS; i++)); do
+		# prepared, as the clients send them (planned once, not per job)
+		ir=$({
 			if [ "$v" = job ]; then
-				printf "BEGIN;\nSELECT status FROM lease_fence.acquire('job:cg', 5000, scope => 'transaction');\nUPDATE bench_job_item SET v = v + 1 WHERE id = 1;\nCOMMIT;\n"
+				echo "PREPARE acq(text) AS SELECT status FROM lease_fence.acquire(\$1, 5000, scope => 'transaction');"
+				echo "PREPARE upd(int) AS UPDATE bench_job_item SET v = v + 1 WHERE id = \$1;"
 			else
-				printf "UPDATE bench_job_item2 SET v = v + 1, fence = %d WHERE id = 1 AND fence <= %d;\n" \
-					$((1000000000000 + i)) $((1000000000000 + i))
+				echo "PREPARE upd(bigint, int) AS UPDATE bench_job_item2 SET v = v + 1, fence = \$1 WHERE id = \$2 AND fence <= \$1;"
 			fi
-		done |
-			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.job_$v" \
-				--toggle-collect=exec_simple_query "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
-			>"$raw/callgrind_job_$v.log" 2>&1 || { tail -20 "$raw/callgrind_job_$v.log"; die "callgrind of job $v failed"; }
-		grep -q 'ERROR' "$raw/callgrind_job_$v.log" && { grep -m3 -A2 'ERROR' "$raw/callgrind_job_$v.log"; die "job $v failed under callgrind"; }
+			for ((i = 1; i <= CG_JOBS; i++)); do
+				if [ "$v" = job ]; then
+					printf "BEGIN;\nEXECUTE acq('job:cg');\nEXECUTE upd(1);\nCOMMIT;\n"
+				else
+					printf "EXECUTE upd(%d, 1);\n" $((1000000000000 + i))
+				fi
+			done
+		} | cg_single "$v") || exit 1
 		if [ "$v" = job ]; then
 			n=$(grep -c 'status = "acquired"' "$raw/callgrind_job_$v.log")
 			[ "$n" = "$CG_JOBS" ] || { tail -20 "$raw/callgrind_job_$v.log"; die "$n of $CG_JOBS callgrind jobs acquired"; }
 		fi
-		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_job_$v.log")
-		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_job_$v.log"; die "no instruction count for job $v"; }
-		sample job_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_JOBS" 'BEGIN { printf "%.0f", i / n }')" Ir
+		sample job_ir "$v" 1 "$(awk -v i="$ir" -v z="$idle_ir" -v n="$CG_JOBS" 'BEGIN { printf "%.0f", (i - z) / n }')" Ir
 	done
 fi
 
