@@ -41,8 +41,8 @@
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 19 minutes on 2 CPUs
-# (section 7 alone: about 8).
+# servers as the postgres user, like test/run.sh.  About 23 minutes on 2 CPUs
+# (section 7 alone: about 11).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -646,7 +646,7 @@ fi
 # compare-and-set UPDATE, autocommit).  Everything the backend runs from
 # PostgresMain on is counted -- parsing, planning, the COMMIT, the release
 # after it -- less a run that reads no statement (start-up and shut-down),
-# divided by the jobs; each count starts from freshly vacuumed tables.  The
+# divided by the jobs; each count starts from freshly rewritten tables.  The
 # difference is what the lease costs the backend in user space, which other
 # load cannot move (the kernel's part -- system calls, wake-ups, the WAL
 # flush -- is not counted).
@@ -654,9 +654,9 @@ if want 7; then
 	lf_log "7. instructions per job in the backend (callgrind, $CG_JOBS jobs)"
 	lf_stop_pg
 	cg_single() {	# name: callgrind a single-user backend on stdin, print its Ir
-		# the tables in the same state for every count: vacuumed (the runs
+		# the tables in the same state for every count: rewritten (the runs
 		# before left HOT chains and dead rows of their own)
-		echo "VACUUM ANALYZE bench_job_item, bench_job_item2, lease_fence.resource_generation;" |
+		echo "VACUUM FULL ANALYZE bench_job_item, bench_job_item2, lease_fence.resource_generation;" |
 			(cd "$LF_WORK" && lf_as_user "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
 			>"$raw/vacuum_job_$1.log" 2>&1 || { tail -20 "$raw/vacuum_job_$1.log" >&2; die "VACUUM before job $1 failed"; }
 		(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.job_$1" \
