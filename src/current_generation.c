@@ -15,7 +15,7 @@
  * One thing outranks the GUC: the generation of a transaction-scoped lease.
  * The lease lives to the end of the top-level transaction, and so must its
  * generation, also after ROLLBACK TO SAVEPOINT or a PL/pgSQL EXCEPTION block
- * undid the SET LOCAL that acquire() made.  The lease registry reports it
+ * undid every SET LOCAL made after it.  The lease registry reports it
  * here, and while it is held a SET to any other value is refused.
  *
  * Layer 1, the fence (docs/design.md, "The layers": its files and the order
@@ -53,6 +53,7 @@ bool		lf_generation_invalid = false;
 /* its two sources: the GUC, and a transaction-scoped lease */
 static bool guc_generation_is_set = false;
 static int64 guc_generation = 0;
+static bool guc_generation_invalid = false;
 static bool lease_generation_is_set = false;
 static int64 lease_generation = 0;
 
@@ -158,7 +159,11 @@ check_generation(char **newval, void **extra, GucSource source)
 	return true;
 }
 
-/* Publish the effective current generation: a held lease's, else the GUC's. */
+/*
+ * Publish the effective current generation: a held lease's, else the GUC's
+ * (whose value set before loading, if it was one, is invalid; a held
+ * lease's is not).
+ */
 static void
 publish_generation(void)
 {
@@ -166,12 +171,31 @@ publish_generation(void)
 	{
 		lf_generation_is_set = true;
 		lf_generation = lease_generation;
+		lf_generation_invalid = false;
 	}
 	else
 	{
 		lf_generation_is_set = guc_generation_is_set;
 		lf_generation = guc_generation;
+		lf_generation_invalid = guc_generation_invalid;
 	}
+}
+
+/*
+ * GUC show hook: SHOW and current_setting() say the effective generation, a
+ * held transaction-scoped lease's over the GUC's own value.  (The lease
+ * makes no SET LOCAL: a GUC change per acquire, and its undoing at the
+ * transaction's end, cost more than the acquire's other bookkeeping.)
+ */
+static const char *
+show_generation(void)
+{
+	static char buf[32];
+
+	if (!lease_generation_is_set)
+		return lf_generation_string ? lf_generation_string : "";
+	snprintf(buf, sizeof(buf), INT64_FORMAT, lease_generation);
+	return buf;
 }
 
 /* GUC assign hook: publish the parsed value to the fence trigger */
@@ -182,7 +206,7 @@ assign_generation(const char *newval, void *extra)
 
 	guc_generation_is_set = parsed->is_set;
 	guc_generation = parsed->value;
-	lf_generation_invalid = parsed->invalid;
+	guc_generation_invalid = parsed->invalid;
 	publish_generation();
 }
 
@@ -216,7 +240,7 @@ lf_current_generation_init(void)
 							   GUC_NOT_IN_SAMPLE,
 							   check_generation,
 							   assign_generation,
-							   NULL);
+							   show_generation);
 	defining_gucs = false;
 }
 

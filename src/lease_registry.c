@@ -657,22 +657,10 @@ lf_update_write_check(void)
 	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
 }
 
-/* Make the transaction's current generation g (transaction scope). */
-static void
-set_local_generation(int64 g)
-{
-	char		buf[32];
-
-	snprintf(buf, sizeof(buf), INT64_FORMAT, g);
-	(void) set_config_option(LF_GENERATION_GUC, buf,
-							 superuser() ? PGC_SUSET : PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-}
-
 /*
  * A transaction-scoped lease was granted: its generation is the
  * transaction's current generation to its end, whatever savepoints roll back
- * (lease_fence.c); the SET LOCAL only makes SHOW agree.
+ * (lease_fence.c), and what SHOW lease_fence.generation says.
  *
  * The lease fences its resource in this transaction, at its own generation
  * (resource_fence.c): a holder with a newer one has fenced it already
@@ -689,7 +677,6 @@ lf_hold_in_transaction(LeaseEntry *e)
 		xact_generation = e->generation;
 	xact_generation_set = true;
 	lf_set_lease_generation(true, xact_generation);
-	set_local_generation(e->generation);
 
 	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
 	(void) lf_fence_resource_at(e->resource, e->generation);

@@ -95,6 +95,11 @@ typedef struct LfConn
 	/* requests sent with LF_DEFER whose replies are still to be read */
 	int			ndeferred;
 	char	   *deferred_key[LF_MAX_DEFERRED];	/* their keys (TopMemoryContext) */
+	/*
+	 * The last read took less than it could: the socket held nothing more
+	 * at that moment (set by read_reply, cleared by every send).
+	 */
+	bool		read_all;
 } LfConn;
 
 /*
@@ -596,7 +601,11 @@ conn_read(LfConn *c, char *buf, size_t len, int *want, char *err)
  *
  * A release after COMMIT (LF_DEFER) is only sent: its reply is read before
  * the connection's next command (drain_deferred), by when it has usually
- * arrived, so that no backend sleeps waiting for it.
+ * arrived, so that no backend sleeps waiting for it.  That read is tried
+ * before any wait (one recv(), no epoll_wait(), when the reply is there);
+ * a recv() that took less than it could also answers the peek for stray
+ * bytes, which is then not made again: the next command of a job costs
+ * recv(), send(), epoll_wait(), recv().
  *
  * exchange() sends one formatted command on c and waits for its reply until
  * deadline.  On anything but LF_REPLY (or LF_SENT_UNREAD, when out is NULL)
@@ -615,6 +624,7 @@ send_request(LfConn *c, const char *cmd, size_t len, int64 deadline,
 	int			w;
 
 	c->requests++;
+	c->read_all = false;
 	while (off < len)
 	{
 		ssize_t		n = conn_write(c, cmd + off, len - off, &want, why);
@@ -650,7 +660,8 @@ send_request(LfConn *c, const char *cmd, size_t len, int64 deadline,
  * decrypted bytes already, which the socket would not announce.
  */
 static LfSendResult
-read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char *err)
+read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
+		   redisReply **out, char *err)
 {
 	char		why[LF_ERRLEN];
 	int			want = LF_WANT_READ;
@@ -679,7 +690,13 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char
 			*out = (redisReply *) reply;
 			return LF_REPLY;
 		}
-		if (c->tls == NULL || !lf_tls_pending(c->tls))
+		/*
+		 * read_first (a deferred reply, whose request went a while ago):
+		 * try the read before any wait, once.
+		 */
+		if (read_first && c->tls == NULL)
+			read_first = false;
+		else if (c->tls == NULL || !lf_tls_pending(c->tls))
 		{
 			w = wait_socket(c->fd, want, deadline, interruptible);
 			if (w < 0)
@@ -701,6 +718,7 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, redisReply **out, char
 		}
 		if (n == 0)
 			continue;			/* nothing yet: wait for what conn_read said */
+		c->read_all = c->tls == NULL && (size_t) n < sizeof(buf);
 		want = LF_WANT_READ;
 		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
 		{
@@ -725,7 +743,7 @@ exchange_once(LfConn *c, const char *cmd, size_t len, int64 deadline,
 	}
 	if (out == NULL)
 		return LF_SENT_UNREAD;
-	return read_reply(c, deadline, interruptible, out, err);
+	return read_reply(c, deadline, interruptible, false, out, err);
 }
 
 static LfSendResult
@@ -763,7 +781,7 @@ drain_deferred_by(LfConn *c, int64 deadline, bool interruptible, bool *interrupt
 		bool		confirmed;
 
 		in_flight = c;
-		r = read_reply(c, deadline, interruptible, &reply, err);
+		r = read_reply(c, deadline, interruptible, true, &reply, err);
 		in_flight = NULL;
 		if (r == LF_SEND_INTERRUPTED)
 			*interrupted = true;
@@ -824,7 +842,7 @@ drain_deferred_by(LfConn *c, int64 deadline, bool interruptible, bool *interrupt
  * decrypted bytes count there.
  */
 static bool
-holds_stray_bytes(LfConn *c)
+holds_stray_bytes(LfConn *c, bool just_read_all)
 {
 	char		byte;
 
@@ -832,6 +850,9 @@ holds_stray_bytes(LfConn *c)
 		return true;
 	if (c->tls != NULL)
 		return lf_tls_pending(c->tls);
+	/* the read of the replies owed, just now, took all there was: no peek */
+	if (just_read_all)
+		return false;
 	return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
 }
 
@@ -848,12 +869,14 @@ settle_before_request(LfConn *c, bool interruptible)
 	bool		interrupted = read_deferred_except(c, lf_now_ms() + lf_command_timeout_ms,
 												   interruptible);
 
+	/* set by the drain's last read, if it took all the socket held */
+	c->read_all = false;
 	if (!interrupted && c->ndeferred > 0)
 		(void) drain_deferred_by(c, lf_now_ms() + lf_command_timeout_ms, interruptible,
 								 &interrupted);
 	if (interrupted)
 		return true;
-	if (c->fd != PGINVALID_SOCKET && holds_stray_bytes(c))
+	if (c->fd != PGINVALID_SOCKET && holds_stray_bytes(c, c->read_all))
 	{
 		lf_count(LF_C_CONNECTION_DESYNCHRONIZED);
 		close_conn(c);
@@ -1417,6 +1440,7 @@ lookup_conn(const LfEndpoint *ep)
 			c->role_checked_at = 0;
 			c->answered_at = 0;
 			c->ndeferred = 0;
+			c->read_all = false;
 			c->requests = 0;
 			c->kind = NULL;
 			c->endpoint[0] = '\0';

@@ -61,6 +61,7 @@
 #include "nodes/makefuncs.h"
 #include "nodes/value.h"
 #include "parser/parse_func.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -168,6 +169,94 @@ find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
 	return found;
 }
 
+/*
+ * Where the row version this backend last wrote for a resource is: a job
+ * that fences the same resource again and again (a worker on its queue)
+ * finds it there, without the index lookup and the walk along the row's
+ * HOT chain (every version since the page was last pruned), which cost
+ * more than the rest of the fence.  A hint only: the version there is
+ * taken only if it is still one the dirty snapshot sees (not replaced by a
+ * committed update, not from an aborted transaction) and holds the same
+ * resource, in the same relation file; anything else is looked up through
+ * the index, as before.
+ */
+static struct
+{
+	bool		valid;
+	Oid			relid;
+	Oid			relfilenode;
+	ItemPointerData tid;
+	char		resource[LF_MAX_RESOURCE_BYTES + 1];
+}			last_fenced;
+
+static void
+remember_fenced(Relation rel, const char *resource, ItemPointer tid)
+{
+	if (strlen(resource) > LF_MAX_RESOURCE_BYTES)
+	{
+		last_fenced.valid = false;
+		return;
+	}
+	last_fenced.relid = RelationGetRelid(rel);
+	last_fenced.relfilenode = rel->rd_rel->relfilenode;
+	last_fenced.tid = *tid;
+	strlcpy(last_fenced.resource, resource, sizeof(last_fenced.resource));
+	last_fenced.valid = true;
+}
+
+/*
+ * find_resource for the resource this backend fenced last, at the version
+ * it wrote: true (and the same outputs) when that version is still the one
+ * the index would lead to, false when it must be looked up.
+ */
+static bool
+find_resource_where_left(Relation rel, const char *resource, ItemPointer tid,
+						 TransactionId *inserter, TransactionId *changer, int64 *stored)
+{
+	SnapshotData dirty;
+	HeapTupleData tuple;
+	Buffer		buf;
+	bool		found = false;
+
+	if (!last_fenced.valid ||
+		last_fenced.relid != RelationGetRelid(rel) ||
+		last_fenced.relfilenode != rel->rd_rel->relfilenode ||
+		strcmp(last_fenced.resource, resource) != 0 ||
+		ItemPointerGetBlockNumber(&last_fenced.tid) >= RelationGetNumberOfBlocks(rel))
+		return false;
+
+	InitDirtySnapshot(dirty);
+	tuple.t_self = last_fenced.tid;
+	if (!heap_fetch(rel, &dirty, &tuple, &buf, false))
+		return false;
+	{
+		TupleDesc	desc = RelationGetDescr(rel);
+		bool		isnull;
+		Datum		d = heap_getattr(&tuple, Anum_rg_resource, desc, &isnull);
+
+		if (!isnull)
+		{
+			text	   *t = DatumGetTextPP(d);
+			size_t		len = strlen(resource);
+
+			if (VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), resource, len) == 0)
+			{
+				Datum		g = heap_getattr(&tuple, Anum_rg_generation, desc, &isnull);
+
+				if (isnull)
+					elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", resource);
+				*tid = tuple.t_self;
+				*inserter = dirty.xmin;
+				*changer = dirty.xmax;
+				*stored = DatumGetInt64(g);
+				found = true;
+			}
+		}
+	}
+	ReleaseBuffer(buf);
+	return found;
+}
+
 /* Add the primary key entry of a new row version, unless it is heap-only. */
 static void
 index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
@@ -187,7 +276,8 @@ index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
  * differently from 16 on (compat.h).
  */
 static bool
-update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, int64 g)
+update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, int64 g,
+				ItemPointer newtid)
 {
 	Datum		values[Natts_rg];
 	bool		nulls[Natts_rg] = {false, false, false};
@@ -202,6 +292,8 @@ update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, in
 	result = lf_heap_update_waiting(rel, tid, tuple, &index_it);
 	if (result == TM_Ok && index_it)
 		index_new_version(rel, pkey, tuple, resource);
+	if (result == TM_Ok)
+		*newtid = tuple->t_self;
 	heap_freetuple(tuple);
 	if (result == TM_Updated || result == TM_Deleted)
 		return false;
@@ -212,7 +304,7 @@ update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, in
 
 /* Insert the resource's first row, with generation g. */
 static void
-insert_resource(Relation rel, Relation pkey, Datum resource, int64 g)
+insert_resource(Relation rel, Relation pkey, Datum resource, int64 g, ItemPointer newtid)
 {
 	Datum		values[Natts_rg];
 	bool		nulls[Natts_rg] = {false, false, false};
@@ -224,6 +316,7 @@ insert_resource(Relation rel, Relation pkey, Datum resource, int64 g)
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	simple_heap_insert(rel, tuple);
 	index_new_version(rel, pkey, tuple, resource);
+	*newtid = tuple->t_self;
 	heap_freetuple(tuple);
 }
 
@@ -257,6 +350,9 @@ lf_fence_resource_at(const char *resource, int64 g)
 													 strlen(resource)));
 	bool		insert_locked = false;
 	bool		pushed_snapshot = false;
+	ItemPointerData written;
+
+	ItemPointerSetInvalid(&written);
 
 	/* no executor: its checks are ours */
 	PreventCommandIfReadOnly("lease_fence.fence_resource()");
@@ -281,7 +377,8 @@ lf_fence_resource_at(const char *resource, int64 g)
 		int64		stored = 0;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!find_resource(rel, pkey, name, &tid, &inserter, &changer, &stored))
+		if (!find_resource_where_left(rel, resource, &tid, &inserter, &changer, &stored) &&
+			!find_resource(rel, pkey, name, &tid, &inserter, &changer, &stored))
 		{
 			if (!insert_locked)
 			{
@@ -289,7 +386,7 @@ lf_fence_resource_at(const char *resource, int64 g)
 				insert_locked = true;
 				continue;		/* look again: the lock's last holder may have inserted it */
 			}
-			insert_resource(rel, pkey, namedatum, g);
+			insert_resource(rel, pkey, namedatum, g, &written);
 			break;
 		}
 		if (insert_locked)
@@ -330,9 +427,11 @@ lf_fence_resource_at(const char *resource, int64 g)
 		 * reports whether it committed a change, after which we look again
 		 * (one WAL record instead of two, and no lock to take).
 		 */
-		if (update_resource(rel, pkey, &tid, namedatum, g))
+		if (update_resource(rel, pkey, &tid, namedatum, g, &written))
 			break;
 	}
+	if (ItemPointerIsValid(&written))
+		remember_fenced(rel, resource, &written);
 	if (insert_locked)
 		UnlockDatabaseObject(RelationGetRelid(rel), lock_objid, 0, ExclusiveLock);
 

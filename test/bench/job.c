@@ -21,10 +21,13 @@
  *               transaction's generation, and the server releases it after
  *               the COMMIT
  *   job_simple  the same four statements as one simple-query string
- *   b           what an application writes instead, with Redis alone: SET
- *               NX PX, INCR of a token key, an UPDATE that compares and
- *               writes the token (fence <= token), EVALSHA of the
- *               compare-and-delete release
+ *   b           what a careful application writes instead, with Redis
+ *               alone, in three round trips: one EVALSHA of a script that
+ *               does SET NX PX and INCR of a token key, the prepared
+ *               UPDATE that compares and writes the token (fence <= token),
+ *               EVALSHA of the compare-and-delete release
+ *   b2          the same with SET NX PX and INCR sent as two commands (four
+ *               round trips)
  *
  * Prints one line of key=value pairs: the jobs done, the time, the jobs per
  * second, and what the jobs cost the PostgreSQL backends (CPU time from
@@ -58,7 +61,7 @@
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
-enum mode { MODE_A, MODE_JOB, MODE_JOB_SIMPLE, MODE_B };
+enum mode { MODE_A, MODE_JOB, MODE_JOB_SIMPLE, MODE_B, MODE_B2 };
 
 static enum mode mode;
 static const char *mode_name;
@@ -67,9 +70,14 @@ static atomic_int stop;
 static pthread_barrier_t ready;		/* all clients connected and prepared */
 static pthread_barrier_t go;		/* the "before" figures are read */
 
-/* the compare-and-delete release of mode b */
+/* the compare-and-delete release of modes b and b2 */
 static const char release_lua[] =
 	"if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/* mode b's acquire: the lock and its token in one script (nil: not granted) */
+static const char acquire_lua[] =
+	"if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+	"return redis.call('incr', KEYS[2]) else return false end";
 
 struct client
 {
@@ -78,7 +86,8 @@ struct client
 	PGconn	   *pg;
 	redisContext *redis;
 	pid_t		backend;
-	char		sha[41];		/* mode b: the release script's SHA1 */
+	char		sha[41];		/* modes b, b2: the release script's SHA1 */
+	char		acquire_sha[41];	/* mode b: the acquire script's SHA1 */
 	uint64_t	rng;
 	long		jobs;
 };
@@ -150,6 +159,19 @@ next_random(struct client *c)
 	return c->rng * UINT64_C(2685821657736338717);
 }
 
+/* SCRIPT LOAD: the script's SHA1 into sha[41] */
+static void
+script_load(struct client *c, const char *script, char *sha)
+{
+	redisReply *r = redis_cmd(c, "SCRIPT LOAD %s", script);
+
+	if (r->type != REDIS_REPLY_STRING || r->len != 40)
+		die("client %d: SCRIPT LOAD: unexpected reply", c->id);
+	memcpy(sha, r->str, 40);
+	sha[40] = '\0';
+	freeReplyObject(r);
+}
+
 static void
 connect_client(struct client *c)
 {
@@ -184,21 +206,15 @@ connect_client(struct client *c)
 		case MODE_JOB_SIMPLE:
 			break;
 		case MODE_B:
-			{
-				redisReply *r;
-
-				c->redis = redisConnectUnix(redis_socket);
-				if (!c->redis || c->redis->err)
-					die("client %d: Redis %s: %s", c->id, redis_socket,
-						c->redis ? c->redis->errstr : "out of memory");
-				r = redis_cmd(c, "SCRIPT LOAD %s", release_lua);
-				if (r->type != REDIS_REPLY_STRING || r->len != 40)
-					die("client %d: SCRIPT LOAD: unexpected reply", c->id);
-				memcpy(c->sha, r->str, 40);
-				c->sha[40] = '\0';
-				freeReplyObject(r);
-				prepare(c, "update", "UPDATE bench_job_item2 SET v = v + 1, fence = $1 WHERE id = $2 AND fence <= $1", 2);
-			}
+		case MODE_B2:
+			c->redis = redisConnectUnix(redis_socket);
+			if (!c->redis || c->redis->err)
+				die("client %d: Redis %s: %s", c->id, redis_socket,
+					c->redis ? c->redis->errstr : "out of memory");
+			script_load(c, release_lua, c->sha);
+			if (mode == MODE_B)
+				script_load(c, acquire_lua, c->acquire_sha);
+			prepare(c, "update", "UPDATE bench_job_item2 SET v = v + 1, fence = $1 WHERE id = $2 AND fence <= $1", 2);
 			break;
 	}
 }
@@ -350,7 +366,10 @@ job_simple(struct client *c, const char *resource, const char *id)
 		die("client %d (job_simple): %d results for the transaction, expected 4", c->id, n);
 }
 
-/* b: SET NX PX; INCR token; UPDATE ... WHERE fence <= token; EVALSHA release */
+/*
+ * b: EVALSHA (SET NX PX + INCR token); UPDATE ... WHERE fence <= token;
+ * EVALSHA release.  b2: SET NX PX and INCR as two commands.
+ */
 static void
 job_b(struct client *c, const char *resource, const char *id)
 {
@@ -361,14 +380,24 @@ job_b(struct client *c, const char *resource, const char *id)
 	PGresult   *res;
 
 	snprintf(identity, sizeof identity, "%016" PRIx64 "%016" PRIx64, next_random(c), next_random(c));
-	r = redis_cmd(c, "SET %s %s NX PX 5000", resource, identity);
-	if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
-		die("client %d (b): SET %s NX PX not granted (%s)", c->id, resource,
-			r->type == REDIS_REPLY_NIL ? "nil: the key exists" : "unexpected reply");
-	freeReplyObject(r);
-	r = redis_cmd(c, "INCR %s:token", resource);
-	if (r->type != REDIS_REPLY_INTEGER)
-		die("client %d (b): INCR %s:token: unexpected reply", c->id, resource);
+	if (mode == MODE_B)
+	{
+		r = redis_cmd(c, "EVALSHA %s 2 %s %s:token %s 5000", c->acquire_sha, resource, resource, identity);
+		if (r->type != REDIS_REPLY_INTEGER)
+			die("client %d (b): acquire script on %s not granted (%s)", c->id, resource,
+				r->type == REDIS_REPLY_NIL ? "nil: the key exists" : "unexpected reply");
+	}
+	else
+	{
+		r = redis_cmd(c, "SET %s %s NX PX 5000", resource, identity);
+		if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK") != 0)
+			die("client %d (b2): SET %s NX PX not granted (%s)", c->id, resource,
+				r->type == REDIS_REPLY_NIL ? "nil: the key exists" : "unexpected reply");
+		freeReplyObject(r);
+		r = redis_cmd(c, "INCR %s:token", resource);
+		if (r->type != REDIS_REPLY_INTEGER)
+			die("client %d (b2): INCR %s:token: unexpected reply", c->id, resource);
+	}
 	snprintf(token, sizeof token, "%lld", r->integer);
 	freeReplyObject(r);
 
@@ -377,12 +406,12 @@ job_b(struct client *c, const char *resource, const char *id)
 	res = PQexecPrepared(c->pg, "update", 2, p, NULL, NULL, 0);
 	expect(c, res, PGRES_COMMAND_OK, "UPDATE");
 	if (strcmp(PQcmdTuples(res), "1") != 0)
-		die("client %d (b): UPDATE of row %s with token %s updated %s rows", c->id, id, token, PQcmdTuples(res));
+		die("client %d (%s): UPDATE of row %s with token %s updated %s rows", c->id, mode_name, id, token, PQcmdTuples(res));
 	PQclear(res);
 
 	r = redis_cmd(c, "EVALSHA %s 1 %s %s", c->sha, resource, identity);
 	if (r->type != REDIS_REPLY_INTEGER || r->integer != 1)
-		die("client %d (b): release of %s did not delete it", c->id, resource);
+		die("client %d (%s): release of %s did not delete it", c->id, mode_name, resource);
 	freeReplyObject(r);
 }
 
@@ -412,6 +441,7 @@ run_client(void *arg)
 				job_simple(c, resource, id);
 				break;
 			case MODE_B:
+			case MODE_B2:
 				job_b(c, resource, id);
 				break;
 		}
@@ -521,7 +551,7 @@ main(int argc, char **argv)
 
 	if (argc < 5 || argc > 6)
 	{
-		fprintf(stderr, "usage: %s a|job|job_simple|b CLIENTS SECONDS REDIS_SOCKET [REDIS_PID]\n", argv[0]);
+		fprintf(stderr, "usage: %s a|job|job_simple|b|b2 CLIENTS SECONDS REDIS_SOCKET [REDIS_PID]\n", argv[0]);
 		return 2;
 	}
 	mode_name = argv[1];
@@ -533,6 +563,8 @@ main(int argc, char **argv)
 		mode = MODE_JOB_SIMPLE;
 	else if (strcmp(mode_name, "b") == 0)
 		mode = MODE_B;
+	else if (strcmp(mode_name, "b2") == 0)
+		mode = MODE_B2;
 	else
 		die("unknown mode %s", mode_name);
 	n = atoi(argv[2]);

@@ -30,16 +30,19 @@
 #      concurrency, system calls per cycle (strace), and instructions per
 #      cycle (callgrind, a single-user backend);
 #   7. a fenced job (lease, one fenced row UPDATE, release) at 1, 4 and 16
-#      clients, three ways (test/bench/job.c): lease_fence in three round
+#      clients, four ways (test/bench/job.c): lease_fence in three round
 #      trips, lease_fence in one (a transaction-scoped acquire, pipelined),
-#      and Redis alone (SET NX PX, a token, a compare-and-delete): jobs per
-#      second, and the backends' CPU time and context switches per job.
+#      and Redis alone as a careful application writes it (one EVALSHA of
+#      SET NX PX + INCR, a prepared compare-and-set UPDATE, an EVALSHA
+#      compare-and-delete) and with SET NX PX and INCR as two commands: jobs
+#      per second, and the CPU time per job of the client, the backends and
+#      Redis, and the backends' context switches per job.
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 19 minutes on 2 CPUs
-# (section 7 alone: about 8).
+# servers as the postgres user, like test/run.sh.  About 23 minutes on 2 CPUs
+# (section 7 alone: about 11).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -52,10 +55,11 @@
 #   LF_BENCH_CG_TXNS=2000      transactions of the issued check's worst case
 #                              counted under callgrind
 #   LF_BENCH_CG_CYCLES=3000    acquire + release cycles counted under callgrind
+#   LF_BENCH_CG_JOBS=1000      section 7's jobs counted under callgrind
 #   LF_BENCH_CLIENT_ROUNDS=3   interleaved rounds of section 6's throughput
 #   LF_BENCH_JOB_ROUNDS=5      interleaved rounds of section 7
 #   LF_BENCH_JOB_SECONDS=10    seconds per section 7 run (one mode, one client count)
-#   LF_BENCH_JOB_MODES="a job b"  section 7's modes (also job_simple: the
+#   LF_BENCH_JOB_MODES="a job b b2"  section 7's modes (also job_simple: the
 #                              one-round-trip job as one simple-query string)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
@@ -78,10 +82,11 @@ MEM_UPDATES=${LF_BENCH_MEM_UPDATES:-1000000}
 CG_ROWS=${LF_BENCH_CG_ROWS:-20000}
 CG_TXNS=${LF_BENCH_CG_TXNS:-2000}
 CG_CYCLES=${LF_BENCH_CG_CYCLES:-3000}
+CG_JOBS=${LF_BENCH_CG_JOBS:-1000}
 CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
 JOB_ROUNDS=${LF_BENCH_JOB_ROUNDS:-5}
 JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
-JOB_MODES=${LF_BENCH_JOB_MODES:-a job b}
+JOB_MODES=${LF_BENCH_JOB_MODES:-a job b b2}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
@@ -489,7 +494,7 @@ psql_u -F ' ' -f "$raw/bulk_mem.sql" >"$raw/rss_bulk.dat" 2>&1 || { cat "$raw/rs
 fi
 
 # ---------------------------------------------------------------------
-# 7. a fenced job, three ways, at 1, 4 and 16 clients
+# 7. a fenced job, four ways, at 1, 4 and 16 clients
 # ---------------------------------------------------------------------
 # The job an application does with a lease: take it, write one row under its
 # token, give it back.  test/bench/job.c runs it in threads, one PostgreSQL
@@ -501,17 +506,20 @@ fi
 #   job  lease_fence in one round trip: BEGIN; acquire(scope =>
 #        'transaction'); UPDATE; COMMIT, pipelined (libpq's pipeline mode,
 #        one sync); the server releases the lease after the COMMIT
-#   b    Redis alone, as an application team writes it: SET NX PX, INCR of
-#        a token key, UPDATE ... SET fence = token WHERE fence <= token,
-#        EVALSHA of a compare-and-delete
+#   b    Redis alone, as a careful application writes it, three round
+#        trips: one EVALSHA of a script doing SET NX PX and INCR of a token
+#        key, the prepared UPDATE ... SET fence = token WHERE fence <= token
+#        (autocommit), EVALSHA of a compare-and-delete: the comparison
+#   b2   the same with SET NX PX and INCR as two commands (four round trips)
 # The backends' CPU time and context switches per job are read from /proc
-# around the timed window (all the clients' backends; Redis' CPU time apart:
-# b does in redis-server what lease_fence does in the backend).  Every job
+# around the timed window (all the clients' backends; Redis' CPU time and
+# the client's apart: b does in redis-server and in the client what
+# lease_fence does in the backend).  Every job
 # must succeed, or job.c stops the run.  The commits wait for their WAL
 # flush in every mode: fsync and synchronous_commit are on (checked, since
 # they are what a real job pays).
 if want 7; then
-lf_log "7. a fenced job: lease_fence in 3 round trips, in 1 (transaction scope), Redis alone; 1, 4, 16 clients"
+lf_log "7. a fenced job: lease_fence in 3 round trips, in 1 (transaction scope), Redis alone (one script, two commands); 1, 4, 16 clients"
 [ "$(psql_u -c "SHOW fsync")" = on ] && [ "$(psql_u -c "SHOW synchronous_commit")" = on ] ||
 	die "section 7 needs fsync and synchronous_commit on"
 job=$LF_WORK/job
@@ -535,9 +543,35 @@ for ((r = 1; r <= JOB_ROUNDS; r++)); do
 			sample "job_cpu_c$c" "$v" "$r" "$(field cpu_us_per_job)" us
 			sample "job_ctx_c$c" "$v" "$r" "$(field ctx_per_job)" switches
 			sample "job_redis_cpu_c$c" "$v" "$r" "$(field redis_cpu_us_per_job)" us
+			sample "job_client_cpu_c$c" "$v" "$r" "$(field client_cpu_us_per_job)" us
 		done
 	done
 done
+
+# The system calls of one job in its backend (the one-round-trip job, one
+# client): strace -c attached to it for 3 s, divided by the leases its
+# session was granted meanwhile (lease_fence.stats)
+if [[ " $JOB_MODES " == *" job "* ]]; then
+	acquired() { psql_u -c "SELECT count FROM lease_fence.stats WHERE operation = 'acquire' AND outcome = 'acquired'"; }
+	(cd "$LF_WORK" && lf_as_user env PGAPPNAME=bench_job_strace "$job" job 1 6 "$LF_REDIS_SOCK" >"$raw/job_strace.out" 2>&1) &
+	bg=$!
+	for _ in $(seq 1 100); do
+		pid=$(psql_u -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'bench_job_strace'" 2>/dev/null)
+		[ -n "$pid" ] && break
+		sleep 0.05
+	done
+	[ -n "$pid" ] || die "no job backend to trace"
+	sleep 1
+	a0=$(acquired)
+	timeout -s INT 3 strace -c -f -p "$pid" -o "$raw/job_strace.txt" >/dev/null 2>&1
+	a1=$(acquired)
+	wait "$bg" || { cat "$raw/job_strace.out"; die "the traced job run failed"; }
+	calls=$(awk '$NF == "total" { print $4 }' "$raw/job_strace.txt")
+	[ -n "$calls" ] && [ "$a1" -gt "$a0" ] || { cat "$raw/job_strace.txt"; die "strace counted nothing"; }
+	sample job_syscalls job 1 "$(awk -v s="$calls" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls
+	awk '$1 ~ /^[0-9.]+$/ && $NF != "total" { print $NF, $4 }' "$raw/job_strace.txt" |
+		while read -r name count; do sample job_syscall "$name" 1 "$(awk -v s="$count" -v n="$((a1 - a0))" 'BEGIN { printf "%.2f", s / n }')" calls; done
+fi
 fi
 
 # ---------------------------------------------------------------------
@@ -605,6 +639,61 @@ if want 6; then
 	sample cycle_ir cycle 1 "$(awk -v i="$ir" -v n="$CG_CYCLES" 'BEGIN { printf "%.0f", i / n }')" Ir
 fi
 
+# 7, again: instructions per job in the backend, counted by callgrind in a
+# single-user backend (prepared statements run by EXECUTE): CG_JOBS
+# transaction-scoped jobs (BEGIN; acquire(..., 'transaction'); the fenced
+# UPDATE; COMMIT), and CG_JOBS of the careful pattern's backend part (its
+# compare-and-set UPDATE, autocommit).  Everything the backend runs from
+# PostgresMain on is counted -- parsing, planning, the COMMIT, the release
+# after it -- less a run that reads no statement (start-up and shut-down),
+# divided by the jobs; each count starts from freshly rewritten tables.  The
+# difference is what the lease costs the backend in user space, which other
+# load cannot move (the kernel's part -- system calls, wake-ups, the WAL
+# flush -- is not counted).
+if want 7; then
+	lf_log "7. instructions per job in the backend (callgrind, $CG_JOBS jobs)"
+	lf_stop_pg
+	cg_single() {	# name: callgrind a single-user backend on stdin, print its Ir
+		# the tables in the same state for every count: rewritten (the runs
+		# before left HOT chains and dead rows of their own)
+		echo "VACUUM FULL ANALYZE bench_job_item, bench_job_item2, lease_fence.resource_generation;" |
+			(cd "$LF_WORK" && lf_as_user "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/vacuum_job_$1.log" 2>&1 || { tail -20 "$raw/vacuum_job_$1.log" >&2; die "VACUUM before job $1 failed"; }
+		(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.job_$1" \
+			--toggle-collect=PostgresMain "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/callgrind_job_$1.log" 2>&1 || { tail -20 "$raw/callgrind_job_$1.log" >&2; die "callgrind of job $1 failed"; }
+		grep -q 'ERROR' "$raw/callgrind_job_$1.log" && { grep -m3 -A2 'ERROR' "$raw/callgrind_job_$1.log" >&2; die "job $1 failed under callgrind"; }
+		local ir
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_job_$1.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_job_$1.log" >&2; die "no instruction count for job $1"; }
+		echo "$ir"
+	}
+	idle_ir=$(cg_single idle </dev/null) || exit 1
+	for v in job b; do
+		# prepared, as the clients send them (planned once, not per job)
+		ir=$({
+			if [ "$v" = job ]; then
+				echo "PREPARE acq(text) AS SELECT status FROM lease_fence.acquire(\$1, 5000, scope => 'transaction');"
+				echo "PREPARE upd(int) AS UPDATE bench_job_item SET v = v + 1 WHERE id = \$1;"
+			else
+				echo "PREPARE upd(bigint, int) AS UPDATE bench_job_item2 SET v = v + 1, fence = \$1 WHERE id = \$2 AND fence <= \$1;"
+			fi
+			for ((i = 1; i <= CG_JOBS; i++)); do
+				if [ "$v" = job ]; then
+					printf "BEGIN;\nEXECUTE acq('job:cg');\nEXECUTE upd(1);\nCOMMIT;\n"
+				else
+					printf "EXECUTE upd(%d, 1);\n" $((1000000000000 + i))
+				fi
+			done
+		} | cg_single "$v") || exit 1
+		if [ "$v" = job ]; then
+			n=$(grep -c 'status = "acquired"' "$raw/callgrind_job_$v.log")
+			[ "$n" = "$CG_JOBS" ] || { tail -20 "$raw/callgrind_job_$v.log"; die "$n of $CG_JOBS callgrind jobs acquired"; }
+		fi
+		sample job_ir "$v" 1 "$(awk -v i="$ir" -v z="$idle_ir" -v n="$CG_JOBS" 'BEGIN { printf "%.0f", (i - z) / n }')" Ir
+	done
+fi
+
 # ---------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------
@@ -630,6 +719,7 @@ elapsed=$(( $(date +%s) - started ))
 	echo "cg_rows=$CG_ROWS"
 	echo "cg_txns=$CG_TXNS"
 	echo "cg_cycles=$CG_CYCLES"
+	echo "cg_jobs=$CG_JOBS"
 	echo "job_rounds=$JOB_ROUNDS"
 	echo "job_seconds=$JOB_SECS"
 } >"$raw/meta.txt"

@@ -1,9 +1,11 @@
 # 050_transaction_lease_savepoint.pl — a transaction-scoped lease keeps its
 # generation as the transaction's current generation to the end of the
 # top-level transaction: also after ROLLBACK TO SAVEPOINT and after a
-# PL/pgSQL EXCEPTION block undid the acquire's own SET LOCAL.  While it is
-# held, the current generation cannot be set to anything else (LF003), and
-# when the transaction ends the lease is released and the generation gone.
+# PL/pgSQL EXCEPTION block undid what the acquire did.  SHOW,
+# current_setting() and pg_settings say it, as current_generation() does.
+# While it is held, the current generation cannot be set to anything else
+# (LF003), and when the transaction ends the lease is released and the
+# generation gone.
 
 use strict;
 use warnings;
@@ -39,14 +41,18 @@ my ($out, $err) = run_in_txn(q{
 BEGIN;
 SAVEPOINT s;
 SELECT generation FROM lease_fence.acquire('sub', 5000, 0, 'transaction') \gset
+SELECT current_setting('lease_fence.generation') = :'generation' AS shown;
 ROLLBACK TO SAVEPOINT s;
 SELECT lease_fence.current_generation() = :generation AS still_current,
-       (SELECT state FROM lease_fence.leases WHERE resource = 'sub') AS state;
+       (SELECT state FROM lease_fence.leases WHERE resource = 'sub') AS state,
+       current_setting('lease_fence.generation') = :'generation' AS still_shown;
+SELECT setting = :'generation' AS pg_settings_says_it FROM pg_settings WHERE name = 'lease_fence.generation';
 UPDATE st SET v = v + 1 WHERE id = 1;
 SELECT fence = :generation AS fenced_with_lease FROM st WHERE id = 1;
 COMMIT;
+SELECT current_setting('lease_fence.generation') = '' AS none_shown_after;
 });
-is($out, "t|held\nt", 'after ROLLBACK TO SAVEPOINT the lease generation is current and fences the write');
+is($out, "t\nt|held|t\nt\nt\nt", 'after ROLLBACK TO SAVEPOINT the lease generation is current, shown, and fences the write; none is shown after COMMIT');
 is($redis->cli('EXISTS', 'lease_fence:{sub}'), '0', 'the transaction-scoped lease was released at commit');
 is($node->safe_psql('postgres', 'SELECT lease_fence.current_generation() IS NULL'), 't',
 	'no generation is left after the transaction');
