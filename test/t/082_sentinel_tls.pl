@@ -79,7 +79,7 @@ LEFT JOIN lease_fence.leases l ON l.resource = a.resource} ],
 LeaseFenceTopology::wait_for('the acquire to wait in WAIT', sub {
 	$node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity
 	  WHERE query LIKE '%acquire(''unsure''%' AND pid <> pg_backend_pid()
-	  AND wait_event = 'Extension' AND now() - query_start > interval '500 ms'}) eq '1' });
+	  AND wait_event_type = 'Extension' AND now() - query_start > interval '500 ms'}) eq '1' });
 kill 'STOP', $master->pid;
 $bg->finish;
 kill 'CONT', $master->pid;

@@ -197,7 +197,7 @@ for my $check ('always', 'near_expiry')
 	{
 		$s->query_until(qr/lf-sent/, "\\echo lf-sent\nCOMMIT;\n");
 		ok( $node->poll_query_until('postgres',
-				"SELECT wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
+				"SELECT wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
 			"crash ($check): COMMIT waits on Redis in the commit check");
 	}
 	else

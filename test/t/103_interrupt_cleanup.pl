@@ -52,7 +52,7 @@ sub waits_in_lease_fence
 {
 	my ($pid, $like) = @_;
 	$node->poll_query_until('postgres',
-		"SELECT wait_event = 'Extension' AND query LIKE '$like' FROM pg_stat_activity WHERE pid = $pid")
+		"SELECT wait_event_type = 'Extension' AND query LIKE '$like' FROM pg_stat_activity WHERE pid = $pid")
 	  or die "backend $pid does not wait in lease_fence";
 	return;
 }
