@@ -381,7 +381,8 @@ if want readme; then
 fi
 
 # TAP: every "ok" / "not ok" line of prove -v is one assertion; a script that
-# dies without a "not ok" still counts as one failure
+# dies without a "not ok" still counts as one failure (each such script,
+# also when others failed: prove's summary lists it with "Failed: 0")
 lf_stop_pg   # TAP tests start clusters of their own
 if want tap; then
 	begin tap
@@ -390,6 +391,7 @@ if want tap; then
 	ok=$(grep -cE '^ok [0-9]+' "$LF_WORK/tap.out")
 	bad=$(grep -cE '^not ok [0-9]+' "$LF_WORK/tap.out")
 	if [ $rc -ne 0 ]; then
+		bad=$((bad + $(grep -cE '^test/t/[^ ]+\.pl +\(Wstat: [0-9]+ .*Failed: 0\)' "$LF_WORK/tap.out")))
 		[ "$bad" -eq 0 ] && bad=1
 		# a file that died says why only in its own log (PostgreSQL's test
 		# modules send a script's stderr there): the end of each failed one's
