@@ -143,6 +143,14 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 	is($h->{generation}, undef, 'holder: ... and has no generation yet');
 	($err) = (run_sql($node, "SELECT lease_fence.holder('')", user => 'lf_a'))[1];
 	is(sqlstate($err), '22023', 'holder: an empty resource is ERROR 22023');
+
+	# a generation key that holds no generation: XX001, not an answer
+	$redis->cli('SET', gkey('job:garbled'), 'not-a-generation');
+	($err) = (run_sql($node, "SELECT lease_fence.holder('job:garbled')", user => 'lf_a'))[1];
+	is(sqlstate($err), 'XX001', 'holder: a generation key holding no generation is ERROR XX001');
+	like($err, qr/the generation key of resource "job:garbled" holds no generation/,
+		'holder: ... which names the resource');
+	$redis->cli('DEL', gkey('job:garbled'));
 }
 
 #
