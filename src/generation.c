@@ -249,27 +249,30 @@ lf_report_unissued(int64 supplied, LfCounter c, const char *target,
 
 /*
  * Flush the WAL that covers the current state of sequence seqid; returns
- * that WAL's position (InvalidXLogRecPtr when there is none).
+ * that WAL's position (InvalidXLogRecPtr when there is none).  With locked,
+ * the caller holds a lock on the sequence (a draw's or an epoch start's),
+ * and none is taken here: a lock costs more than the rest of the look.
  */
 static XLogRecPtr
-flush_sequence_wal(Oid seqid)
+flush_sequence_wal(Oid seqid, bool locked)
 {
+	LOCKMODE	mode = locked ? NoLock : AccessShareLock;
 	Relation	seqrel;
 	Buffer		buf;
 	XLogRecPtr	lsn;
 
-	seqrel = relation_open(seqid, AccessShareLock);
+	seqrel = relation_open(seqid, mode);
 	if (!RelationNeedsWAL(seqrel))
 	{
 		/* created in this transaction under wal_level=minimal: synced at commit */
-		relation_close(seqrel, AccessShareLock);
+		relation_close(seqrel, mode);
 		return InvalidXLogRecPtr;
 	}
 	buf = ReadBuffer(seqrel, 0);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	lsn = PageGetLSN(BufferGetPage(buf));
 	UnlockReleaseBuffer(buf);
-	relation_close(seqrel, AccessShareLock);
+	relation_close(seqrel, mode);
 
 	XLogFlush(lsn);
 	return lsn;
@@ -336,11 +339,13 @@ timeline_begin(TimeLineID tli)
  * The sequence's state as its page holds it: last_value, and the LSN of the
  * last WAL record that changed the page.  Read under the buffer's share
  * lock, like the page LSN in flush_sequence_wal; the page has one tuple.
+ * locked as for flush_sequence_wal.
  */
 static void
-read_sequence_state(Oid seqid, int64 *last_value, XLogRecPtr *lsn)
+read_sequence_state(Oid seqid, int64 *last_value, XLogRecPtr *lsn, bool locked)
 {
-	Relation	seqrel = relation_open(seqid, AccessShareLock);
+	LOCKMODE	mode = locked ? NoLock : AccessShareLock;
+	Relation	seqrel = relation_open(seqid, mode);
 	Buffer		buf = ReadBuffer(seqrel, 0);
 	Page		page;
 	HeapTupleHeader tuple;
@@ -351,7 +356,7 @@ read_sequence_state(Oid seqid, int64 *last_value, XLogRecPtr *lsn)
 	*last_value = ((Form_pg_sequence_data) ((char *) tuple + tuple->t_hoff))->last_value;
 	*lsn = PageGetLSN(page);
 	UnlockReleaseBuffer(buf);
-	relation_close(seqrel, AccessShareLock);
+	relation_close(seqrel, mode);
 }
 
 /*
@@ -390,7 +395,7 @@ epoch_to_start(Oid seqid, int64 *epoch)
 				errdetail("A generation's epoch has %d bits: timelines up to " INT64_FORMAT " are supported.",
 						  63 - LF_EPOCH_SHIFT, LF_EPOCH_MAX));
 
-	read_sequence_state(seqid, &last_value, &lsn);
+	read_sequence_state(seqid, &last_value, &lsn, true);
 	step = lf_epoch_step(last_value, (int64) tli,
 						 !XLogRecPtrIsInvalid(begin) && lsn < begin, epoch, &target);
 
@@ -454,7 +459,7 @@ start_epoch_if_due(Oid seqid)
 		 GetWALInsertionTimeLine(), epoch, target);
 	/* setval(base) is "called": the next draw returns base + 1 */
 	setval_as_owner(seqid, target << LF_EPOCH_SHIFT);
-	(void) flush_sequence_wal(seqid);
+	(void) flush_sequence_wal(seqid, true);
 }
 
 /*
@@ -561,7 +566,7 @@ lf_draw_generation(void)
 				errdetail("lease_fence.generation_seq reached " INT64_FORMAT "; the counter of an epoch has %d bits, and the last 2^24 values of each are never handed out.",
 						  value, LF_EPOCH_SHIFT),
 				errhint("A new timeline (a promotion or a point-in-time recovery) starts a new epoch."));
-	lsn = flush_sequence_wal(seqid);
+	lsn = flush_sequence_wal(seqid, true);
 	release_draw_locks(seqid);
 	/* issued now: a write under it need not read the sequence again */
 	if (issued_seqid != seqid)
@@ -598,7 +603,7 @@ heal_budget_used(Oid budgetid)
 	int64		used;
 	XLogRecPtr	lsn;
 
-	read_sequence_state(budgetid, &used, &lsn);
+	read_sequence_state(budgetid, &used, &lsn, false);
 	return used;
 }
 
@@ -640,7 +645,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 	LockRelationOid(seqid, ShareRowExclusiveLock);
 	start_epoch_if_due(seqid);
 	/* no draw runs: last_value is the highest issued (or, new, the next) */
-	read_sequence_state(seqid, &last, &lsn);
+	read_sequence_state(seqid, &last, &lsn, true);
 	if (checked && last <= floor)
 	{
 		if (lf_heal_not_issued(floor, last))
@@ -679,7 +684,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 			lf_count(LF_C_HEAL_MOVED);
 		}
 		setval_as_owner(seqid, floor);
-		(void) flush_sequence_wal(seqid);
+		(void) flush_sequence_wal(seqid, true);
 	}
 	else if (!checked)
 	{
@@ -688,7 +693,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 		setval_as_owner(budgetid, 0);
 		if (last <= floor)
 			setval_as_owner(seqid, floor);
-		(void) flush_sequence_wal(last <= floor ? seqid : budgetid);
+		(void) flush_sequence_wal(last <= floor ? seqid : budgetid, last <= floor);
 	}
 	UnlockRelationOid(seqid, ShareRowExclusiveLock);
 	return lf_highest_issued();

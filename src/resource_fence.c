@@ -102,18 +102,23 @@ open_resource_table(Relation *rel, Relation *pkey)
 	ListCell   *lc;
 
 	*rel = table_open(relid, RowExclusiveLock);
+	*pkey = NULL;
 	indexes = RelationGetIndexList(*rel);
 	foreach(lc, indexes)
 	{
 		Oid			indexid = lfirst_oid(lc);
-		Relation	index = index_open(indexid, AccessShareLock);
+		/* opened once, for the check and for writing (ours is kept open) */
+		Relation	index = index_open(indexid, RowExclusiveLock);
 		bool		ours = index->rd_index->indisprimary &&
 			index->rd_index->indnatts == 1 &&
 			index->rd_index->indkey.values[0] == Anum_rg_resource &&
 			RelationGetIndexExpressions(index) == NIL &&
 			RelationGetIndexPredicate(index) == NIL;
 
-		index_close(index, AccessShareLock);
+		if (ours && !OidIsValid(pkeyid))
+			*pkey = index;
+		else
+			index_close(index, RowExclusiveLock);
 		if (!ours || OidIsValid(pkeyid))
 			ereport(ERROR,
 					errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -127,7 +132,6 @@ open_resource_table(Relation *rel, Relation *pkey)
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("table %s.%s has lost its primary key", LF_SCHEMA, LF_RESOURCE_TABLE));
-	*pkey = index_open(pkeyid, RowExclusiveLock);
 }
 
 /*
