@@ -29,6 +29,13 @@
  *   b2          the same with SET NX PX and INCR sent as two commands (four
  *               round trips)
  *
+ * and two controls, which take no lease: what the PostgreSQL part of a job
+ * costs by itself
+ *   job_nolease job's pipeline with the acquire replaced by a SELECT of
+ *               constants (BEGIN; SELECT; UPDATE; COMMIT, one sync)
+ *   b_noredis   b's UPDATE alone, its token a clock reading in µs (rows
+ *               32 + i, so that b's own rows keep their tokens)
+ *
  * Prints one line of key=value pairs: the jobs done, the time, the jobs per
  * second, and what the jobs cost the PostgreSQL backends (CPU time from
  * /proc/<pid>/stat, voluntary + involuntary context switches from
@@ -61,7 +68,7 @@
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
-enum mode { MODE_A, MODE_JOB, MODE_JOB_SIMPLE, MODE_B, MODE_B2 };
+enum mode { MODE_A, MODE_JOB, MODE_JOB_SIMPLE, MODE_B, MODE_B2, MODE_JOB_NOLEASE, MODE_B_NOREDIS };
 
 static enum mode mode;
 static const char *mode_name;
@@ -195,8 +202,12 @@ connect_client(struct client *c)
 			prepare(c, "release", "SELECT released, status FROM lease_fence.release($1, $2)", 2);
 			break;
 		case MODE_JOB:
+		case MODE_JOB_NOLEASE:
 			prepare(c, "begin", "BEGIN", 0);
-			prepare(c, "acquire", "SELECT acquired, generation, status FROM lease_fence.acquire($1, 5000, scope => 'transaction')", 1);
+			if (mode == MODE_JOB)
+				prepare(c, "acquire", "SELECT acquired, generation, status FROM lease_fence.acquire($1, 5000, scope => 'transaction')", 1);
+			else
+				prepare(c, "acquire", "SELECT true, 0::bigint, $1::text", 1);
 			prepare(c, "update", "UPDATE bench_job_item SET v = v + 1 WHERE id = $1", 1);
 			prepare(c, "commit", "COMMIT", 0);
 			/* for good: every job is one pipeline and one sync */
@@ -204,6 +215,9 @@ connect_client(struct client *c)
 				die("client %d: PQenterPipelineMode: %s", c->id, PQerrorMessage(c->pg));
 			break;
 		case MODE_JOB_SIMPLE:
+			break;
+		case MODE_B_NOREDIS:
+			prepare(c, "update", "UPDATE bench_job_item2 SET v = v + 1, fence = $1 WHERE id = $2 AND fence <= $1", 2);
 			break;
 		case MODE_B:
 		case MODE_B2:
@@ -415,6 +429,26 @@ job_b(struct client *c, const char *resource, const char *id)
 	freeReplyObject(r);
 }
 
+/* b_noredis: b's UPDATE alone, under a token that only grows */
+static void
+job_b_noredis(struct client *c, const char *id)
+{
+	char		token[32];
+	const char *p[2];
+	PGresult   *res;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(token, sizeof token, "%lld", (long long) ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+	p[0] = token;
+	p[1] = id;
+	res = PQexecPrepared(c->pg, "update", 2, p, NULL, NULL, 0);
+	expect(c, res, PGRES_COMMAND_OK, "UPDATE");
+	if (strcmp(PQcmdTuples(res), "1") != 0)
+		die("client %d (b_noredis): UPDATE of row %s with token %s updated %s rows", c->id, id, token, PQcmdTuples(res));
+	PQclear(res);
+}
+
 static void *
 run_client(void *arg)
 {
@@ -423,7 +457,7 @@ run_client(void *arg)
 	char		id[16];
 
 	snprintf(resource, sizeof resource, "job:%d", c->id);
-	snprintf(id, sizeof id, "%d", c->id);
+	snprintf(id, sizeof id, "%d", mode == MODE_B_NOREDIS ? 32 + c->id : c->id);
 	connect_client(c);
 	pthread_barrier_wait(&ready);
 	pthread_barrier_wait(&go);
@@ -435,7 +469,11 @@ run_client(void *arg)
 				job_a(c, resource, id);
 				break;
 			case MODE_JOB:
+			case MODE_JOB_NOLEASE:
 				job_pipeline(c, resource, id);
+				break;
+			case MODE_B_NOREDIS:
+				job_b_noredis(c, id);
 				break;
 			case MODE_JOB_SIMPLE:
 				job_simple(c, resource, id);
@@ -551,7 +589,7 @@ main(int argc, char **argv)
 
 	if (argc < 5 || argc > 6)
 	{
-		fprintf(stderr, "usage: %s a|job|job_simple|b|b2 CLIENTS SECONDS REDIS_SOCKET [REDIS_PID]\n", argv[0]);
+		fprintf(stderr, "usage: %s a|job|job_simple|b|b2|job_nolease|b_noredis CLIENTS SECONDS REDIS_SOCKET [REDIS_PID]\n", argv[0]);
 		return 2;
 	}
 	mode_name = argv[1];
@@ -565,6 +603,10 @@ main(int argc, char **argv)
 		mode = MODE_B;
 	else if (strcmp(mode_name, "b2") == 0)
 		mode = MODE_B2;
+	else if (strcmp(mode_name, "job_nolease") == 0)
+		mode = MODE_JOB_NOLEASE;
+	else if (strcmp(mode_name, "b_noredis") == 0)
+		mode = MODE_B_NOREDIS;
 	else
 		die("unknown mode %s", mode_name);
 	n = atoi(argv[2]);
@@ -574,6 +616,9 @@ main(int argc, char **argv)
 		redis_pid = (pid_t) atol(argv[5]);
 	if (n < 1 || seconds <= 0)
 		die("CLIENTS and SECONDS must be positive");
+	/* rows 1..32 are the clients', 33..64 b_noredis's (test/bench/setup.sql) */
+	if (n > 32)
+		die("at most 32 clients");
 
 	clients = calloc(n, sizeof *clients);
 	if (!clients)

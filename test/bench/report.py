@@ -338,7 +338,9 @@ def main():
                  ("job", "lease_fence, 1 round trip (transaction scope) ²"),
                  ("job_simple", "lease_fence, 1 round trip, one simple-query string"),
                  ("b", "Redis alone, careful: script, UPDATE, EVALSHA ³"),
-                 ("b2", "Redis alone: SET NX PX, INCR, UPDATE, EVALSHA ⁴")]
+                 ("b2", "Redis alone: SET NX PX, INCR, UPDATE, EVALSHA ⁴"),
+                 ("job_nolease", "control, no lease: ² with SELECT of constants ⁵"),
+                 ("b_noredis", "control, no lease: ³'s UPDATE alone ⁵")]
         out(f"7. a fenced job: lease on a resource of the client's own, one fenced single-row UPDATE, release")
         out(f"   (test/bench/job.c, one thread + connection per client, {meta.get('job_rounds', '?')} round(s) of "
             f"{meta.get('job_seconds', '?')} s each; synchronous_commit=on, fsync=on)")
@@ -401,6 +403,9 @@ def main():
             out("     two Redis round trips.  The comparison the targets are set against.")
         if "b2" in ran:
             out("   ⁴ as ³, with SET NX PX and INCR sent as two commands: one SQL and three Redis round trips.")
+        if "job_nolease" in ran or "b_noredis" in ran:
+            out("   ⁵ what the PostgreSQL part of ² and of ³ costs by itself, with no lease and no Redis: ²'s pipeline")
+            out("     with the acquire replaced by SELECT true, 0, $1; ³'s UPDATE under a clock reading as its token.")
         if ("job_ir", "job") in rep.data and ("job_ir", "b") in rep.data:
             ij, ib = rep.med("job_ir", "job"), rep.med("job_ir", "b")
             out(f"   instructions per job in the backend (callgrind, single-user, prepared, "

@@ -60,7 +60,9 @@
 #   LF_BENCH_JOB_ROUNDS=5      interleaved rounds of section 7
 #   LF_BENCH_JOB_SECONDS=10    seconds per section 7 run (one mode, one client count)
 #   LF_BENCH_JOB_MODES="a job b b2"  section 7's modes (also job_simple: the
-#                              one-round-trip job as one simple-query string)
+#                              one-round-trip job as one simple-query string;
+#                              and the controls without a lease, job_nolease
+#                              and b_noredis: test/bench/job.c)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
