@@ -42,7 +42,6 @@
 #endif
 
 #include "lib/stringinfo.h"
-#include "miscadmin.h"
 #include "redis.h"
 #include "stats.h"
 #include "utils/builtins.h"
@@ -189,7 +188,8 @@ run_script(LfScript script, int nkeys, const char **keys,
 
 /*
  * The histogram (lease_fence.latency) each script's round trips go to: a
- * renew in the keep-alive worker is a keep-alive renew.
+ * renew in the keep-alive worker is a keep-alive renew (a renew in any other
+ * background worker, a scheduler's job say, is a renew).
  */
 static int
 latency_op(LfScript script)
@@ -199,7 +199,7 @@ latency_op(LfScript script)
 		case LF_SCRIPT_ACQUIRE:
 			return LF_LAT_ACQUIRE;
 		case LF_SCRIPT_RENEW:
-			return MyBackendType == B_BG_WORKER ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
+			return lf_latency_keepalive_worker ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
 		case LF_SCRIPT_RELEASE:
 			return LF_LAT_RELEASE;
 		case LF_SCRIPT_CHECK:
