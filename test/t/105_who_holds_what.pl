@@ -241,6 +241,19 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 	sql_ok($node, 'SELECT lease_fence.stats_reset()');
 	is($node->safe_psql('postgres', 'SELECT sum(count), sum(sum_ms) FROM lease_fence.latency'),
 		'0|0', 'latency: stats_reset() zeroes it');
+
+	# the keep-alive worker's renews (at a third of the TTL) are its own
+	# operation, not the sessions' renew
+	my $k = call($a, "lease_fence.acquire('lat:kept', 900, 0, 'session', keepalive => true)");
+	need($k->{status}, 'acquired', 'A acquires lat:kept, kept alive');
+	ok($node->poll_query_until('postgres',
+			q{SELECT count >= 1 FROM lease_fence.latency WHERE operation = 'keepalive_renew' AND le = 'Infinity'}),
+		'latency: the keep-alive worker renewed the lease: keepalive_renew counted it');
+	release($a, 'lat:kept', $k->{identity});
+	is($node->safe_psql('postgres',
+			q{SELECT count FROM lease_fence.latency WHERE operation = 'renew' AND le = 'Infinity'}),
+		'0', 'latency: none of the worker\'s renews counted as a session\'s renew');
+	sql_ok($node, 'SELECT lease_fence.stats_reset()');
 }
 
 #
