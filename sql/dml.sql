@@ -7,18 +7,8 @@
 SELECT max(g) >= 20 AS issued_through_20
 FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 CREATE TABLE kv (k text PRIMARY KEY, v int NOT NULL);
 SELECT lease_fence.protect('kv');
@@ -33,7 +23,7 @@ COMMIT;
 -- the conflicting row is stored at 10: a stale upsert is rejected
 BEGIN;
 SET LOCAL lease_fence.generation = 9;
-SELECT try($$INSERT INTO kv VALUES ('a', 100) ON CONFLICT (k) DO UPDATE SET v = excluded.v$$);
+SELECT pg_temp.try($$INSERT INTO kv VALUES ('a', 100) ON CONFLICT (k) DO UPDATE SET v = excluded.v$$);
 -- with no conflict the INSERT path takes the generation
 INSERT INTO kv VALUES ('c', 3) ON CONFLICT (k) DO UPDATE SET v = excluded.v RETURNING *;
 COMMIT;
@@ -45,10 +35,10 @@ INSERT INTO kv VALUES ('a', 100) ON CONFLICT (k) DO UPDATE SET v = excluded.v RE
 -- INSERT trigger already set to the current generation: no conflict
 INSERT INTO kv VALUES ('b', 200, 5) ON CONFLICT (k) DO UPDATE SET v = excluded.v, fence = excluded.fence RETURNING *;
 -- an explicit other value is a conflict
-SELECT try($$INSERT INTO kv VALUES ('b', 300) ON CONFLICT (k) DO UPDATE SET v = excluded.v, fence = 99$$);
+SELECT pg_temp.try($$INSERT INTO kv VALUES ('b', 300) ON CONFLICT (k) DO UPDATE SET v = excluded.v, fence = 99$$);
 COMMIT;
 -- without a generation (lenient), the upsert's written fence is supplied
-SELECT try($$INSERT INTO kv VALUES ('a', 7, 1) ON CONFLICT (k) DO UPDATE SET v = excluded.v, fence = excluded.fence$$);
+SELECT pg_temp.try($$INSERT INTO kv VALUES ('a', 7, 1) ON CONFLICT (k) DO UPDATE SET v = excluded.v, fence = excluded.fence$$);
 SELECT * FROM kv ORDER BY k;
 
 ------------------------------------------------------------------------------
@@ -59,7 +49,7 @@ INSERT INTO src VALUES ('a', 1000, false), ('c', 0, true), ('d', 4000, false);
 -- a stale MERGE fails as a whole (row a is at 11)
 BEGIN;
 SET LOCAL lease_fence.generation = 10;
-SELECT try($$
+SELECT pg_temp.try($$
 MERGE INTO kv USING src ON kv.k = src.k
 WHEN MATCHED AND src.del THEN DELETE
 WHEN MATCHED THEN UPDATE SET v = src.v
@@ -78,7 +68,7 @@ SELECT * FROM kv ORDER BY k;
 -- DELETE branch alone, stale
 BEGIN;
 SET LOCAL lease_fence.generation = 11;
-SELECT try($$MERGE INTO kv USING (VALUES ('d')) s(k) ON kv.k = s.k WHEN MATCHED THEN DELETE$$);
+SELECT pg_temp.try($$MERGE INTO kv USING (VALUES ('d')) s(k) ON kv.k = s.k WHEN MATCHED THEN DELETE$$);
 COMMIT;
 
 ------------------------------------------------------------------------------
@@ -109,4 +99,3 @@ h	8	\N
 SELECT count(*) AS copied FROM kv WHERE k = 'h';
 
 DROP TABLE kv, kv_strict;
-DROP FUNCTION public.try(text);

@@ -1,18 +1,8 @@
 -- fence: the rules of lease_fence.fence_trigger() (docs/guides/fencing-tables.md, "The rules"), in
 -- lenient and strict mode, and its misuse errors.
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 -- Before the library is loaded in a session, lease_fence.generation is only a
 -- placeholder, so a bad value cannot be refused when it is set.  It must not
@@ -25,10 +15,10 @@ CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON early
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
 SET lease_fence.generation = 'nonsense';
 UPDATE early SET id = 2;
-SELECT try($$SELECT lease_fence.current_generation()$$);
-SELECT try($$DELETE FROM early$$);
+SELECT pg_temp.try($$SELECT lease_fence.current_generation()$$);
+SELECT pg_temp.try($$DELETE FROM early$$);
 -- once loaded, a bad value is refused when it is set
-SELECT try($$SET lease_fence.generation = 'nonsense'$$);
+SELECT pg_temp.try($$SET lease_fence.generation = 'nonsense'$$);
 RESET lease_fence.generation;
 SELECT lease_fence.current_generation() IS NULL AS cleared;
 UPDATE early SET id = 2 RETURNING *;
@@ -49,64 +39,64 @@ CREATE TABLE misuse (id int PRIMARY KEY, fence bigint NOT NULL DEFAULT 0,
 INSERT INTO misuse VALUES (1);
 
 -- called as a plain function
-SELECT try($$SELECT lease_fence.fence_trigger()$$);
+SELECT pg_temp.try($$SELECT lease_fence.fence_trigger()$$);
 
 -- statement level
 CREATE TRIGGER t_stmt BEFORE UPDATE ON misuse
 	FOR EACH STATEMENT EXECUTE FUNCTION lease_fence.fence_trigger();
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_stmt ON misuse;
 
 -- AFTER
 CREATE TRIGGER t_after AFTER UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_after ON misuse;
 
 -- INSTEAD OF on a view is not BEFORE either
 CREATE VIEW misuse_v AS SELECT * FROM misuse;
 CREATE TRIGGER t_instead INSTEAD OF UPDATE ON misuse_v
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
-SELECT try($$UPDATE misuse_v SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse_v SET id = id$$);
 DROP VIEW misuse_v;
 
 -- missing column (the default name "fence" and an explicit one)
 CREATE TABLE nofence (id int);
 CREATE TRIGGER t_nocol BEFORE INSERT ON nofence
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
-SELECT try($$INSERT INTO nofence VALUES (1)$$);
+SELECT pg_temp.try($$INSERT INTO nofence VALUES (1)$$);
 DROP TABLE nofence;
 CREATE TRIGGER t_nocol BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('nosuch');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_nocol ON misuse;
 
 -- system column, wrong type, generated column
 CREATE TRIGGER t_sys BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('xmin');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_sys ON misuse;
 CREATE TRIGGER t_int BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('small');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_int ON misuse;
 CREATE TRIGGER t_gen BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('gen');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_gen ON misuse;
 
 -- bad mode, bad tokens, too many arguments
 CREATE TRIGGER t_mode BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'sloppy');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_mode ON misuse;
 CREATE TRIGGER t_tokens BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict', 'extra');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_tokens ON misuse;
 CREATE TRIGGER t_args BEFORE UPDATE ON misuse
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict', 'issued', 'extra');
-SELECT try($$UPDATE misuse SET id = id$$);
+SELECT pg_temp.try($$UPDATE misuse SET id = id$$);
 DROP TRIGGER t_args ON misuse;
 
 -- none of the failed statements changed the row
@@ -135,10 +125,10 @@ UPDATE acct SET balance = balance + 1 WHERE id = 1 RETURNING *;
 -- writing the current generation explicitly is no conflict
 UPDATE acct SET balance = balance + 1, fence = 12 WHERE id = 2 RETURNING *;
 -- a different explicit value is: LF003
-SELECT try($$UPDATE acct SET fence = 13 WHERE id = 3$$);
-SELECT try($$UPDATE acct SET fence = 11 WHERE id = 3$$);
+SELECT pg_temp.try($$UPDATE acct SET fence = 13 WHERE id = 3$$);
+SELECT pg_temp.try($$UPDATE acct SET fence = 11 WHERE id = 3$$);
 -- a NULL fence is never accepted: LF002
-SELECT try($$UPDATE acct SET fence = NULL WHERE id = 3$$);
+SELECT pg_temp.try($$UPDATE acct SET fence = NULL WHERE id = 3$$);
 -- INSERT: the fence becomes the current generation, whatever was written
 INSERT INTO acct VALUES (4, 400, 3) RETURNING *;
 INSERT INTO acct (id, balance) VALUES (5, 500) RETURNING *;
@@ -148,10 +138,10 @@ COMMIT;
 BEGIN;
 SELECT lease_fence.set_generation(11);
 -- a lower generation: LF001, with table, stored and supplied in the detail
-SELECT try($$UPDATE acct SET balance = 0 WHERE id = 1$$);
-SELECT try($$DELETE FROM acct WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE acct SET balance = 0 WHERE id = 1$$);
+SELECT pg_temp.try($$DELETE FROM acct WHERE id = 1$$);
 -- one stale row fails the whole statement: rows 1 and 2 are at 12, row 3 at 10
-SELECT try($$UPDATE acct SET balance = -1$$);
+SELECT pg_temp.try($$UPDATE acct SET balance = -1$$);
 -- rows at or below 11 are fine
 DELETE FROM acct WHERE id = 3 RETURNING *;
 COMMIT;
@@ -162,7 +152,7 @@ SELECT * FROM acct ORDER BY id;
 -- lenient mode without a current generation: the written value is supplied
 ------------------------------------------------------------------------------
 -- a lower fence value: LF001
-SELECT try($$UPDATE acct SET balance = 0, fence = 11 WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE acct SET balance = 0, fence = 11 WHERE id = 1$$);
 -- a higher one is accepted and stored
 UPDATE acct SET balance = balance + 1, fence = 20 WHERE id = 1 RETURNING *;
 -- fence left unchanged: an equal generation, so it passes.  This is how an
@@ -173,7 +163,7 @@ DELETE FROM acct WHERE id = 6 RETURNING *;
 -- INSERT keeps the written value
 INSERT INTO acct VALUES (7, 700, 3) RETURNING *;
 -- NULL is refused: LF002
-SELECT try($$UPDATE acct SET fence = NULL WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE acct SET fence = NULL WHERE id = 1$$);
 
 ------------------------------------------------------------------------------
 -- strict mode: no current generation, no write
@@ -182,10 +172,10 @@ CREATE TABLE strict_t (id int PRIMARY KEY, v text, fence bigint NOT NULL DEFAULT
 INSERT INTO strict_t VALUES (1, 'a', 5), (2, 'b', 5);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON strict_t
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'strict');
-SELECT try($$INSERT INTO strict_t VALUES (3, 'c', 5)$$);
-SELECT try($$UPDATE strict_t SET v = 'x' WHERE id = 1$$);
-SELECT try($$UPDATE strict_t SET v = 'x', fence = 6 WHERE id = 1$$);
-SELECT try($$DELETE FROM strict_t WHERE id = 1$$);
+SELECT pg_temp.try($$INSERT INTO strict_t VALUES (3, 'c', 5)$$);
+SELECT pg_temp.try($$UPDATE strict_t SET v = 'x' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE strict_t SET v = 'x', fence = 6 WHERE id = 1$$);
+SELECT pg_temp.try($$DELETE FROM strict_t WHERE id = 1$$);
 -- the full error shape of LF002
 UPDATE strict_t SET v = 'x' WHERE id = 1;
 BEGIN;
@@ -194,19 +184,19 @@ UPDATE strict_t SET v = 'x' WHERE id = 1 RETURNING *;
 INSERT INTO strict_t VALUES (3, 'c', NULL) RETURNING *;
 DELETE FROM strict_t WHERE id = 2 RETURNING *;
 -- a fence above the stored one that is not the current generation: LF003
-SELECT try($$UPDATE strict_t SET v = 'y', fence = 6 WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE strict_t SET v = 'y', fence = 6 WHERE id = 1$$);
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 4;
-SELECT try($$UPDATE strict_t SET v = 'y' WHERE id = 1$$);
-SELECT try($$DELETE FROM strict_t WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE strict_t SET v = 'y' WHERE id = 1$$);
+SELECT pg_temp.try($$DELETE FROM strict_t WHERE id = 1$$);
 COMMIT;
 SELECT * FROM strict_t ORDER BY id;
 -- the mode is case-insensitive
 DROP TRIGGER fence ON strict_t;
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON strict_t
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'STRICT');
-SELECT try($$UPDATE strict_t SET v = 'z' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE strict_t SET v = 'z' WHERE id = 1$$);
 
 ------------------------------------------------------------------------------
 -- a nullable fence column (trigger added by hand): a stored NULL is "no
@@ -216,8 +206,8 @@ CREATE TABLE nullable (id int PRIMARY KEY, fence bigint);
 INSERT INTO nullable VALUES (1, NULL), (2, NULL);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON nullable
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger();
-SELECT try($$INSERT INTO nullable VALUES (3, NULL)$$);
-SELECT try($$UPDATE nullable SET id = 10 WHERE id = 1$$);
+SELECT pg_temp.try($$INSERT INTO nullable VALUES (3, NULL)$$);
+SELECT pg_temp.try($$UPDATE nullable SET id = 10 WHERE id = 1$$);
 BEGIN;
 SET LOCAL lease_fence.generation = 1;
 UPDATE nullable SET id = 10 WHERE id = 1 RETURNING *;
@@ -232,11 +222,10 @@ CREATE TABLE renamed (id int, token bigint NOT NULL DEFAULT 0);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON renamed
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('token');
 INSERT INTO renamed VALUES (1, 5);
-SELECT try($$UPDATE renamed SET token = 4$$);
+SELECT pg_temp.try($$UPDATE renamed SET token = 4$$);
 ALTER TABLE renamed DROP COLUMN token;
 ALTER TABLE renamed ADD COLUMN extra int, ADD COLUMN token bigint NOT NULL DEFAULT 8;
-SELECT try($$UPDATE renamed SET token = 7$$);
+SELECT pg_temp.try($$UPDATE renamed SET token = 7$$);
 UPDATE renamed SET token = 9, extra = 1 RETURNING *;
 
 DROP TABLE acct, strict_t, nullable, renamed;
-DROP FUNCTION public.try(text);

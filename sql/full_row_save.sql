@@ -15,18 +15,8 @@ SET client_min_messages = warning;
 SELECT max(g) >= 70 AS issued_through_70
 FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 70)) s;
 
--- try(stmt): 'ok', or SQLSTATE: message | detail
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 -- fields(stmt): the SQLSTATE and the error fields a driver reads
 CREATE FUNCTION pg_temp.fields(stmt text,

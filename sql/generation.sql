@@ -2,18 +2,8 @@
 -- (set_generation / current_generation / the GUC lease_fence.generation)
 -- follows set_config rules, and the install script follows its own rules.
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 -- next_generation() strictly increases within a session
 SELECT a < b AND b < c AS strictly_increasing
@@ -55,8 +45,8 @@ RESET synchronous_commit;
 CREATE ROLE regress_lf_user;
 SET ROLE regress_lf_user;
 SELECT lease_fence.next_generation() > :async_gen AS user_can_draw;
-SELECT try($$SELECT nextval('lease_fence.generation_seq')$$);
-SELECT try($$SELECT setval('lease_fence.generation_seq', 1)$$);
+SELECT pg_temp.try($$SELECT nextval('lease_fence.generation_seq')$$);
+SELECT pg_temp.try($$SELECT setval('lease_fence.generation_seq', 1)$$);
 RESET ROLE;
 
 -- no current generation by default
@@ -128,16 +118,16 @@ COMMIT;
 -- bad values are errors with a clear SQLSTATE and change nothing
 BEGIN;
 SET LOCAL lease_fence.generation = 7;
-SELECT try($$SET LOCAL lease_fence.generation = 'seven'$$);
-SELECT try($$SET LOCAL lease_fence.generation = -1$$);
-SELECT try($$SET LOCAL lease_fence.generation = '+8'$$);
-SELECT try($$SET LOCAL lease_fence.generation = '9223372036854775808'$$);
-SELECT try($$SET LOCAL lease_fence.generation = '8 9'$$);
-SELECT try($$SELECT lease_fence.set_generation(-1)$$);
-SELECT try($$SELECT lease_fence.set_generation(NULL)$$);
-SELECT try($$SELECT lease_fence.set_generation(8, NULL::boolean)$$);
-SELECT try($$SELECT lease_fence.set_generation(NULL, 'r')$$);
-SELECT try($$SELECT lease_fence.set_generation(8, '')$$);
+SELECT pg_temp.try($$SET LOCAL lease_fence.generation = 'seven'$$);
+SELECT pg_temp.try($$SET LOCAL lease_fence.generation = -1$$);
+SELECT pg_temp.try($$SET LOCAL lease_fence.generation = '+8'$$);
+SELECT pg_temp.try($$SET LOCAL lease_fence.generation = '9223372036854775808'$$);
+SELECT pg_temp.try($$SET LOCAL lease_fence.generation = '8 9'$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(-1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(8, NULL::boolean)$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(NULL, 'r')$$);
+SELECT pg_temp.try($$SELECT lease_fence.set_generation(8, '')$$);
 SELECT lease_fence.current_generation() AS still_seven;
 COMMIT;
 SELECT lease_fence.set_generation(NULL);
@@ -150,18 +140,18 @@ SELECT lease_fence.advance_generation(:now_at + 1000) = :now_at + 1000 AS advanc
 SELECT lease_fence.next_generation() = :now_at + 1001 AS next_is_above;
 SELECT lease_fence.advance_generation(5) = :now_at + 1001 AS never_backwards;
 SELECT lease_fence.next_generation() = :now_at + 1002 AS next_still_above;
-SELECT try($$SELECT lease_fence.advance_generation(NULL)$$);
-SELECT try($$SELECT lease_fence.advance_generation(-1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.advance_generation(NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.advance_generation(-1)$$);
 -- a value after which nothing is left to draw in its epoch (2^40 - 2^24 - 1
 -- and above: the last 2^24 values of an epoch are never handed out)
-SELECT try($$SELECT lease_fence.advance_generation(1099494850559)$$);
+SELECT pg_temp.try($$SELECT lease_fence.advance_generation(1099494850559)$$);
 SELECT lease_fence.next_generation() = :now_at + 1003 AS nothing_moved;
 SET ROLE regress_lf_user;
-SELECT try($$SELECT lease_fence.advance_generation(1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.advance_generation(1)$$);
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) TO regress_lf_user;
 SET ROLE regress_lf_user;
-SELECT try($$SELECT lease_fence.advance_generation(1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.advance_generation(1)$$);
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION lease_fence.advance_generation(bigint) FROM regress_lf_user;
 
@@ -176,4 +166,3 @@ WHERE p.pronamespace = 'lease_fence'::regnamespace AND l.lanname IN ('sql', 'plp
 SELECT extrelocatable, extnamespace::regnamespace FROM pg_extension WHERE extname = 'lease_fence';
 
 DROP ROLE regress_lf_user;
-DROP FUNCTION public.try(text);

@@ -8,18 +8,8 @@
 SELECT max(g) >= 20 AS issued_through_20
 FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 CREATE TABLE jobs (id int, shard int, state text) PARTITION BY LIST (shard);
 CREATE TABLE jobs_1 PARTITION OF jobs FOR VALUES IN (1);
@@ -49,16 +39,16 @@ SELECT tableoid::regclass, * FROM jobs ORDER BY id;
 -- a stale generation is rejected in every partition
 BEGIN;
 SET LOCAL lease_fence.generation = 9;
-SELECT try(format('UPDATE jobs SET state = %L WHERE id = %s', 'stale', i)) FROM generate_series(1, 4) i;
-SELECT try($$DELETE FROM jobs WHERE id = 3$$);
+SELECT pg_temp.try(format('UPDATE jobs SET state = %L WHERE id = %s', 'stale', i)) FROM generate_series(1, 4) i;
+SELECT pg_temp.try($$DELETE FROM jobs WHERE id = 3$$);
 COMMIT;
 
 -- also with session_replication_role = replica, in a partition created later
 SET session_replication_role = replica;
 BEGIN;
 SET LOCAL lease_fence.generation = 9;
-SELECT try($$UPDATE jobs SET state = 'stale' WHERE id = 2$$);
-SELECT try($$UPDATE jobs_4a SET state = 'stale' WHERE id = 4$$);
+SELECT pg_temp.try($$UPDATE jobs SET state = 'stale' WHERE id = 2$$);
+SELECT pg_temp.try($$UPDATE jobs_4a SET state = 'stale' WHERE id = 4$$);
 COMMIT;
 RESET session_replication_role;
 
@@ -69,7 +59,7 @@ RESET session_replication_role;
 -- stale: rejected, the row stays where it was
 BEGIN;
 SET LOCAL lease_fence.generation = 9;
-SELECT try($$UPDATE jobs SET shard = 2 WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE jobs SET shard = 2 WHERE id = 1$$);
 COMMIT;
 -- equal: passes, and the moved row keeps the generation
 BEGIN;
@@ -84,10 +74,10 @@ COMMIT;
 -- an explicit conflicting value on the move
 BEGIN;
 SET LOCAL lease_fence.generation = 12;
-SELECT try($$UPDATE jobs SET shard = 1, fence = 13 WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE jobs SET shard = 1, fence = 13 WHERE id = 1$$);
 COMMIT;
 -- without a generation, lenient: the written fence is supplied
-SELECT try($$UPDATE jobs SET shard = 1, fence = 10 WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE jobs SET shard = 1, fence = 10 WHERE id = 1$$);
 UPDATE jobs SET shard = 1, fence = 11 WHERE id = 1 RETURNING tableoid::regclass, *;
 SELECT tableoid::regclass, * FROM jobs ORDER BY id;
 
@@ -95,8 +85,8 @@ SELECT tableoid::regclass, * FROM jobs ORDER BY id;
 -- strict on a partitioned table: the mode reaches the partitions
 ------------------------------------------------------------------------------
 SELECT lease_fence.protect('jobs', strict => true);
-SELECT try($$UPDATE jobs SET shard = 2 WHERE id = 1$$);
-SELECT try($$INSERT INTO jobs VALUES (9, 4, 'x')$$);
+SELECT pg_temp.try($$UPDATE jobs SET shard = 2 WHERE id = 1$$);
+SELECT pg_temp.try($$INSERT INTO jobs VALUES (9, 4, 'x')$$);
 BEGIN;
 SET LOCAL lease_fence.generation = 12;
 UPDATE jobs SET shard = 2 WHERE id = 1 RETURNING tableoid::regclass, *;
@@ -115,11 +105,11 @@ SELECT ok, problems FROM lease_fence.protected_tables WHERE table_name = 'jobs':
 SELECT lease_fence.protect('jobs');
 SELECT ok, problems FROM lease_fence.protected_tables WHERE table_name = 'jobs'::regclass;
 -- through the parent and on one partition directly
-SELECT try($$TRUNCATE jobs$$);
-SELECT try($$TRUNCATE jobs_2$$);
+SELECT pg_temp.try($$TRUNCATE jobs$$);
+SELECT pg_temp.try($$TRUNCATE jobs_2$$);
 BEGIN;
 SET LOCAL lease_fence.generation = 11;
-SELECT try($$TRUNCATE jobs_2$$);
+SELECT pg_temp.try($$TRUNCATE jobs_2$$);
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 12;
@@ -135,4 +125,3 @@ ALTER TABLE jobs_2 ENABLE ALWAYS TRIGGER zz_lease_fence;
 
 DROP TABLE jobs;
 SELECT count(*) AS listed FROM lease_fence.protected_tables;
-DROP FUNCTION public.try(text);

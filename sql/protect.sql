@@ -7,18 +7,8 @@
 SELECT max(g) >= 20 AS issued_through_20
 FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 CREATE TABLE orders (id int PRIMARY KEY, item text NOT NULL);
 INSERT INTO orders VALUES (1, 'apple'), (2, 'pear');
@@ -40,27 +30,27 @@ SELECT count(*) AS fence_columns FROM pg_attribute WHERE attrelid = 'orders'::re
 SELECT lease_fence.protect('orders', strict => true);
 SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'orders'::regclass AND tgname = 'zz_lease_fence';
 SELECT table_name, strict, ok FROM lease_fence.protected_tables;
-SELECT try($$UPDATE orders SET item = 'plum' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE orders SET item = 'plum' WHERE id = 1$$);
 SELECT lease_fence.protect('orders');
-SELECT try($$UPDATE orders SET item = 'plum' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE orders SET item = 'plum' WHERE id = 1$$);
 
 -- an existing bigint column of another name is used as it is
 CREATE TABLE docs (id int, body text, version bigint NOT NULL DEFAULT 3);
 INSERT INTO docs VALUES (1, 'x');
 SELECT lease_fence.protect('docs', 'version');
-SELECT try($$UPDATE docs SET body = 'y', version = 2$$);
+SELECT pg_temp.try($$UPDATE docs SET body = 'y', version = 2$$);
 SELECT * FROM docs;
 
 -- what protect refuses, before changing anything
 CREATE TABLE wrongtype (id int, fence int);
-SELECT try($$SELECT lease_fence.protect('wrongtype')$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('wrongtype')$$);
 CREATE TABLE generated (id int, fence bigint GENERATED ALWAYS AS (id) STORED);
-SELECT try($$SELECT lease_fence.protect('generated')$$);
-SELECT try($$SELECT lease_fence.protect('orders', 'xmin')$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('generated')$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('orders', 'xmin')$$);
 CREATE VIEW orders_v AS SELECT * FROM orders;
-SELECT try($$SELECT lease_fence.protect('orders_v')$$);
-SELECT try($$SELECT lease_fence.protect(NULL)$$);
-SELECT try($$SELECT lease_fence.protect('orders', NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('orders_v')$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect(NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('orders', NULL)$$);
 SELECT count(*) AS triggers_on_refused_tables FROM pg_trigger
 WHERE tgrelid IN ('wrongtype'::regclass, 'generated'::regclass);
 DROP VIEW orders_v;
@@ -78,7 +68,7 @@ CREATE TRIGGER a_audit BEFORE UPDATE ON orders FOR EACH ROW EXECUTE FUNCTION aud
 SET session_replication_role = replica;
 BEGIN;
 SET LOCAL lease_fence.generation = 9;
-SELECT try($$UPDATE orders SET item = 'fig' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE orders SET item = 'fig' WHERE id = 1$$);
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 11;
@@ -131,10 +121,10 @@ DROP TRIGGER early ON orders;
 -- the TRUNCATE guard
 ------------------------------------------------------------------------------
 SELECT max(fence) FROM orders;
-SELECT try($$TRUNCATE orders$$);
+SELECT pg_temp.try($$TRUNCATE orders$$);
 BEGIN;
 SET LOCAL lease_fence.generation = 10;
-SELECT try($$TRUNCATE orders$$);
+SELECT pg_temp.try($$TRUNCATE orders$$);
 COMMIT;
 SELECT count(*) AS rows_left FROM orders;
 -- the full error shape once
@@ -146,7 +136,7 @@ SELECT count(*) AS rows_left FROM orders;
 ROLLBACK;
 -- under session_replication_role = replica too
 SET session_replication_role = replica;
-SELECT try($$TRUNCATE orders$$);
+SELECT pg_temp.try($$TRUNCATE orders$$);
 RESET session_replication_role;
 -- the guard sees every row: row level security hides rows from a SELECT,
 -- not from TRUNCATE, and a role may hold TRUNCATE without SELECT
@@ -158,14 +148,14 @@ SET ROLE regress_lf_truncator;
 SELECT max(fence) AS max_fence_it_can_see FROM orders;
 BEGIN;
 SET LOCAL lease_fence.generation = 10;
-SELECT try($$TRUNCATE orders$$);
+SELECT pg_temp.try($$TRUNCATE orders$$);
 ROLLBACK;
 RESET ROLE;
 REVOKE SELECT ON orders FROM regress_lf_truncator;
 SET ROLE regress_lf_truncator;
 BEGIN;
 SET LOCAL lease_fence.generation = 10;
-SELECT try($$TRUNCATE orders$$);
+SELECT pg_temp.try($$TRUNCATE orders$$);
 ROLLBACK;
 RESET ROLE;
 DROP POLICY only_low ON orders;
@@ -184,8 +174,8 @@ CREATE TABLE owned (id int);
 ALTER TABLE owned OWNER TO regress_lf_owner;
 GRANT SELECT, INSERT, UPDATE, DELETE ON owned TO regress_lf_app;
 SET ROLE regress_lf_app;
-SELECT try($$SELECT lease_fence.protect('owned')$$);
-SELECT try($$INSERT INTO lease_fence.protected VALUES ('owned', 'fence', false)$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('owned')$$);
+SELECT pg_temp.try($$INSERT INTO lease_fence.protected VALUES ('owned', 'fence', false)$$);
 -- the list itself is public, like pg_trigger
 SELECT count(*) AS visible_to_app FROM lease_fence.protected_tables;
 RESET ROLE;
@@ -199,8 +189,8 @@ BEGIN;
 SET LOCAL lease_fence.generation = 3;
 INSERT INTO owned VALUES (1) RETURNING *;
 COMMIT;
-SELECT try($$ALTER TABLE owned DISABLE TRIGGER zz_lease_fence$$);
-SELECT try($$SELECT lease_fence.unprotect('owned')$$);
+SELECT pg_temp.try($$ALTER TABLE owned DISABLE TRIGGER zz_lease_fence$$);
+SELECT pg_temp.try($$SELECT lease_fence.unprotect('owned')$$);
 RESET ROLE;
 
 ------------------------------------------------------------------------------
@@ -279,4 +269,3 @@ SELECT table_name FROM lease_fence.protected_tables ORDER BY table_name::text;
 DROP TABLE audit, orders;
 DROP FUNCTION audit_row(), bump_fence();
 DROP ROLE regress_lf_app, regress_lf_owner;
-DROP FUNCTION public.try(text);

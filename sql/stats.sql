@@ -9,18 +9,8 @@
 SELECT max(g) >= 20 AS issued_through_20
 FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 20)) s;
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 SELECT lease_fence.stats_reset();
 SELECT operation, outcome, count, scope FROM lease_fence.stats ORDER BY operation, outcome;
@@ -73,7 +63,7 @@ RESET client_min_messages;
 CREATE ROLE regress_lf_reader;
 SET ROLE regress_lf_reader;
 SELECT count(*) AS counters FROM lease_fence.stats;
-SELECT try($$SELECT lease_fence.stats_reset()$$);
+SELECT pg_temp.try($$SELECT lease_fence.stats_reset()$$);
 RESET ROLE;
 DROP ROLE regress_lf_reader;
 
@@ -81,4 +71,3 @@ SELECT lease_fence.stats_reset();
 SELECT sum(count) AS total_after_reset FROM lease_fence.stats;
 SELECT lease_fence.unprotect('counted');
 DROP TABLE counted;
-DROP FUNCTION public.try(text);

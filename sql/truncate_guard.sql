@@ -8,17 +8,8 @@
 -- generations up to 100 are issued in this database
 SELECT max(g) >= 100 AS issued FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 100)) s;
 
-CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 ------------------------------------------------------------------------------
 -- a plain role's index expression does not run as anyone else

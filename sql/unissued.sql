@@ -6,18 +6,8 @@
 -- Runs alone: it needs only the extension (pg_regress installs it), and
 -- makes and drops its own objects.
 
--- unissued_try(stmt): 'ok', or its SQLSTATE, message and detail
-CREATE FUNCTION unissued_try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 -- Known numbers whether this file runs alone or after others: raise the
 -- generation space to 1000000 (as a superuser does after a restore: see
@@ -41,20 +31,20 @@ COMMIT;
 ------------------------------------------------------------------------------
 SET lease_fence.generation = 9223372036854775807;
 UPDATE u SET v = 'typo' WHERE id = 1;
-SELECT unissued_try($$UPDATE u SET v = 'typo' WHERE id = 1$$);
-SELECT unissued_try($$INSERT INTO u VALUES (3, 'c')$$);
-SELECT unissued_try($$DELETE FROM u WHERE id = 2$$);
-SELECT unissued_try($$TRUNCATE u$$);
+SELECT pg_temp.try($$UPDATE u SET v = 'typo' WHERE id = 1$$);
+SELECT pg_temp.try($$INSERT INTO u VALUES (3, 'c')$$);
+SELECT pg_temp.try($$DELETE FROM u WHERE id = 2$$);
+SELECT pg_temp.try($$TRUNCATE u$$);
 -- one above the highest issued is just as unissued
 SET lease_fence.generation = 1000001;
-SELECT unissued_try($$UPDATE u SET v = 'early' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE u SET v = 'early' WHERE id = 1$$);
 RESET lease_fence.generation;
 SELECT * FROM u ORDER BY id;
 
 -- without a current generation, a fence value the statement writes is the
 -- supplied generation, and is checked too
-SELECT unissued_try($$UPDATE u SET fence = 9223372036854775807 WHERE id = 1$$);
-SELECT unissued_try($$INSERT INTO u VALUES (3, 'c', 1000001)$$);
+SELECT pg_temp.try($$UPDATE u SET fence = 9223372036854775807 WHERE id = 1$$);
+SELECT pg_temp.try($$INSERT INTO u VALUES (3, 'c', 1000001)$$);
 -- 0 (the column's default) is always accepted, and a lenient UPDATE that
 -- leaves the fence alone brings no value of its own
 INSERT INTO u VALUES (3, 'c') RETURNING *;
@@ -78,7 +68,7 @@ COMMIT;
 -- does not see): refused values are read again, and pass once issued
 BEGIN;
 SET LOCAL lease_fence.generation = 1000002;
-SELECT unissued_try($$UPDATE u SET v = 'a4' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE u SET v = 'a4' WHERE id = 1$$);
 SELECT nextval('lease_fence.generation_seq') AS issued_elsewhere;
 UPDATE u SET v = 'a4' WHERE id = 1 RETURNING *;
 COMMIT;
@@ -91,7 +81,7 @@ ROLLBACK;
 -- an issued generation lower than the fence is still LF001
 BEGIN;
 SET LOCAL lease_fence.generation = 1000001;
-SELECT unissued_try($$UPDATE u SET v = 'old' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE u SET v = 'old' WHERE id = 1$$);
 ROLLBACK;
 
 ------------------------------------------------------------------------------
@@ -114,7 +104,7 @@ DELETE FROM ext WHERE id = 2;
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 9223372036854774999;
-SELECT unissued_try($$UPDATE ext SET v = 'older' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE ext SET v = 'older' WHERE id = 1$$);
 ROLLBACK;
 BEGIN;
 SET LOCAL lease_fence.generation = 9223372036854775807;
@@ -124,17 +114,17 @@ SELECT * FROM ext;
 -- strict and external at once; then back to the default, which checks again
 SELECT lease_fence.protect('ext', 'fence', true, 'external');
 SELECT table_name, strict, tokens FROM lease_fence.protected_tables WHERE table_name = 'ext'::regclass;
-SELECT unissued_try($$UPDATE ext SET v = 'unfenced'$$);
+SELECT pg_temp.try($$UPDATE ext SET v = 'unfenced'$$);
 SELECT lease_fence.protect('ext');
 SELECT table_name, strict, tokens FROM lease_fence.protected_tables WHERE table_name = 'ext'::regclass;
 SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgrelid = 'ext'::regclass ORDER BY tgname;
 BEGIN;
 SET LOCAL lease_fence.generation = 9223372036854775807;
-SELECT unissued_try($$UPDATE ext SET v = 'x'$$);
+SELECT pg_temp.try($$UPDATE ext SET v = 'x'$$);
 ROLLBACK;
 -- what protect refuses
-SELECT unissued_try($$SELECT lease_fence.protect('ext', tokens => 'etcd')$$);
-SELECT unissued_try($$SELECT lease_fence.protect('ext', tokens => NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('ext', tokens => 'etcd')$$);
+SELECT pg_temp.try($$SELECT lease_fence.protect('ext', tokens => NULL)$$);
 SELECT table_name, tokens FROM lease_fence.protected_tables WHERE table_name = 'ext'::regclass;
 
 -- a hand-made trigger: the third argument is the tokens; 2 arguments (as
@@ -142,28 +132,28 @@ SELECT table_name, tokens FROM lease_fence.protected_tables WHERE table_name = '
 CREATE TABLE hand (id int, fence bigint NOT NULL DEFAULT 0);
 CREATE TRIGGER two_args BEFORE INSERT ON hand
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'lenient');
-SELECT unissued_try($$INSERT INTO hand VALUES (1, 1000003)$$);
+SELECT pg_temp.try($$INSERT INTO hand VALUES (1, 1000003)$$);
 DROP TRIGGER two_args ON hand;
 CREATE TRIGGER three_args BEFORE INSERT ON hand
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'lenient', 'external');
-SELECT unissued_try($$INSERT INTO hand VALUES (1, 1000003)$$);
+SELECT pg_temp.try($$INSERT INTO hand VALUES (1, 1000003)$$);
 DROP TRIGGER three_args ON hand;
 CREATE TRIGGER bad_tokens BEFORE INSERT ON hand
 	FOR EACH ROW EXECUTE FUNCTION lease_fence.fence_trigger('fence', 'lenient', 'kafka');
-SELECT unissued_try($$INSERT INTO hand VALUES (2)$$);
+SELECT pg_temp.try($$INSERT INTO hand VALUES (2)$$);
 DROP TRIGGER bad_tokens ON hand;
 CREATE TRIGGER bad_guard BEFORE TRUNCATE ON hand
 	FOR EACH STATEMENT EXECUTE FUNCTION lease_fence.truncate_guard('fence', 'kafka');
 BEGIN;
 SET LOCAL lease_fence.generation = 1;
-SELECT unissued_try($$TRUNCATE hand$$);
+SELECT pg_temp.try($$TRUNCATE hand$$);
 ROLLBACK;
 DROP TRIGGER bad_guard ON hand;
 CREATE TRIGGER one_arg_guard BEFORE TRUNCATE ON hand
 	FOR EACH STATEMENT EXECUTE FUNCTION lease_fence.truncate_guard('fence');
 BEGIN;
 SET LOCAL lease_fence.generation = 1000003;
-SELECT unissued_try($$TRUNCATE hand$$);
+SELECT pg_temp.try($$TRUNCATE hand$$);
 ROLLBACK;
 SELECT * FROM hand;
 DROP TABLE hand;
@@ -181,32 +171,32 @@ SELECT lease_fence.protect('broken');
 -- the real holder of generation 1000002 is locked out of rows 1 and 2
 BEGIN;
 SET LOCAL lease_fence.generation = 1000002;
-SELECT unissued_try($$UPDATE broken SET v = 'holder' WHERE id = 1$$);
+SELECT pg_temp.try($$UPDATE broken SET v = 'holder' WHERE id = 1$$);
 ROLLBACK;
 
 -- superuser only: EXECUTE is revoked from PUBLIC, and the function checks
 CREATE ROLE regress_lf_unissued;
 GRANT SELECT, UPDATE ON broken TO regress_lf_unissued;
 SET ROLE regress_lf_unissued;
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('broken', 1000002)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('broken', 1000002)$$);
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION lease_fence.repair_unissued(regclass, bigint) TO regress_lf_unissued;
 SET ROLE regress_lf_unissued;
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('broken', 1000002)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('broken', 1000002)$$);
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION lease_fence.repair_unissued(regclass, bigint) FROM regress_lf_unissued;
 SELECT * FROM broken ORDER BY id;
 
 -- bad input, before anything changes
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('broken', 1000003)$$);
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('broken', -1)$$);
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('broken', NULL)$$);
-SELECT unissued_try($$SELECT lease_fence.repair_unissued(NULL, 1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('broken', 1000003)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('broken', -1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('broken', NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued(NULL, 1)$$);
 CREATE TABLE unfenced (id int, fence bigint);
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('unfenced', 1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('unfenced', 1)$$);
 DROP TABLE unfenced;
 SELECT lease_fence.protect('ext', tokens => 'external');
-SELECT unissued_try($$SELECT lease_fence.repair_unissued('ext', 1)$$);
+SELECT pg_temp.try($$SELECT lease_fence.repair_unissued('ext', 1)$$);
 SELECT * FROM broken ORDER BY id;
 
 -- the repair: the two unissued fences go back to the given generation, the
@@ -222,7 +212,7 @@ UPDATE broken SET v = 'holder' WHERE id = 1 RETURNING *;
 COMMIT;
 BEGIN;
 SET LOCAL lease_fence.generation = 1000001;
-SELECT unissued_try($$UPDATE broken SET v = 'stale' WHERE id = 2$$);
+SELECT pg_temp.try($$UPDATE broken SET v = 'stale' WHERE id = 2$$);
 ROLLBACK;
 -- nothing left to repair
 SELECT lease_fence.repair_unissued('broken', 1000002) AS repaired_again;
@@ -304,4 +294,3 @@ RESET client_min_messages;
 DROP TABLE u, ext, broken, parted, racing;
 DROP FUNCTION racing_draw();
 DROP ROLE regress_lf_unissued;
-DROP FUNCTION unissued_try(text);

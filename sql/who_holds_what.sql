@@ -4,18 +4,8 @@
 -- that is not there.  With a Redis server and the library preloaded:
 -- test/t/105_who_holds_what.pl.
 
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
-CREATE FUNCTION public.try(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-	st text; msg text; det text;
-BEGIN
-	EXECUTE stmt;
-	RETURN 'ok';
-EXCEPTION WHEN OTHERS THEN
-	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
-	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
-END $$;
+\set ECHO none
+\i sql/include/try.sql
 
 LOAD 'lease_fence';
 SET lease_fence.redis_socket = '/nonexistent/lease_fence_test.sock';
@@ -47,20 +37,19 @@ SELECT has_table_privilege('lf_who_nobody', 'lease_fence.all_leases', 'SELECT') 
 SET ROLE lf_who_nobody;
 SELECT count(*) AS leases FROM lease_fence.all_leases;
 SELECT count(*) AS latency_rows FROM lease_fence.latency;
-SELECT try($$SELECT lease_fence.holder('job:42')$$);
+SELECT pg_temp.try($$SELECT lease_fence.holder('job:42')$$);
 RESET ROLE;
 DROP ROLE lf_who_nobody;
 
 -- bad input: 22023 before anything is sent
-SELECT try($$SELECT lease_fence.holder(NULL)$$);
-SELECT try($$SELECT lease_fence.holder('')$$);
-SELECT try($$SELECT lease_fence.holder(repeat('x', 1025))$$);
+SELECT pg_temp.try($$SELECT lease_fence.holder(NULL)$$);
+SELECT pg_temp.try($$SELECT lease_fence.holder('')$$);
+SELECT pg_temp.try($$SELECT lease_fence.holder(repeat('x', 1025))$$);
 
 -- no Redis: an error that says so, with no path in it
-SELECT try($$SELECT lease_fence.holder('job:42')$$);
+SELECT pg_temp.try($$SELECT lease_fence.holder('job:42')$$);
 
 -- a request that got no reply is no latency sample
 SELECT status FROM lease_fence.acquire('job:42', 1000);
 SELECT sum(count) AS samples FROM lease_fence.latency;
 
-DROP FUNCTION public.try(text);

@@ -1,0 +1,19 @@
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
+-- pg_temp.try, gone with the session.  A regress file includes it with
+--   \set ECHO none
+--   \i sql/include/try.sql
+-- (pg_regress feeds psql a file on standard input: \i is relative to the
+-- directory it runs in, the source tree; these lines are not echoed, and
+-- the last one turns echoing back on)
+CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+	st text; msg text; det text;
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
+	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+\set ECHO all
