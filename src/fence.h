@@ -121,6 +121,9 @@ extern LfWriteCheck lf_write_check_hook;
  */
 extern int64 lf_fence_resource_at(const char *resource, int64 g);
 extern int64 lf_fence_resource_current(const char *resource);
+/* a resource name longer than this is refused (lf_check_resource_arg) */
+#define LF_MAX_RESOURCE 1024
+
 extern char *lf_check_resource_arg(text *t);
 
 /* ---------------------------------------------------------------------

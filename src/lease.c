@@ -212,31 +212,6 @@ status_only(FunctionCallInfo fcinfo, LfCounter status, const char *resource)
  * ---------------------------------------------------------------------
  */
 
-/* Bad input is an error before anything is sent. */
-static char *
-check_resource(FunctionCallInfo fcinfo, int argno)
-{
-	text	   *t;
-	char	   *resource;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource must not be NULL"));
-	t = PG_GETARG_TEXT_PP(argno);
-	if (VARSIZE_ANY_EXHDR(t) == 0)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource must not be empty"));
-	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource is too long"),
-				errdetail("It has %d bytes; the limit is %d.",
-						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE));
-	resource = text_to_cstring(t);
-	return resource;
-}
 
 static int64
 check_ttl(FunctionCallInfo fcinfo, int argno)
@@ -1099,7 +1074,7 @@ lf_acquire(PG_FUNCTION_ARGS)
 	int64		pttl;
 
 	reason[0] = '\0';
-	a.resource = check_resource(fcinfo, 0);
+	a.resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	a.ttl = check_ttl(fcinfo, 1);
 	a.scope = check_scope(fcinfo, 3);
 	a.keepalive = false;
@@ -1214,7 +1189,7 @@ run_identity_script(LfScript script, const char *operation, const char *resource
 Datum
 lf_renew(PG_FUNCTION_ARGS)
 {
-	char	   *resource = check_resource(fcinfo, 0);
+	char	   *resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	char	   *identity = check_identity(fcinfo, 1);
 	int64		ttl = check_ttl(fcinfo, 2);
 	int64		minv = check_min_validity(fcinfo, 3, ttl);
@@ -1283,7 +1258,7 @@ lf_renew(PG_FUNCTION_ARGS)
 Datum
 lf_release(PG_FUNCTION_ARGS)
 {
-	char	   *resource = check_resource(fcinfo, 0);
+	char	   *resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	char	   *identity = check_identity(fcinfo, 1);
 	LfAnswerOutcome r;
 	LeaseEntry *e = lf_find_lease(resource, identity);

@@ -23,9 +23,7 @@
 #include "utils/relcache.h"
 
 #include "compat.h"
-
-/* a resource name longer than this is refused */
-#define LF_MAX_RESOURCE 1024
+#include "fence.h"				/* LF_MAX_RESOURCE */
 
 typedef enum LeaseScope
 {

@@ -32,6 +32,7 @@
 
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
+#include "fence.h"
 #include "lease.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -416,7 +417,6 @@ Datum
 lf_holder(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	text	   *t;
 	char	   *resource;
 	const char *keys[2];
 	LfAnswer	ans;
@@ -427,24 +427,9 @@ lf_holder(PG_FUNCTION_ARGS)
 	Oid			roleid = InvalidOid;
 	bool		in_table = false;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource must not be NULL"));
-	t = PG_GETARG_TEXT_PP(0);
-	if (VARSIZE_ANY_EXHDR(t) == 0)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource must not be empty"));
-	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("resource is too long"),
-				errdetail("It has %d bytes; the limit is %d.",
-						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE));
+	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	resource = text_to_cstring(t);
 
 	keys[0] = lf_lease_key(resource);
 	keys[1] = lf_generation_key(resource);

@@ -84,8 +84,6 @@ PG_FUNCTION_INFO_V1(lf_set_generation_resource);
 #define Anum_rg_updated_at 3
 #define Natts_rg 3
 
-/* resources are 1 to this many bytes, as for acquire() */
-#define LF_MAX_RESOURCE_BYTES 1024
 
 /*
  * Open lease_fence.resource_generation and its primary key for writing.
@@ -190,13 +188,13 @@ static struct
 	Oid			relid;
 	Oid			relfilenode;
 	ItemPointerData tid;
-	char		resource[LF_MAX_RESOURCE_BYTES + 1];
+	char		resource[LF_MAX_RESOURCE + 1];
 }			last_fenced;
 
 static void
 remember_fenced(Relation rel, const char *resource, ItemPointer tid)
 {
-	if (strlen(resource) > LF_MAX_RESOURCE_BYTES)
+	if (strlen(resource) > LF_MAX_RESOURCE)
 	{
 		last_fenced.valid = false;
 		return;
@@ -461,12 +459,12 @@ lf_check_resource_arg(text *t)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("resource must not be empty"));
-	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE_BYTES)
+	if (VARSIZE_ANY_EXHDR(t) > LF_MAX_RESOURCE)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("resource is too long"),
 				errdetail("It has %d bytes; the limit is %d.",
-						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE_BYTES));
+						  (int) VARSIZE_ANY_EXHDR(t), LF_MAX_RESOURCE));
 	return text_to_cstring(t);
 }
 
