@@ -3,8 +3,9 @@
 --   \set ECHO none
 --   \i sql/include/try.sql
 -- (pg_regress feeds psql a file on standard input: \i is relative to the
--- directory it runs in, the source tree; these lines are not echoed, and
--- the last one turns echoing back on)
+-- directory pg_regress runs in, the source tree or test/portable/run.sh's
+-- copy of sql/; these lines are not echoed, and the last one turns echoing
+-- back on)
 CREATE FUNCTION pg_temp.try(stmt text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE

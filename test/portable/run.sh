@@ -67,6 +67,8 @@ lf_as_user "${PSQL[@]}" -U lf_owner -d lf_portable -f "$LF_SRC/portable/lease_fe
 IN=$LF_WORK/regress_in
 lf_as_user mkdir -p "$IN/sql" "$IN/expected" "$LF_WORK/out"
 lf_as_user cp "$LF_SRC"/sql/*.sql "$IN/sql/"
+# (the files include sql/include/try.sql, from the directory pg_regress runs in: $IN)
+lf_as_user cp -r "$LF_SRC"/sql/include "$IN/sql/"
 lf_as_user cp "$LF_SRC"/expected/*.out "$IN/expected/"
 # and the portable edition's own files (what only it has: next_generation(above))
 lf_as_user cp "$LF_SRC"/test/portable/sql/*.sql "$IN/sql/"
@@ -107,10 +109,10 @@ passed=0 failed=0 failures=()
 for t in $TESTS; do
 	user=lf_owner
 	case "$AS_SUPERUSER" in *" $t "*) user=postgres ;; esac
-	if lf_as_user "$PGXS_DIR/src/test/regress/pg_regress" \
+	if (cd "$IN" && lf_as_user "$PGXS_DIR/src/test/regress/pg_regress" \
 		--use-existing --dbname=lf_portable --user="$user" \
 		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
-		--inputdir="$IN" --outputdir="$LF_WORK/out/$t" "$t" >"$LF_WORK/out/$t.log" 2>&1; then
+		--inputdir="$IN" --outputdir="$LF_WORK/out/$t" "$t") >"$LF_WORK/out/$t.log" 2>&1; then
 		passed=$((passed + 1)); echo "ok     $t"
 	else
 		failed=$((failed + 1)); failures+=("$t"); echo "FAILED $t"
