@@ -5,7 +5,9 @@
 -- Replies: {1, generation} acquired (the key set NX PX ttl_ms, the generation
 --   stored); {0, PTTL of the lease key} busy; {2, stored generation} stale
 --   (ARGV[3] is not above it); an error reply if ttl_ms is not a positive
---   integer.  Generations compare as decimal strings, never as Lua numbers.
+--   integer, and LFOVERSIZED if the generation key holds more than 256
+--   bytes (no stored value longer is ever returned; nothing is written).
+--   Generations compare as decimal strings, never as Lua numbers.
 -- Every reply and what it means: scripts/answers.json.
 local function lt(a, b)
   if #a ~= #b then return #a < #b end
@@ -17,6 +19,9 @@ if not ttl or ttl <= 0 or ttl % 1 ~= 0 then
 end
 local left = redis.call('PTTL', KEYS[1])
 if left ~= -2 then return {0, tostring(left)} end
+if redis.call('STRLEN', KEYS[2]) > 256 then
+  return redis.error_reply('LFOVERSIZED lease_fence: the generation key holds more than 256 bytes')
+end
 local maxg = redis.call('GET', KEYS[2])
 if maxg and not lt(maxg, ARGV[3]) then return {2, maxg} end
 redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])

@@ -815,6 +815,8 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 					errcode(ERRCODE_DATA_CORRUPTED),
 					errmsg("lease_fence: the generation key of resource \"%s\" does not hold a generation",
 						   resource),
+					ans.oversized ?
+					errdetail("lease_fence writes a generation there as at most 19 decimal digits; the key holds more than 256 bytes, which the acquire script refuses to read.") :
 					errdetail("lease_fence writes a generation there as decimal digits without leading zeros; the key holds something else, which the acquire script compares as greater than every generation."),
 					errhint("Something other than lease_fence wrote that key: delete it."));
 			break;

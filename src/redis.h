@@ -122,6 +122,7 @@ typedef enum LfSendResult
 #define LF_SAME_CONN		0x08	/* on the connection of the previous command */
 #define LF_SUBSCRIBER		0x10	/* on a new subscription connection (a wait) */
 #define LF_DEFER			0x20	/* the release after COMMIT: send, read the reply later */
+#define LF_LARGE_REPLY		0x40	/* a reply that grows with the deployment (CLUSTER SLOTS) */
 
 /* one server to talk to */
 typedef enum LfEndpointKind
@@ -232,6 +233,7 @@ typedef struct LfAnswer
 	int64		stored;			/* stale */
 	bool		has_pttl;		/* busy, held: pttl_ms is known */
 	int64		pttl_ms;
+	bool		oversized;		/* corrupt: a key held more than 256 bytes */
 	bool		has_value;		/* claimed, ours, others, taken_over */
 	char		value[LF_VALUELEN];
 	char		err[LF_ERRLEN]; /* why, when it is not the script's own answer */
@@ -241,6 +243,10 @@ extern void lf_decode_reply(LfScript script, const struct redisReply *reply, LfA
 extern void lf_decode_send_result(LfSendResult r, const char *err, LfAnswer *answer);
 extern bool lf_parse_canonical_generation(const char *s, size_t len, int64 *value);
 extern bool lf_error_code_is(const char *str, const char *code);
+extern char *lf_redis_text(char *dst, size_t dstlen, const char *src, size_t srclen);
+extern const char *lf_reply_words(const struct redisReply *r, const char *otherwise, char *buf,
+								  size_t buflen);
+extern bool lf_printable_host(const char *s, size_t len);
 extern const char *lf_answer_outcome_name(LfAnswerOutcome o);
 extern const char *lf_answer_table_name(LfAnswerOutcome o);
 extern const char *lf_script_name(LfScript script);

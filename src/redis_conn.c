@@ -100,7 +100,41 @@ typedef struct LfConn
 	 * at that moment (set by read_reply, cleared by every send).
 	 */
 	bool		read_all;
+	/*
+	 * The bound of the reply being read (LfReplyBound), the elements its
+	 * arrays have announced so far, and, once the reader refused it, what
+	 * was too large (the reader calls back here: its privdata is c).
+	 */
+	const struct LfReplyBound *bound;
+	long		reply_elements;
+	char		oversized[96];	/* empty: nothing refused */
 } LfConn;
+
+/*
+ * What a reply may be at most.  Every reply lease_fence reads is small: a
+ * script answers a few integers and short strings (scripts/answers.json
+ * lists every shape, and the scripts refuse to return a stored value longer
+ * than 256 bytes), a set-up command a status, a Sentinel a few dozen
+ * fields.  A reply announced larger -- an array of more elements than the
+ * bound, or more unparsed bytes than it, which a bulk string or a line
+ * longer than the bound makes -- is refused as it arrives, before hiredis
+ * allocates it (hiredis 0.14 allocates an array's announced elements at
+ * once, and buffers a bulk string whole): the connection is closed, and
+ * the request's outcome is unknown, or unavailable when it was a set-up
+ * command and nothing of the lease was sent.  The elements are counted
+ * over the whole reply (every nested array's announced size), so a reply's
+ * memory is bounded by the bound, whatever its shape.  Only the Cluster's
+ * map of slots (CLUSTER SLOTS) and a master's list of replicas (ROLE)
+ * grow with the deployment: LF_LARGE_REPLY gives them the larger bound.
+ */
+typedef struct LfReplyBound
+{
+	size_t		bytes;			/* unparsed bytes held at once */
+	long		elements;		/* array elements announced, in all */
+} LfReplyBound;
+
+static const LfReplyBound small_reply = {64 * 1024, 1024};
+static const LfReplyBound large_reply = {16 * 1024 * 1024, 1024 * 1024};
 
 /*
  * A connection that answered this recently is used without looking at its
@@ -159,6 +193,103 @@ static WaitEventSet *wait_set = NULL;
 static pgsocket wait_set_fd = PGINVALID_SOCKET;
 static int	wait_set_pos = -1;
 static uint32 wait_set_events = 0;
+
+/*
+ * hiredis's own reply constructors, and ours, which check the reply's bound
+ * first (LfReplyBound): the reader calls them as it parses, with the
+ * connection as its privdata.  A constructor that returns NULL makes the
+ * reader fail (hiredis calls it out of memory; c->oversized says what it
+ * was), and hiredis frees what it had built of the reply.
+ */
+static redisReplyObjectFunctions *hiredis_functions = NULL;
+static redisReplyObjectFunctions bounded_functions;
+
+static void *
+bounded_array(const redisReadTask *task, int elements)
+{
+	LfConn	   *c = (LfConn *) task->privdata;
+
+	if (elements < 0 || elements > c->bound->elements - c->reply_elements)
+	{
+		snprintf(c->oversized, sizeof(c->oversized), "an array of %d elements (at most %ld in a reply)",
+				 elements, c->bound->elements);
+		return NULL;
+	}
+	c->reply_elements += elements;
+	return hiredis_functions->createArray(task, elements);
+}
+
+static void *
+bounded_string(const redisReadTask *task, char *str, size_t len)
+{
+	LfConn	   *c = (LfConn *) task->privdata;
+
+	/* (the bytes bound of read_reply refuses such a string before it is read whole) */
+	if (len > c->bound->bytes)
+	{
+		snprintf(c->oversized, sizeof(c->oversized), "a string of %zu bytes (at most %zu)",
+				 len, c->bound->bytes);
+		return NULL;
+	}
+	return hiredis_functions->createString(task, str, len);
+}
+
+/* A reader for c whose constructors check c's bound; NULL when out of memory. */
+static redisReader *
+bounded_reader(LfConn *c)
+{
+	redisReader *reader = redisReaderCreate();
+
+	if (reader == NULL)
+		return NULL;
+	if (hiredis_functions == NULL)
+	{
+		hiredis_functions = reader->fn;
+		bounded_functions = *hiredis_functions;
+		bounded_functions.createArray = bounded_array;
+		bounded_functions.createString = bounded_string;
+	}
+	reader->fn = &bounded_functions;
+	reader->privdata = c;
+	c->bound = &small_reply;
+	c->reply_elements = 0;
+	c->oversized[0] = '\0';
+	return reader;
+}
+
+/*
+ * May c's reader take n more bytes?  Not when the bytes it holds unparsed
+ * would pass the bound: a reply that long is refused before it is read
+ * whole (c->oversized says so).
+ */
+static bool
+reader_has_room(LfConn *c, size_t n)
+{
+	size_t		held = c->reader->len - c->reader->pos;
+
+	if (held + n <= c->bound->bytes)
+		return true;
+	snprintf(c->oversized, sizeof(c->oversized), "more than %zu bytes of one reply", c->bound->bytes);
+	return false;
+}
+
+/*
+ * c sent a reply larger than its bound: count it, and say so (the
+ * connection is closed by the caller; the request's outcome is in err).
+ */
+static void
+report_oversized(LfConn *c, char *err)
+{
+	snprintf(err, LF_ERRLEN, "oversized reply from Redis: %s; the connection was closed", c->oversized);
+	lf_count(LF_C_CONNECTION_OVERSIZED_REPLY);
+	HOLD_INTERRUPTS();			/* the caller serves a cancel once it closed c */
+	ereport(WARNING,
+			errmsg("lease_fence: closed a Redis connection that sent an oversized reply"),
+			errdetail("It sent %s, more than lease_fence reads in a reply; none of it was kept.",
+					  c->oversized),
+			errhint("lease_fence's requests are answered in a few short values. A Redis server, or something between it and this server, sent it; on a network you do not trust, use TLS (lease_fence.redis_sslmode)."));
+	RESUME_INTERRUPTS();
+}
 
 /* Does ep mean the unix socket lease_fence.redis_socket names? */
 static bool
@@ -461,6 +592,25 @@ interrupt_ends_wait(void)
 }
 
 /*
+ * Is the wait over without waiting?  0 when the deadline has passed, -1
+ * when an interrupt that ends the wait is pending (interruptible only), 1
+ * to go on: wait_socket's rules, for a loop that reads what is there
+ * already (TLS's decrypted bytes, a deferred reply) without waiting.
+ */
+static int
+wait_over(int64 deadline, bool interruptible)
+{
+	if (unlikely(ProcDiePending) && lf_die_deadline_hook != NULL)
+		deadline = Min(deadline, lf_die_deadline_hook());
+	if (lf_now_ms() >= deadline)
+		return 0;
+	if (interruptible && INTERRUPTS_PENDING_CONDITION() && INTERRUPTS_CAN_BE_PROCESSED() &&
+		interrupt_ends_wait())
+		return -1;
+	return 1;
+}
+
+/*
  * Wait until fd is readable (want LF_WANT_READ) or writable, or the deadline
  * passes.  Returns 1 when ready, 0 on timeout, -1 when an interrupt that
  * ends the wait is pending and may be processed now (only if
@@ -677,38 +827,47 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
 		/*
 		 * A whole reply in what was read so far?  (Replies to deferred
 		 * requests may arrive together; the first look finds nothing.)
+		 * The reader parses at most the reply's bound, and refuses an
+		 * announced array beyond it before allocating it.
 		 */
 		if (redisReaderGetReply(c->reader, &reply) != REDIS_OK)
 		{
-			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
 			if (reply)
 				freeReplyObject(reply);
+			if (c->oversized[0] != '\0')
+				report_oversized(c, err);
+			else
+				snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
 			return LF_NO_REPLY;
 		}
 		if (reply != NULL)
 		{
+			c->reply_elements = 0;	/* the next reply has a bound of its own */
 			*out = (redisReply *) reply;
 			return LF_REPLY;
 		}
 		/*
 		 * read_first (a deferred reply, whose request went a while ago):
-		 * try the read before any wait, once.
+		 * try the read before any wait, once.  Without a wait (that, or TLS
+		 * holding decrypted bytes already), the deadline and the interrupts
+		 * still end the reading: no turn of this loop reads without them.
 		 */
-		if (read_first && c->tls == NULL)
-			read_first = false;
-		else if (c->tls == NULL || !lf_tls_pending(c->tls))
+		if ((read_first && c->tls == NULL) || (c->tls != NULL && lf_tls_pending(c->tls)))
 		{
+			read_first = false;
+			w = wait_over(deadline, interruptible);
+		}
+		else
 			w = wait_socket(c->fd, want, deadline, interruptible);
-			if (w < 0)
-			{
-				snprintf(err, LF_ERRLEN, "interrupted while waiting for Redis");
-				return LF_SEND_INTERRUPTED;
-			}
-			if (w == 0)
-			{
-				snprintf(err, LF_ERRLEN, "timed out waiting for Redis");
-				return LF_NO_REPLY;
-			}
+		if (w < 0)
+		{
+			snprintf(err, LF_ERRLEN, "interrupted while waiting for Redis");
+			return LF_SEND_INTERRUPTED;
+		}
+		if (w == 0)
+		{
+			snprintf(err, LF_ERRLEN, "timed out waiting for Redis");
+			return LF_NO_REPLY;
 		}
 		n = conn_read(c, buf, sizeof(buf), &want, why);
 		if (n < 0)
@@ -720,6 +879,11 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
 			continue;			/* nothing yet: wait for what conn_read said */
 		c->read_all = c->tls == NULL && (size_t) n < sizeof(buf);
 		want = LF_WANT_READ;
+		if (!reader_has_room(c, (size_t) n))
+		{
+			report_oversized(c, err);
+			return LF_NO_REPLY;
+		}
 		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
 		{
 			snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
@@ -1054,9 +1218,11 @@ setup_command(LfConn *c, int argc, const char **argv, const char *expected,
 	}
 	if (reply->type != REDIS_REPLY_STATUS || strcmp(reply->str, expected) != 0)
 	{
+		char		words[LF_ERRLEN];
+
 		/* copy Redis's words, then free: the reply is malloc'd */
 		snprintf(err, LF_ERRLEN, "%s failed: %s", argv[0],
-				 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+				 lf_reply_words(reply, "unexpected reply", words, sizeof(words)));
 		freeReplyObject(reply);
 		return false;
 	}
@@ -1269,7 +1435,10 @@ check_role(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
 	LfSendResult r;
 	bool		master;
 
+	/* a master lists its replicas: a reply that grows with the deployment */
+	c->bound = &large_reply;
 	r = exchange_argv(c, 1, argv, len, deadline, interruptible, &reply, why);
+	c->bound = &small_reply;
 	if (r == LF_SEND_INTERRUPTED)
 		*interrupted = true;
 	if (r != LF_REPLY)
@@ -1281,12 +1450,16 @@ check_role(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
 		reply->element[0]->type == REDIS_REPLY_STRING &&
 		strcmp(reply->element[0]->str, "master") == 0;
 	if (!master)
+	{
+		char		words[LF_ERRLEN];
+
 		snprintf(err, LF_ERRLEN, "Redis at %s:%d is not a master (ROLE says %s)",
 				 ep->host, ep->port,
 				 reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
 				 reply->element[0]->type == REDIS_REPLY_STRING ?
-				 reply->element[0]->str :
-				 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+				 lf_redis_text(words, sizeof(words), reply->element[0]->str, reply->element[0]->len) :
+				 lf_reply_words(reply, "something unexpected", words, sizeof(words)));
+	}
 	freeReplyObject(reply);
 	return master;
 }
@@ -1331,7 +1504,7 @@ connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptibl
 				 "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
 		return false;
 	}
-	c->reader = redisReaderCreate();
+	c->reader = bounded_reader(c);
 	if (c->reader == NULL)
 	{
 		snprintf(err, LF_ERRLEN, "could not allocate a Redis reply reader");
@@ -1599,8 +1772,11 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 		return r;
 	}
 
+	if (flags & LF_LARGE_REPLY)
+		c->bound = &large_reply;
 	r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,
 					  interruptible, reply, err);
+	c->bound = &small_reply;
 	if (r != LF_REPLY)
 		close_conn(c);			/* dead or timed out: never reuse */
 	else
@@ -1640,6 +1816,8 @@ lf_subscriber_wait(int64 deadline)
 		{
 			if (reply)
 				freeReplyObject(reply);
+			if (c->oversized[0] != '\0')
+				report_oversized(c, why);
 			close_conn(c);
 			return -2;
 		}
@@ -1651,6 +1829,8 @@ lf_subscriber_wait(int64 deadline)
 				(strcmp(m->element[0]->str, "message") == 0 ||
 				 strcmp(m->element[0]->str, "smessage") == 0);
 
+			c->reply_elements = 0;	/* each message has a bound of its own */
+
 			freeReplyObject(reply);
 			if (message)
 				return 1;
@@ -1659,16 +1839,16 @@ lf_subscriber_wait(int64 deadline)
 			return -2;
 		}
 		if (c->tls == NULL || !lf_tls_pending(c->tls))
-		{
 			w = wait_socket(c->fd, want, deadline, true);
-			if (w < 0)
-			{
-				close_conn(c);
-				return -1;
-			}
-			if (w == 0)
-				return 0;
+		else
+			w = wait_over(deadline, true);
+		if (w < 0)
+		{
+			close_conn(c);
+			return -1;
 		}
+		if (w == 0)
+			return 0;
 		n = conn_read(c, buf, sizeof(buf), &want, why);
 		if (n < 0)
 		{
@@ -1678,6 +1858,12 @@ lf_subscriber_wait(int64 deadline)
 		if (n == 0)
 			continue;
 		want = LF_WANT_READ;
+		if (!reader_has_room(c, (size_t) n))
+		{
+			report_oversized(c, why);
+			close_conn(c);
+			return -2;
+		}
 		if (redisReaderFeed(c->reader, buf, (size_t) n) != REDIS_OK)
 		{
 			close_conn(c);

@@ -12,8 +12,10 @@
  *	  type, a code the script never answers, is "unknown";
  *	- error replies ("errors"), the same for every script, by their code
  *	  (the first word, matched exactly): NOSCRIPT, the codes Redis answers
- *	  before running any of a script (nothing applied: "unavailable"), and
- *	  any other error "unknown" (a script may fail after a write);
+ *	  before running any of a script (nothing applied: "unavailable"),
+ *	  LFOVERSIZED, the scripts' own refusal to return a stored value longer
+ *	  than lease_fence ever writes ("corrupt": nothing applied, a person must
+ *	  look), and any other error "unknown" (a script may fail after a write);
  *	- a request without a reply ("transport"): not sent is "unavailable",
  *	  sent and unanswered "unknown" (interrupted: the same, with an
  *	  interrupt pending).
@@ -179,13 +181,81 @@ parse_pttl(const char *s, size_t len, int64 *value)
 	return true;
 }
 
+/*
+ * Bytes from Redis as text: printable ASCII as it is, every other byte (a
+ * control character, NUL, anything of 0x80 and above) as \xNN, so that
+ * what lease_fence shows of a stored value or an error reply -- a reason, a
+ * holder's identity, a WARNING -- is valid in every server encoding and
+ * cannot end a message early; cut to fit dst (never inside an escape).
+ * Returns dst.
+ */
+char *
+lf_redis_text(char *dst, size_t dstlen, const char *src, size_t srclen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t		o = 0;
+	size_t		i;
+
+	if (dstlen == 0)
+		return dst;
+	for (i = 0; i < srclen; i++)
+	{
+		unsigned char b = (unsigned char) src[i];
+
+		if (b >= 0x20 && b < 0x7f)
+		{
+			if (o + 1 >= dstlen)
+				break;
+			dst[o++] = (char) b;
+		}
+		else
+		{
+			if (o + 4 >= dstlen)
+				break;
+			dst[o++] = '\\';
+			dst[o++] = 'x';
+			dst[o++] = hex[b >> 4];
+			dst[o++] = hex[b & 0xf];
+		}
+	}
+	dst[o] = '\0';
+	return dst;
+}
+
+/*
+ * What a reply says, for a message: an error reply's words (as text, see
+ * lf_redis_text), otherwise the words given.
+ */
+const char *
+lf_reply_words(const redisReply *r, const char *otherwise, char *buf, size_t buflen)
+{
+	if (r == NULL || r->type != REDIS_REPLY_ERROR)
+		return otherwise;
+	return lf_redis_text(buf, buflen, r->str, r->len);
+}
+
+/*
+ * Is s, of len bytes, a host name or address as a Sentinel or a Cluster
+ * names one: printable ASCII, no blank, not empty?  Anything else is not
+ * connected to, nor shown.
+ */
+bool
+lf_printable_host(const char *s, size_t len)
+{
+	size_t		i;
+
+	if (len == 0)
+		return false;
+	for (i = 0; i < len; i++)
+		if ((unsigned char) s[i] <= 0x20 || (unsigned char) s[i] >= 0x7f)
+			return false;
+	return true;
+}
+
 static void
 set_value(LfAnswer *a, const redisReply *r)
 {
-	size_t		n = r->len < sizeof(a->value) - 1 ? r->len : sizeof(a->value) - 1;
-
-	memcpy(a->value, r->str, n);
-	a->value[n] = '\0';
+	lf_redis_text(a->value, sizeof(a->value), r->str, r->len);
 	a->has_value = true;
 }
 
@@ -194,11 +264,19 @@ static void
 decode_error(const redisReply *reply, LfAnswer *a)
 {
 	size_t		i;
+	char		text[LF_ERRLEN];
 
-	set_err(a, "Redis answered", reply->str);
+	set_err(a, "Redis answered", lf_redis_text(text, sizeof(text), reply->str, reply->len));
 	if (lf_error_code_is(reply->str, "NOSCRIPT"))
 	{
 		a->outcome = LF_ANS_NOSCRIPT;
+		return;
+	}
+	/* a script found a key holding more than lease_fence ever writes there */
+	if (lf_error_code_is(reply->str, "LFOVERSIZED"))
+	{
+		a->outcome = LF_ANS_CORRUPT;
+		a->oversized = true;
 		return;
 	}
 	for (i = 0; i < lengthof(not_applied); i++)

@@ -157,6 +157,7 @@ ask_sentinels(int flags, int64 deadline, char *err)
 			char	   *end;
 			long		port = strtol(reply->element[1]->str, &end, 10);
 			bool		ok = *end == '\0' && port >= 1 && port <= 65535 &&
+				lf_printable_host(reply->element[0]->str, reply->element[0]->len) &&
 				strlcpy(host, reply->element[0]->str, sizeof(host)) < sizeof(host);
 
 			freeReplyObject(reply);
@@ -181,8 +182,12 @@ ask_sentinels(int flags, int64 deadline, char *err)
 			snprintf(why, sizeof(why), "sentinel %s:%d does not monitor a master named \"%s\"",
 					 list[i].host, list[i].port, lf_sentinel_master);
 		else
+		{
+			char		words[LF_ERRLEN];
+
 			snprintf(why, sizeof(why), "sentinel %s:%d answered: %s", list[i].host, list[i].port,
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+					 lf_reply_words(reply, "something unexpected", words, sizeof(words)));
+		}
 		freeReplyObject(reply);
 	}
 	snprintf(err, LF_ERRLEN, "no sentinel could name master \"%s\": %s", lf_sentinel_master, why);
@@ -392,6 +397,9 @@ load_slot_map(const redisReply *reply, const LfNode *asked)
 		m = range->element[2];
 		if (lo < 0 || hi >= LF_SLOTS || lo > hi)
 			return false;
+		if (m->element[0]->str[0] != '\0' && strcmp(m->element[0]->str, "?") != 0 &&
+			!lf_printable_host(m->element[0]->str, m->element[0]->len))
+			return false;
 		host = m->element[0]->str[0] != '\0' && strcmp(m->element[0]->str, "?") != 0 ?
 			m->element[0]->str : asked->host;
 		if (m->element[1]->integer < 1 || m->element[1]->integer > 65535)
@@ -442,15 +450,19 @@ refresh_slot_map(int flags, int64 deadline, char *err)
 		if (left <= 0)
 			break;
 		r = lf_conn_command(&ep, 2, argv, lens, left,
-							(flags & LF_INTERRUPTIBLE) | LF_WITHIN, &reply, why);
+							(flags & LF_INTERRUPTIBLE) | LF_WITHIN | LF_LARGE_REPLY, &reply, why);
 		if (r == LF_SEND_INTERRUPTED)
 			CHECK_FOR_INTERRUPTS();
 		if (r != LF_REPLY)
 			continue;
 		ok = load_slot_map(reply, &asked);
 		if (!ok)
+		{
+			char		words[LF_ERRLEN];
+
 			snprintf(why, sizeof(why), "%s:%d answered CLUSTER SLOTS with %s", asked.host, asked.port,
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+					 lf_reply_words(reply, "something unexpected", words, sizeof(words)));
+		}
 		freeReplyObject(reply);
 		if (ok)
 		{
@@ -553,8 +565,12 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 				return LF_NOT_SENT; /* nothing of the command was sent */
 			ok = (*reply)->type == REDIS_REPLY_STATUS;
 			if (!ok)
+			{
+				char		words[LF_ERRLEN];
+
 				snprintf(err, LF_ERRLEN, "ASKING failed: %s",
-						 (*reply)->type == REDIS_REPLY_ERROR ? (*reply)->str : "unexpected reply");
+						 lf_reply_words(*reply, "unexpected reply", words, sizeof(words)));
+			}
 			freeReplyObject(*reply);
 			*reply = NULL;
 			if (!ok)
@@ -732,8 +748,12 @@ lf_redis_subscribe(const char *channel, int timeout_ms, char *err)
 		reply->element[0]->type == REDIS_REPLY_STRING &&
 		strcasecmp(reply->element[0]->str, argv[0]) == 0;
 	if (!ok)
+	{
+		char		words[LF_ERRLEN];
+
 		snprintf(err, LF_ERRLEN, "%s answered: %s", argv[0],
-				 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+				 lf_reply_words(reply, "something unexpected", words, sizeof(words)));
+	}
 	freeReplyObject(reply);
 	if (!ok)
 		lf_subscriber_close();
@@ -778,8 +798,12 @@ lf_wait_replicas(int timeout_ms, int flags, bool *interrupted, char *err)
 		if (reply->type == REDIS_REPLY_INTEGER)
 			acked = reply->integer > INT_MAX ? INT_MAX : (int) reply->integer;
 		else
+		{
+			char		words[LF_ERRLEN];
+
 			snprintf(err, LF_ERRLEN, "WAIT answered: %s",
-					 reply->type == REDIS_REPLY_ERROR ? reply->str : "something unexpected");
+					 lf_reply_words(reply, "something unexpected", words, sizeof(words)));
+		}
 		freeReplyObject(reply);
 	}
 	return acked;

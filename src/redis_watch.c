@@ -214,7 +214,10 @@ ask_one(const LfNode *s, SentinelView *v)
 			if (f->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING)
 				continue;
 			if (strcmp(f->str, "ip") == 0)
-				strlcpy(v->host, val->str, sizeof(v->host));
+			{
+				if (lf_printable_host(val->str, val->len))
+					strlcpy(v->host, val->str, sizeof(v->host));
+			}
 			else if (strcmp(f->str, "port") == 0)
 				v->port = atoi(val->str);
 			else if (strcmp(f->str, "flags") == 0)

@@ -59,6 +59,7 @@
 	X(CLUSTER_REDIRECT_FOLLOWED, "cluster", "redirect_followed") \
 	X(SENTINEL_MASTER_DISCOVERED, "sentinel", "master_discovered") \
 	X(CONNECTION_DESYNCHRONIZED, "connection", "desynchronized") \
+	X(CONNECTION_OVERSIZED_REPLY, "connection", "oversized_reply") \
 	X(WAIT_WAITED, "wait", "waited") \
 	X(WAIT_WOKEN, "wait", "woken") \
 	X(WAIT_DEADLINE, "wait", "deadline") \

@@ -138,6 +138,27 @@ arith(void)
 		  "validity: ttl - elapsed - (1% of ttl + 2 ms)");
 	check(lf_validity_after(100, 0) == 97, "validity of a 100 ms lease, no time elapsed");
 
+	/* bytes from Redis as text (what becomes a reason or an identity) */
+	{
+		char		t[16];
+
+		check(strcmp(lf_redis_text(t, sizeof(t), "a1b2", 4), "a1b2") == 0,
+			  "text from Redis: printable ASCII as it is");
+		check(strcmp(lf_redis_text(t, sizeof(t), "a\xff\xc3\x28z", 5), "a\\xff\\xc3(z") == 0,
+			  "text from Redis: bytes of 0x80 and above as \\xNN (no invalid UTF-8 is kept)");
+		check(strcmp(lf_redis_text(t, sizeof(t), "a\0b\r\n", 5), "a\\x00b\\x0d\\x0a") == 0,
+			  "text from Redis: NUL and control characters as \\xNN (a NUL does not end it early)");
+		check(strcmp(lf_redis_text(t, 8, "abcd\x80", 5), "abcd") == 0,
+			  "text from Redis: cut to fit, never inside an escape");
+		check(strcmp(lf_redis_text(t, sizeof(t), "\xc3\xa9", 2), "\\xc3\\xa9") == 0,
+			  "text from Redis: valid UTF-8 escaped too (valid in every server encoding)");
+		check(lf_printable_host("10.0.0.1", 8) && lf_printable_host("redis-1.example", 15),
+			  "host from Redis: a name or an address");
+		check(!lf_printable_host("", 0) && !lf_printable_host("a b", 3) &&
+			  !lf_printable_host("h\xc3\xa9", 3) && !lf_printable_host("h\n", 2),
+			  "host from Redis: empty, a blank, a control character or non-ASCII is none");
+	}
+
 	return failures ? 1 : 0;
 }
 
