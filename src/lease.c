@@ -1269,6 +1269,19 @@ lf_release(PG_FUNCTION_ARGS)
 	/* a kept-alive lease is renewed no more */
 	if (e)
 		lf_keepalive_stop(e);
+
+	/*
+	 * A transaction-scoped lease released inside its own transaction: that
+	 * transaction cannot COMMIT its fenced writes any more (LF010), whatever
+	 * the release answers -- also not_held, also after a renew found it
+	 * lost, and under either commit_check: the COMMIT must not go through
+	 * as if the lease had covered the writes before and after.
+	 */
+	if (e && e->scope == SCOPE_TRANSACTION &&
+		(e->state == STATE_HELD || e->state == STATE_LOST || e->state == STATE_UNKNOWN))
+		lf_doom_transaction(e, e->state == STATE_LOST ?
+							"a renew found it lost, and lease_fence.release() gave it up inside its transaction" :
+							"lease_fence.release() gave it up inside its transaction");
 	r = run_identity_script(LF_SCRIPT_RELEASE, "release", resource, identity,
 							lf_release_publish(), e, 0, 0);
 

@@ -57,6 +57,12 @@ typedef struct LeaseEntry
 	bool		fenced_in_subxact;	/* transaction scope: fenced in a subtransaction */
 	int			keepalive_slot;	/* kept alive: its slot (keepalive.c), else -1 */
 	const char *lost_why;		/* STATE_LOST: why, for the LF010 (a constant) */
+	/*
+	 * Transaction scope: released, or left unknown, inside its own
+	 * transaction, which then cannot COMMIT (LF010): why (a constant), else
+	 * NULL.  Whatever the lease's state becomes.
+	 */
+	const char *doomed_why;
 	Oid			role;			/* the role that acquired it */
 	int			table_slot;		/* its slot in the lease table, else -1 */
 } LeaseEntry;
@@ -73,6 +79,7 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
+extern void lf_doom_transaction(LeaseEntry *e, const char *why);
 extern void lf_set_lease_state(LeaseEntry *e, LeaseState state);
 extern void lf_update_write_check(void);
 extern bool lf_may_see_settings(void);

@@ -69,8 +69,9 @@ static MemoryContext lease_cxt = NULL;
 
 /*
  * The session- and transaction-scoped entries of leases that a renew found
- * lost (STATE_LOST): fenced writes under their generations are refused
- * (check_write).  Entries that have left that state since are dropped by
+ * lost (STATE_LOST), and the transaction-scoped ones their transaction gave
+ * up (doomed_why): fenced writes under their generations are refused
+ * (check_write).  Entries that have left both since are dropped by
  * lf_update_write_check, which runs before trim_entries frees anything.
  */
 static List *lost_leases = NIL;
@@ -120,8 +121,9 @@ lf_find_lease(const char *resource, const char *identity)
  *	  leases a renew found lost count as released: nothing is left to do).
  * Session- and transaction-scoped held or lost leases are obligations
  * (released at exit or at transaction end, and a lost one refuses writes
- * until then) and never dropped; unknown ones are settled at transaction
- * end.  keep, if not NULL, is never dropped (an entry a caller
+ * until then) and never dropped, nor is a transaction-scoped one its
+ * transaction gave up (doomed_why), until that transaction ends; unknown
+ * ones are settled at transaction end.  keep, if not NULL, is never dropped (an entry a caller
  * is about to use).
  *
  * The view trims before it shows anything, so it always shows the caps
@@ -164,7 +166,8 @@ trim_entries(LeaseEntry *keep)
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		bool		drop = false;
 
-		if (e == keep)
+		/* (a lease its transaction gave up is kept for that COMMIT to refuse) */
+		if (e == keep || e->doomed_why != NULL)
 			continue;
 		if (e->state == STATE_HELD && e->scope == SCOPE_EXPLICIT)
 		{
@@ -463,8 +466,18 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 
 	if (e == NULL)
 		e = lf_add_lease(resource, identity, generation, scope, STATE_UNKNOWN, ttl, minv, 0);
-	else if (!(e->state == STATE_LOST && e->scope != SCOPE_EXPLICIT))
-		lf_set_lease_state(e, STATE_UNKNOWN);	/* (a lost lease stays lost: it is settled all the same) */
+	else
+	{
+		/*
+		 * A renew (or release) of this transaction's lease left its outcome
+		 * unknown: its COMMIT cannot trust the lease, whatever catches the
+		 * interrupt (a PL/pgSQL EXCEPTION block, a savepoint).
+		 */
+		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD)
+			lf_doom_transaction(e, "a request about it was interrupted, and its outcome is unknown");
+		if (!(e->state == STATE_LOST && e->scope != SCOPE_EXPLICIT))
+			lf_set_lease_state(e, STATE_UNKNOWN);	/* (a lost lease stays lost: it is settled all the same) */
+	}
 	CHECK_FOR_INTERRUPTS();
 	/* not reached when the interrupt throws; if it did not, say so */
 	ereport(ERROR,
@@ -597,6 +610,30 @@ lf_mark_lease_lost(LeaseEntry *e, const char *why)
 	lf_update_write_check();
 }
 
+/*
+ * e, a transaction-scoped lease, was given up inside its own transaction:
+ * released (whatever the release answered), or left unknown.  That
+ * transaction cannot COMMIT (LF010 at PRE_COMMIT, and it cannot PREPARE),
+ * and its fenced writes under e's generation are refused from now on: the
+ * writes it made before and after would otherwise commit as if the lease
+ * had covered them.  why is a constant.
+ */
+void
+lf_doom_transaction(LeaseEntry *e, const char *why)
+{
+	MemoryContext old;
+
+	Assert(e->scope == SCOPE_TRANSACTION);
+	if (e->doomed_why != NULL)
+		return;
+	e->doomed_why = why;
+	old = MemoryContextSwitchTo(lease_cxt);
+	if (!list_member_ptr(lost_leases, e))
+		lost_leases = lappend(lost_leases, e);
+	MemoryContextSwitchTo(old);
+	lf_update_write_check();
+}
+
 /* LF010: a write under the generation of e, a lease a renew found lost. */
 LF_NORETURN_BEFORE static void report_lost_write(const LeaseEntry *e, Relation rel, int attnum,
 												 const char *resource) LF_NORETURN_AFTER;
@@ -605,11 +642,21 @@ static void
 report_lost_write(const LeaseEntry *e, Relation rel, int attnum, const char *resource)
 {
 	lf_count(LF_C_FENCE_LF010);
+	if (e->doomed_why != NULL && e->state != STATE_LOST)
+		ereport(ERROR,
+				errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+				errmsg("lease on resource \"%s\" was given up in this transaction: write refused", e->resource),
+				errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->doomed_why),
+				errhint("This transaction cannot commit its fenced writes any more: roll it back, and acquire the lease again."),
+				rel != NULL ? errtablecol(rel, attnum) : 0,
+				resource != NULL ? lf_errresource(resource) : 0);
 	ereport(ERROR,
 			errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
 			errmsg("lease on resource \"%s\" was lost: write refused", e->resource),
 			errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->lost_why),
-			errhint("Stop working under this lease; acquire it again. Releasing it acknowledges the loss."),
+			errhint(e->scope == SCOPE_TRANSACTION ?
+					"Stop working under this lease: roll the transaction back, and acquire it again." :
+					"Stop working under this lease; acquire it again. Releasing it acknowledges the loss."),
 			rel != NULL ? errtablecol(rel, attnum) : 0,
 			resource != NULL ? lf_errresource(resource) : 0);
 }
@@ -628,7 +675,7 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if (e->state == STATE_LOST && e->generation == g)
+		if ((e->state == STATE_LOST || e->doomed_why != NULL) && e->generation == g)
 			report_lost_write(e, rel, attnum, resource);
 	}
 	lf_keepalive_check_write(g, rel, attnum, resource);
@@ -651,7 +698,7 @@ lf_update_write_check(void)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
-		if (e->state != STATE_LOST)
+		if (e->state != STATE_LOST && e->doomed_why == NULL)
 			lost_leases = foreach_delete_current(lost_leases, lc);
 	}
 	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
@@ -787,6 +834,25 @@ verify_at_commit(void)
 		LfAnswer	ans;
 		int64		start;
 
+		/*
+		 * A lease this transaction gave up (released, or left unknown by an
+		 * interrupted request), whatever its state now: no need to ask.
+		 */
+		if (e->scope == SCOPE_TRANSACTION && e->doomed_why != NULL)
+		{
+			lf_count(LF_C_COMMIT_CHECK_LF010);
+			if (e->state == STATE_UNKNOWN)
+				ereport(ERROR,
+						errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+						errmsg("lease on resource \"%s\" could not be verified at commit", e->resource),
+						errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->doomed_why),
+						errhint("The transaction was rolled back because its lease may have been lost."));
+			ereport(ERROR,
+					errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+					errmsg("lease on resource \"%s\" was released before commit", e->resource),
+					errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->doomed_why),
+					errhint("The transaction was rolled back. A transaction-scoped lease is released by the transaction's end: COMMIT while it is held; release() inside the transaction gives it up, and the transaction's fenced writes with it."));
+		}
 		/* a lease a renew found lost: no need to ask, whatever commit_check says */
 		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_LOST)
 		{
@@ -889,6 +955,8 @@ release_at_xact_end(bool committed)
 			e->state == STATE_UNKNOWN)
 			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
 				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
+		/* its transaction is over: nothing is left for the doom to refuse */
+		e->doomed_why = NULL;
 	}
 	/* a termination that arrived meanwhile bounded them by the exit's budget */
 	dying = proc_exit_inprogress || ProcDiePending;
@@ -926,10 +994,12 @@ lease_xact_callback(XactEvent event, void *arg)
 					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
 					if (e->scope == SCOPE_TRANSACTION &&
-						(e->state == STATE_HELD || e->state == STATE_LOST))
+						(e->state == STATE_HELD || e->state == STATE_LOST || e->doomed_why != NULL))
 						ereport(ERROR,
 								errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"));
+								errmsg("cannot PREPARE a transaction that holds a transaction-scoped lease"),
+								e->state != STATE_HELD && e->state != STATE_LOST ?
+								errdetail("It released, or could not settle, one inside the transaction.") : 0);
 				}
 				lf_keepalive_check_prepare();
 			}
