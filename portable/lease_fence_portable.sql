@@ -27,8 +27,9 @@
 --                        lower a stored fence); EXECUTE is not PUBLIC's.
 -- They run as the installing role (the database owner), take no SQL text
 -- from the caller, and touch only those objects (and
--- lease_fence.generation_timeline, the timeline of the current epoch and
--- the lock of the generations, and lease_fence.heal_budget_seq).
+-- lease_fence.generation_timeline, whose row is the lock of the
+-- generations, lease_fence.timeline_seq, the timeline of the current
+-- epoch, and lease_fence.heal_budget_seq).
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -112,21 +113,75 @@ $$;
 COMMENT ON FUNCTION lease_fence.wal_timeline() IS
 'the timeline this server writes WAL on, or NULL where it cannot be read (portable edition)';
 
--- The timeline the current epoch belongs to: one row, NULL where the
--- timeline could not be read when it was recorded.  The row is also the
--- lock of the generations (draw_generation() says how): nobody but the
--- installing role has any privilege on this table, so nobody else can lock
--- the row, and what any role can take on the table (the locks a PREPARE of
--- a SELECT or an INSERT holds without a privilege check) conflicts with
--- neither of the row locks.
+-- The lock of the generations: the one row of this table.  A draw locks
+-- it FOR SHARE around its nextval; whatever moves the generations (a new
+-- epoch, a heal, advance_generation()) locks it FOR UPDATE.  Each takes it
+-- in a subtransaction that it rolls back before it returns
+-- (draw_generation() says how), so the lock lasts as long as the call
+-- that took it, never as long as the caller's transaction: a transaction
+-- that drew, healed or started a new epoch and stays open holds no draw
+-- up.  Nobody but the installing role has any privilege on this table, so
+-- nobody else can lock the row otherwise, and what any role can take on
+-- the table (the locks a PREPARE of a SELECT or an INSERT holds without a
+-- privilege check) conflicts with neither of the row locks.
 CREATE TABLE IF NOT EXISTS lease_fence.generation_timeline (
-	one boolean PRIMARY KEY DEFAULT true CHECK (one),
-	timeline bigint
+	one boolean PRIMARY KEY DEFAULT true CHECK (one)
 );
 REVOKE ALL ON lease_fence.generation_timeline FROM PUBLIC;
-INSERT INTO lease_fence.generation_timeline (timeline)
-	SELECT lease_fence.wal_timeline()
+INSERT INTO lease_fence.generation_timeline (one) VALUES (true)
 	ON CONFLICT (one) DO NOTHING;
+
+-- The timeline the current epoch belongs to: the last value of this
+-- sequence, moved by setval only; none (NULL) where the timeline could not
+-- be read when it was recorded.  A sequence, not a table row, because
+-- setval is not transactional: the first draw on a new timeline records it
+-- under the row lock above and then lets the lock go, and what it recorded
+-- stays recorded when the drawer's transaction rolls back (a row updated
+-- in that transaction would have kept the lock until it ended, and its
+-- rollback would have made the next draw start the new epoch once more).
+-- Nobody but the installing role may read or move it.
+CREATE SEQUENCE IF NOT EXISTS lease_fence.timeline_seq AS bigint MINVALUE 1 NO CYCLE;
+REVOKE ALL ON SEQUENCE lease_fence.timeline_seq FROM PUBLIC;
+
+-- Record the timeline: on a new install, the one it starts on; over an
+-- install of an earlier version, the one it recorded in the column
+-- generation_timeline.timeline, which is then dropped.  Either only while
+-- none is recorded: what the first draw would record all the same (a
+-- value only ever recorded after the sequence was moved to its epoch, or
+-- with no timeline check before it).  The column is dropped only if no
+-- other transaction holds a lock on the table now: an installer waiting
+-- for that lock would make every draw queue behind it; then a WARNING,
+-- and the next run drops it (nothing reads it any more).
+DO $upgrade$
+DECLARE
+	tls CONSTANT pg_catalog.regclass := 'lease_fence.timeline_seq';
+	recorded bigint;
+	has_column boolean := EXISTS (
+		SELECT FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid = 'lease_fence.generation_timeline'::pg_catalog.regclass
+		  AND a.attname = 'timeline' AND NOT a.attisdropped);
+BEGIN
+	IF pg_catalog.pg_sequence_last_value(tls) IS NULL THEN
+		IF has_column THEN
+			EXECUTE 'SELECT t.timeline FROM lease_fence.generation_timeline t' INTO recorded;
+		ELSE
+			recorded := lease_fence.wal_timeline();
+		END IF;
+		IF recorded IS NOT NULL THEN
+			PERFORM pg_catalog.setval(tls, recorded);
+		END IF;
+	END IF;
+	IF has_column THEN
+		BEGIN
+			LOCK TABLE lease_fence.generation_timeline IN ACCESS EXCLUSIVE MODE NOWAIT;
+			ALTER TABLE lease_fence.generation_timeline DROP COLUMN timeline;
+		EXCEPTION WHEN lock_not_available THEN
+			RAISE WARNING 'column timeline of lease_fence.generation_timeline is no longer used, and was not dropped: another transaction holds a lock on the table'
+				USING HINT = 'Run portable/lease_fence_portable.sql again to drop it.';
+		END;
+	END IF;
+END;
+$upgrade$;
 
 -- The heal budget spent: how far heals (next_generation(above)) have moved
 -- the generations since the install or the owner's last
@@ -141,11 +196,13 @@ REVOKE ALL ON SEQUENCE lease_fence.heal_budget_seq FROM PUBLIC;
 
 -- Move the sequence so that every later generation is greater than past
 -- (never backwards), after starting a new epoch if the timeline changed.
--- It locks the row of generation_timeline FOR UPDATE, until the
--- transaction ends: every draw holds it FOR SHARE around its nextval, so
--- no draw runs between the read of the highest issued here and the setval
--- (which is not transactional): a setval never lands below a value just
--- drawn, and never moves the sequence backwards.
+-- It locks the row of generation_timeline FOR UPDATE: every draw holds it
+-- FOR SHARE around its nextval, so no draw runs between the read of the
+-- highest issued here and the setval (which is not transactional): a
+-- setval never lands below a value just drawn, and never moves the
+-- sequence backwards.  Its callers run it in a subtransaction that they
+-- roll back before they return: it writes only sequences (setval is not
+-- transactional), so the rollback undoes nothing but the lock.
 --
 -- checked (a heal: next_generation(above)): past must be a value this
 -- database could have issued: in the current epoch, and within the heal
@@ -168,6 +225,7 @@ DECLARE
 	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
 	heal_budget CONSTANT bigint := 1::bigint << 24;
 	epoch_max CONSTANT bigint := (1::bigint << 23) - 1;
+	timeline_seq CONSTANT pg_catalog.regclass := 'lease_fence.timeline_seq';
 	tl bigint := lease_fence.wal_timeline();
 	known bigint;
 	last bigint;
@@ -175,13 +233,15 @@ DECLARE
 	target bigint;
 	spent bigint;
 BEGIN
-	-- no draw, heal or advance runs until this transaction ends
-	SELECT t.timeline INTO known FROM lease_fence.generation_timeline t FOR UPDATE;
+	-- no draw, heal or advance runs until the caller's subtransaction ends
+	PERFORM FROM lease_fence.generation_timeline t FOR UPDATE;
 	IF NOT FOUND THEN
 		RAISE EXCEPTION 'table lease_fence.generation_timeline has lost its row'
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 			      HINT = 'Run portable/lease_fence_portable.sql again: it puts the row back.';
 	END IF;
+	-- (read under the lock: a call that waited for it sees the moves made meanwhile)
+	known := pg_catalog.pg_sequence_last_value(timeline_seq);
 	last := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
 	epoch := last >> 40;
 	-- every check first, then the moves: setval is not transactional, so a
@@ -208,12 +268,14 @@ BEGIN
 		END IF;
 	END IF;
 
+	-- the epoch first: when the WAL of the timeline's record is on disk, so
+	-- is the move it stands for
 	IF target IS NOT NULL THEN
 		PERFORM pg_catalog.setval(seq, target << 40);
 		RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, target - tl, target;
 	END IF;
 	IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
-		UPDATE lease_fence.generation_timeline t SET timeline = tl;
+		PERFORM pg_catalog.setval(timeline_seq, tl);
 	END IF;
 	IF past IS NULL THEN
 		RETURN;
@@ -238,12 +300,17 @@ REVOKE EXECUTE ON FUNCTION lease_fence.move_generations(bigint, boolean) FROM PU
 -- heal of a stale answer: Redis holds a generation this database may have
 -- issued before a restore, or that a stalled acquirer drew and lost).
 --
--- A draw locks the row of generation_timeline FOR SHARE while it runs
--- (draws do not wait for each other); whatever moves the sequence (a new
--- epoch, a heal, advance_generation()) locks it FOR UPDATE in
--- move_generations(), until its transaction ends.  Row locks, not advisory
--- locks: any role may take any advisory lock, and one that held the
--- draws' key froze every draw; only the installing role may lock this row.
+-- A draw locks the row of generation_timeline FOR SHARE (draws do not
+-- wait for each other); whatever moves the sequence (a new epoch, a heal,
+-- advance_generation()) locks it FOR UPDATE in move_generations().  Either
+-- way only while the call runs: the lock is taken in a subtransaction that
+-- is rolled back once the value is drawn.  What the call did stays done
+-- (nextval and setval are not transactional, and the timeline is recorded
+-- in a sequence), and nothing is left locked, so a caller's transaction
+-- that stays open -- any role's, also the first draw on a new timeline --
+-- holds up no draw, heal or advance.  Row locks, not advisory locks: any
+-- role may take any advisory lock, and one that held the draws' key froze
+-- every draw; only the installing role may lock this row.
 --
 -- The value leaves only through a transaction with an xid, so that its
 -- COMMIT flushes the WAL that covers it (a plain nextval in a transaction
@@ -256,6 +323,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
 	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
+	timeline_seq CONSTANT pg_catalog.regclass := 'lease_fence.timeline_seq';
 	counter_mask CONSTANT bigint := (1::bigint << 40) - 1;
 	counter_limit CONSTANT bigint := (1::bigint << 40) - (1::bigint << 24);
 	tl bigint;
@@ -274,31 +342,30 @@ BEGIN
 	tl := lease_fence.wal_timeline();
 	-- read without a lock, to choose the lock: the recorded timeline and
 	-- the sequence only grow, so what needs no move now needs none later
-	SELECT t.timeline INTO known FROM lease_fence.generation_timeline t;
-	IF (tl IS NULL OR tl <= known)
-	   AND (above IS NULL OR above < COALESCE(pg_catalog.pg_sequence_last_value(seq), 0)) THEN
-		-- a draw: the row lock only while nextval runs, in a subtransaction
-		-- that is then rolled back (the value stays drawn: nextval is not
-		-- transactional), so that a transaction that drew and stays open
-		-- holds up no heal
-		BEGIN
+	known := pg_catalog.pg_sequence_last_value(timeline_seq);
+	-- the row lock only while this call runs: a subtransaction, rolled back
+	-- once the value is drawn (the value stays drawn, and a move stays
+	-- made: nextval and setval are not transactional)
+	BEGIN
+		IF (tl IS NULL OR tl <= known)
+		   AND (above IS NULL OR above < COALESCE(pg_catalog.pg_sequence_last_value(seq), 0)) THEN
+			-- a draw
 			PERFORM FROM lease_fence.generation_timeline t FOR SHARE;
 			IF NOT FOUND THEN
 				RAISE EXCEPTION 'table lease_fence.generation_timeline has lost its row'
 					USING ERRCODE = 'object_not_in_prerequisite_state',
 					      HINT = 'Run portable/lease_fence_portable.sql again: it puts the row back.';
 			END IF;
-			g := pg_catalog.nextval(seq);
-			-- (a code of this function's own: it never leaves it)
-			RAISE EXCEPTION 'drawn' USING ERRCODE = 'LFDRW';
-		EXCEPTION WHEN SQLSTATE 'LFDRW' THEN
-			NULL;
-		END;
-	ELSE
-		-- a move: the row lock until the transaction ends
-		PERFORM lease_fence.move_generations(above, true);
+		ELSE
+			-- a move: a new epoch, or a heal
+			PERFORM lease_fence.move_generations(above, true);
+		END IF;
 		g := pg_catalog.nextval(seq);
-	END IF;
+		-- (a code of this function's own: it never leaves it)
+		RAISE EXCEPTION 'drawn' USING ERRCODE = 'LFDRW';
+	EXCEPTION WHEN SQLSTATE 'LFDRW' THEN
+		NULL;
+	END;
 	IF (g & counter_mask) >= counter_limit THEN
 		RAISE EXCEPTION 'the generations of epoch % are exhausted', g >> 40
 			USING ERRCODE = 'program_limit_exceeded',
@@ -395,10 +462,16 @@ BEGIN
 	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
 		RAISE EXCEPTION 'cannot advance the generations in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
 	END IF;
-	PERFORM lease_fence.move_generations(past, false);
+	-- the generations' lock only while this call runs (see draw_generation)
+	BEGIN
+		PERFORM lease_fence.move_generations(past, false);
+		hi := lease_fence.highest_issued();
+		RAISE EXCEPTION 'moved' USING ERRCODE = 'LFDRW';
+	EXCEPTION WHEN SQLSTATE 'LFDRW' THEN
+		NULL;
+	END;
 	-- the value leaves through a transaction with an xid (see draw_generation)
 	PERFORM pg_catalog.pg_current_xact_id();
-	hi := lease_fence.highest_issued();
 	RAISE LOG 'lease_fence: generations advanced: the highest issued generation is now %', hi;
 	RETURN hi;
 END;

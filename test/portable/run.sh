@@ -175,20 +175,95 @@ check_timeline() {
 	# epoch (setval is not transactional: checked before anything moves)
 	out=$(sq -c "SELECT lease_fence.next_generation(9223372036854775807)" 2>&1)
 	case $out in *"was not issued by this database"*) ;; *) echo "refused heal: $out"; return 1 ;; esac
+	# the first draw on the new timeline, by a role granted nothing, in a
+	# transaction it keeps open and then rolls back: another role's draw
+	# does not wait for it, and the epoch stays 2 -- the first four
+	# generations of epoch 2 (test/portable/specs/portable_epoch_draw.spec;
+	# a test point of its own)
+	if lf_as_user "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
+		--use-existing --dbname=lf_portable --user=lf_owner \
+		--host="$PGHOST" --port="$port" --bindir="$PG_BIN" \
+		--inputdir="$ISO" --outputdir="$LF_WORK/out/iso_portable_epoch_draw" portable_epoch_draw \
+		>"$LF_WORK/out/iso_portable_epoch_draw.log" 2>&1; then
+		passed=$((passed + 1)); echo "ok     isolation/portable_epoch_draw (on the promoted standby)"
+	else
+		failed=$((failed + 1)); failures+=("isolation/portable_epoch_draw"); echo "FAILED isolation/portable_epoch_draw (on the promoted standby)"
+		[ -f "$LF_WORK/out/iso_portable_epoch_draw/regression.diffs" ] &&
+			head -n "${LF_DIFF_LINES:-60}" "$LF_WORK/out/iso_portable_epoch_draw/regression.diffs"
+		[ -f "$LF_WORK/out/iso_portable_epoch_draw/regression.diffs" ] || tail -n 20 "$LF_WORK/out/iso_portable_epoch_draw.log"
+	fi
 	g1=$(sq -c "SELECT lease_fence.next_generation()") || return 1
 	g2=$(sq -c "SELECT lease_fence.next_generation()") || return 1
-	tl=$(sq -c "SELECT timeline FROM lease_fence.generation_timeline") || return 1
-	stop_standby
+	tl=$(sq -c "SELECT last_value FROM lease_fence.timeline_seq") || return 1
 	echo "old primary's highest $hi; promoted standby (timeline $tl) draws $g1, $g2"
-	# epoch 0 + timeline 2 = epoch 2: the first value is 2^41 + 1
-	[ "$tl" = 2 ] && [ "$g1" = $(((1 << 41) + 1)) ] && [ "$g2" = $((g1 + 1)) ] && [ "$g1" -gt "$hi" ]
+	# epoch 0 + timeline 2 = epoch 2, whose first value is 2^41 + 1: the
+	# spec drew the first four
+	[ "$tl" = 2 ] && [ "$g1" = $(((1 << 41) + 5)) ] && [ "$g2" = $((g1 + 1)) ] && [ "$g1" -gt "$hi" ]
+}
+
+# An install of an earlier version is upgraded in place by running the
+# file again, on the standby promoted above: that install recorded the
+# timeline of its epoch (1) in a column generation_timeline.timeline (its
+# shape made by hand in database lf_upgrade on the primary, before the base
+# backup, with 41 generations drawn).  The value moves to timeline_seq, so
+# the first draw after the upgrade starts the epoch of timeline 2 (a value
+# read at the upgrade instead, 2, would start none); the column is
+# dropped, but not while another transaction holds a lock on the table (an
+# installer waiting for it would make every draw queue behind it): then a
+# WARNING, and the next run drops it.
+make_old_install() {
+	lf_as_user "${PSQL[@]}" -d postgres -c "CREATE DATABASE lf_upgrade OWNER lf_owner" &&
+	lf_as_user "${PSQL[@]}" -U lf_owner -d lf_upgrade \
+		-c "CREATE SCHEMA lease_fence" \
+		-c "CREATE SEQUENCE lease_fence.generation_seq AS bigint MINVALUE 1 NO CYCLE" \
+		-c "SELECT pg_catalog.setval('lease_fence.generation_seq', 41)" \
+		-c "CREATE TABLE lease_fence.generation_timeline (one boolean PRIMARY KEY DEFAULT true CHECK (one), timeline bigint)" \
+		-c "INSERT INTO lease_fence.generation_timeline VALUES (true, 1)" >/dev/null
+}
+check_upgrade() {
+	local port=5434 out col g1 g2 tl
+	uq() { lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$port" -U lf_owner -d lf_upgrade "$@"; }
+	has_column() {
+		uq -c "SELECT count(*) FROM pg_catalog.pg_attribute
+		       WHERE attrelid = 'lease_fence.generation_timeline'::regclass AND attname = 'timeline' AND NOT attisdropped"
+	}
+	# another transaction holds a lock on the table while the file runs:
+	# the read returns once the lock is granted
+	coproc HOLDER { lf_as_user "$PG_BIN/psql" -X -q -At -h "$PGHOST" -p "$port" -U lf_owner -d lf_upgrade; }
+	echo "BEGIN; LOCK TABLE lease_fence.generation_timeline IN ACCESS SHARE MODE; SELECT 'locked';" >&"${HOLDER[1]}"
+	read -r out <&"${HOLDER[0]}"
+	[ "$out" = locked ] || { echo "the lock holder said: $out"; return 1; }
+	out=$(uq -f "$LF_SRC/portable/lease_fence_portable.sql" 2>&1) || { echo "$out"; return 1; }
+	case $out in *"WARNING:  column timeline of lease_fence.generation_timeline is no longer used, and was not dropped"*) ;;
+		*) echo "the upgrade beside a lock holder said: $out"; return 1 ;; esac
+	col=$(has_column) || return 1
+	[ "$col" = 1 ] || { echo "the column went while another transaction held a lock on the table"; return 1; }
+	echo "COMMIT;" >&"${HOLDER[1]}"
+	eval "exec ${HOLDER[1]}>&-"
+	wait "$HOLDER_PID"
+	out=$(uq -f "$LF_SRC/portable/lease_fence_portable.sql" 2>&1) || { echo "$out"; return 1; }
+	[ -z "$out" ] || { echo "the second run said: $out"; return 1; }
+	col=$(has_column) || return 1
+	g1=$(uq -c "SELECT lease_fence.next_generation()") || return 1
+	g2=$(uq -c "SELECT lease_fence.next_generation()") || return 1
+	tl=$(uq -c "SELECT last_value FROM lease_fence.timeline_seq") || return 1
+	echo "upgraded on timeline 2: columns timeline left $col, draws $g1, $g2, timeline recorded $tl"
+	[ "$col" = 0 ] && [ "$g1" = $(((1 << 41) + 1)) ] && [ "$g2" = $((g1 + 1)) ] && [ "$tl" = 2 ]
 }
 if [ "${LF_PORTABLE_TIMELINE:-1}" = 1 ]; then
+	make_old_install || exit 1
 	if check_timeline; then
 		passed=$((passed + 1)); echo "ok     a promoted standby starts a new epoch"
 	else
 		failed=$((failed + 1)); failures+=("timeline"); echo "FAILED a promoted standby starts a new epoch"
 	fi
+	# (on the promoted standby: check_timeline failed before the promotion when it is not there)
+	if [ -f "$LF_WORK/standby/postmaster.pid" ] && check_upgrade; then
+		passed=$((passed + 1)); echo "ok     an earlier install is upgraded in place"
+	else
+		failed=$((failed + 1)); failures+=("upgrade"); echo "FAILED an earlier install is upgraded in place"
+	fi
+	stop_standby
 fi
 
 # LF_PORTABLE_UPDATE_ALT=1: after a change to the trigger moved the line

@@ -17,8 +17,8 @@ SELECT lease_fence.next_generation() > :g1 AS grows;
 SELECT lease_fence.highest_issued() = :g1 + 1 AS highest_is_last;
 
 -- the timeline of the current epoch is recorded (this server can read it)
-SELECT timeline IS NOT NULL AND timeline = lease_fence.wal_timeline() AS timeline_recorded
-FROM lease_fence.generation_timeline;
+SELECT COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.timeline_seq') = lease_fence.wal_timeline(), false)
+       AS timeline_recorded;
 
 -- Every heal spends from one budget: the heals together move the
 -- generations at most 2^24 past the highest issued, until the owner's
@@ -141,7 +141,8 @@ SELECT lease_fence.next_generation(1);
 SELECT lease_fence.draw_generation(NULL);
 SELECT pg_catalog.setval('lease_fence.generation_seq', 1);
 SELECT pg_catalog.nextval('lease_fence.generation_seq');
-UPDATE lease_fence.generation_timeline SET timeline = 0;
+SELECT FROM lease_fence.generation_timeline FOR UPDATE;
+SELECT pg_catalog.setval('lease_fence.timeline_seq', 1);
 SELECT last_value FROM lease_fence.heal_budget_seq;
 SELECT pg_catalog.setval('lease_fence.heal_budget_seq', 0);
 RESET ROLE;
