@@ -465,8 +465,10 @@ export class RedisLeases {
       }
       if (r.outcome === 'corrupt') {
         throw new LeaseDataCorrupted(`lease_fence: data corrupted: the generation key of resource ` +
-          `${JSON.stringify(resource)} (${this.generationKey(resource)}) does not hold a generation ` +
-          `(${JSON.stringify(r.value)}): something other than lease_fence wrote that key; delete it`);
+          `${JSON.stringify(resource)} (${this.generationKey(resource)}) ` +
+          (r.value !== undefined ? `does not hold a generation (${JSON.stringify(r.value)})`
+            : `holds more than 256 bytes (${r.reason})`) +
+          `: something other than lease_fence wrote that key; delete it`);
       }
       // unknown, or an answer that is no answer to this request (another
       // generation than the one sent): it may be held; release it, conditionally

@@ -28,7 +28,7 @@ export type Answer =
   | { outcome: 'acquired'; generation: bigint }
   | { outcome: 'busy'; pttlMs: number | null }
   | { outcome: 'stale'; stored: bigint }
-  | { outcome: 'corrupt'; value: string }
+  | { outcome: 'corrupt'; value?: string; reason?: string }
   | { outcome: 'renewed' }
   | { outcome: 'lost' }
   | { outcome: 'released' }
@@ -148,6 +148,9 @@ export function decodeError(message: string): Answer {
   const reason = `Redis answered: ${message}`;
   if (code === 'NOSCRIPT') return { outcome: 'noscript', reason };
   if (NOT_APPLIED_CODES.includes(code)) return { outcome: 'unavailable', reason };
+  // a script refused to return a stored value longer than lease_fence ever
+  // writes: nothing was written, a person must look at the key
+  if (code === 'LFOVERSIZED') return { outcome: 'corrupt', reason };
   return { outcome: 'unknown', reason };
 }
 

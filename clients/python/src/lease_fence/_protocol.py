@@ -151,6 +151,10 @@ def decode_error(text: str) -> Answer:
         return Answer("noscript", reason=f"Redis answered: {text}")
     if code in UNAVAILABLE_CODES:
         return Answer("unavailable", reason=f"Redis answered: {text}")
+    if code == "LFOVERSIZED":
+        # a script refused to return a stored value longer than lease_fence
+        # ever writes: nothing was written, a person must look at the key
+        return Answer("corrupt", reason=f"Redis answered: {text}")
     return Answer("unknown", reason=f"Redis answered: {text}")
 
 
