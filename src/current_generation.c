@@ -34,8 +34,10 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "compat.h"
+#include "executor/executor.h"
 #include "fence.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -223,6 +225,37 @@ lf_set_lease_generation(bool is_set, int64 g)
 }
 
 /*
+ * A parallel query's workers receive the leader's settings as their values,
+ * not as SHOW says them, so a transaction-scoped lease's generation, which
+ * only the show hook reports, would not reach them:
+ * current_setting('lease_fence.generation') and current_generation() would
+ * say the setting's own value there.  Before a query that may run in
+ * parallel, the lease's generation is made the setting's value, for the
+ * transaction (a SET LOCAL, which ends when the lease's generation does);
+ * only then, since a SET per acquire is what the show hook saves.
+ */
+static ExecutorStart_hook_type prev_executor_start = NULL;
+
+static void
+generation_executor_start(QueryDesc *queryDesc, int eflags)
+{
+	if (lease_generation_is_set && queryDesc->plannedstmt->parallelModeNeeded &&
+		!IsInParallelMode() && !IsParallelWorker() &&
+		(!guc_generation_is_set || guc_generation != lease_generation))
+	{
+		char		buf[32];
+
+		snprintf(buf, sizeof(buf), INT64_FORMAT, lease_generation);
+		(void) set_config_option(LF_GENERATION_GUC, buf, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	}
+	if (prev_executor_start)
+		prev_executor_start(queryDesc, eflags);
+	else
+		standard_ExecutorStart(queryDesc, eflags);
+}
+
+/*
  * Called from _PG_init: define lease_fence.generation.  USERSET: it is the
  * session's claim of which lease it writes under, not a privilege; the fence
  * makes a false claim harmless for everyone holding a higher generation.
@@ -242,6 +275,8 @@ lf_current_generation_init(void)
 							   assign_generation,
 							   show_generation);
 	defining_gucs = false;
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = generation_executor_start;
 }
 
 /*

@@ -5,7 +5,7 @@
 # current_setting() and pg_settings say it, as current_generation() does.
 # While it is held, the current generation cannot be set to anything else
 # (LF003), and when the transaction ends the lease is released and the
-# generation gone.
+# generation gone.  A parallel query's workers see it too.
 
 use strict;
 use warnings;
@@ -131,6 +131,38 @@ SELECT :g2 > :g1 AND lease_fence.current_generation() = :g2 AS newest_current;
 COMMIT;
 });
 is($out, 't', 'with two transaction-scoped leases the newest generation is current');
+
+# A parallel query's workers see the lease's generation too: they get the
+# leader's settings as values, not as SHOW says them
+{
+	my $force = $node->safe_psql('postgres',
+		"SELECT CASE WHEN current_setting('server_version_num')::int >= 160000 "
+		  . "THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END");
+	$node->safe_psql('postgres', 'CREATE TABLE par AS SELECT i FROM generate_series(1, 1000) i; ANALYZE par');
+	my $setup = qq{
+SET max_parallel_workers_per_gather = 2;
+SET parallel_setup_cost = 0;
+SET parallel_tuple_cost = 0;
+SET min_parallel_table_scan_size = 0;
+SET $force = on;
+BEGIN;
+SELECT generation FROM lease_fence.acquire('par', 5000, 0, 'transaction') \\gset
+};
+	($out, $err) = run_in_txn($setup . q{
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+  SELECT count(*) FROM par WHERE current_setting('lease_fence.generation') = :'generation';
+COMMIT;
+});
+	like($out, qr/Workers Launched: [1-9]/, 'parallel: the query ran in parallel workers');
+	($out, $err) = run_in_txn($setup . q{
+SELECT count(*) AS seen_by_every_row FROM par
+  WHERE current_setting('lease_fence.generation') = :'generation';
+SELECT count(*) AS current_in_every_row FROM par WHERE lease_fence.current_generation() = :generation;
+COMMIT;
+});
+	is($out, "1000\n1000",
+		"parallel: current_setting('lease_fence.generation') says the lease's generation in the workers, and current_generation() agrees");
+}
 
 $node->stop;
 done_testing();
