@@ -63,6 +63,7 @@ typedef struct LeaseEntry
 	 * NULL.  Whatever the lease's state becomes.
 	 */
 	const char *doomed_why;
+	bool		cleanup_counted;	/* a cleanup of it was counted (stats) */
 	Oid			role;			/* the role that acquired it */
 	int			table_slot;		/* its slot in the lease table, else -1 */
 } LeaseEntry;

@@ -307,13 +307,16 @@ static int64 exit_cleanup_deadline(void);
  * done by deadline (lf_now_ms()), connect included.  fresh: on a new
  * connection.  True when Redis confirmed that the key no longer holds the
  * identity.  A release whose deadline has passed is not tried at all
- * (*skipped, counted as cleanup / skipped); the caller says so once for
+ * (*skipped, counted as cleanup / skipped unless a cleanup of the lease
+ * was counted before: a lease left untried at ROLLBACK and again at exit
+ * is one lease not released, counted once); the caller says so once for
  * the batch.
  */
 static bool
-cleanup_release(const char *resource, const char *identity, bool fresh, bool defer,
-				int64 deadline, bool *skipped)
+cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *skipped)
 {
+	const char *resource = e->resource;
+	const char *identity = e->identity;
 	char	   *key;
 	const char *keys[1];
 	const char *args[2];
@@ -333,9 +336,14 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 	*skipped = left <= 0;
 	if (*skipped)
 	{
-		lf_count(LF_C_CLEANUP_SKIPPED);
+		if (e->cleanup_counted)
+			*skipped = false;	/* counted, and said, before */
+		else
+			lf_count(LF_C_CLEANUP_SKIPPED);
+		e->cleanup_counted = true;
 		return false;
 	}
+	e->cleanup_counted = true;
 	key = lf_lease_key(resource);
 	keys[0] = key;
 	args[0] = identity;
@@ -367,7 +375,8 @@ cleanup_release(const char *resource, const char *identity, bool fresh, bool def
 
 /*
  * Settle an entry by deadline: stop its keep-alive, release it, bounded.
- * Returns 1 when the deadline had passed before it could be tried, else 0.
+ * Returns 1 when the deadline had passed before it could be tried (and no
+ * cleanup of it was counted before), else 0.
  */
 static int	settle_deferring(LeaseEntry *e, bool fresh, bool defer, int64 deadline);
 
@@ -387,7 +396,7 @@ settle_deferring(LeaseEntry *e, bool fresh, bool defer, int64 deadline)
 	bool		skipped;
 
 	lf_keepalive_stop(e);
-	lf_set_lease_state(e, cleanup_release(e->resource, e->identity, fresh, defer, deadline, &skipped) ?
+	lf_set_lease_state(e, cleanup_release(e, fresh, defer, deadline, &skipped) ?
 					   STATE_RELEASED : STATE_UNCONFIRMED);
 	return skipped ? 1 : 0;
 }
