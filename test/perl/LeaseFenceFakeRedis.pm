@@ -35,6 +35,7 @@ use warnings;
 
 use Carp;
 use IO::Socket::INET;
+use LeaseFenceLoopback;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -49,18 +50,8 @@ sub new
 {
 	my ($class, %opts) = @_;
 	my $self = bless {}, $class;
-	my $listener;
-	for (1 .. 20)
-	{
-		my $port = PostgreSQL::Test::Cluster::get_free_port();
-		$listener = IO::Socket::INET->new(
-			LocalAddr => '127.0.0.1',
-			LocalPort => $port,
-			Proto => 'tcp',
-			Listen => 16,
-			ReuseAddr => 1) and do { $self->{port} = $port; last };
-	}
-	croak "fake redis: no free port: $!" unless $listener;
+	my ($listener, $port) = loopback_listener('fake redis');
+	$self->{port} = $port;
 	$self->{modefile} = "$opts{dir}/fake-$self->{port}.mode";
 	$self->{logfile} = "$opts{dir}/fake-$self->{port}.log";
 	$self->mode('huge_array');
@@ -89,10 +80,7 @@ sub mode
 	my ($self, $mode) = @_;
 	croak "fake redis: bad mode $mode"
 	  unless $mode =~ /^(huge_array|huge_bulk|wide|drip|ping_huge)$/;
-	open(my $fh, '>', "$self->{modefile}.tmp") or croak "fake redis: $!";
-	print $fh "$mode\n";
-	close $fh;
-	rename("$self->{modefile}.tmp", $self->{modefile}) or croak "fake redis: rename: $!";
+	write_mode($self->{modefile}, $mode);
 	return;
 }
 
@@ -145,15 +133,7 @@ sub _listen
 	return;
 }
 
-sub _mode
-{
-	my ($self) = @_;
-	open(my $fh, '<', $self->{modefile}) or return 'huge_array';
-	my $m = <$fh>;
-	close $fh;
-	chomp $m;
-	return $m;
-}
+sub _mode { return read_mode($_[0]->{modefile}, 'huge_array'); }
 
 sub _log
 {

@@ -32,6 +32,7 @@ use warnings;
 use Carp;
 use IO::Select;
 use IO::Socket::INET;
+use LeaseFenceLoopback;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -48,18 +49,8 @@ sub new
 {
 	my ($class, %opts) = @_;
 	my $self = bless { upstream_port => $opts{upstream_port}, generation => 0 }, $class;
-	my $listener;
-	for (1 .. 20)
-	{
-		my $port = PostgreSQL::Test::Cluster::get_free_port();
-		$listener = IO::Socket::INET->new(
-			LocalAddr => '127.0.0.1',
-			LocalPort => $port,
-			Proto => 'tcp',
-			Listen => 16,
-			ReuseAddr => 1) and do { $self->{port} = $port; last };
-	}
-	croak "inject proxy: no free port: $!" unless $listener;
+	my ($listener, $port) = loopback_listener('inject proxy');
+	$self->{port} = $port;
 	$self->{modefile} = "$opts{dir}/inject-$self->{port}.mode";
 	$self->{logfile} = "$opts{dir}/inject-$self->{port}.log";
 	$self->mode('off');
@@ -87,10 +78,7 @@ sub mode
 	my ($self, $mode) = @_;
 	croak "inject proxy: bad mode $mode" unless $mode =~ /^(off|inject|inject-late|swallow)$/;
 	$self->{generation}++;
-	open(my $fh, '>', "$self->{modefile}.tmp") or croak "inject proxy: $!";
-	print $fh "$mode $self->{generation}\n";
-	close $fh;
-	rename("$self->{modefile}.tmp", $self->{modefile}) or croak "inject proxy: rename: $!";
+	write_mode($self->{modefile}, "$mode $self->{generation}");
 	return;
 }
 
@@ -195,10 +183,7 @@ sub _serve
 				# a request; the release after COMMIT goes as EVAL
 				if ($buf =~ /\A\*\d+\r\n\$4\r\nEVAL\r\n/)
 				{
-					open(my $fh, '<', $self->{modefile}) or die "mode: $!";
-					my $setting = <$fh> // 'off';
-					close $fh;
-					chomp $setting;
+					my $setting = read_mode($self->{modefile}, 'off');
 					my ($mode) = split ' ', $setting;
 					if ($mode ne 'off' && $setting ne $used)
 					{

@@ -329,6 +329,7 @@ use warnings;
 use Carp;
 use IO::Select;
 use IO::Socket::INET;
+use LeaseFenceLoopback;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use Test::More ();
@@ -350,23 +351,8 @@ sub new
 	}, $class;
 
 	# bind in the parent, so the port is ours before anything connects
-	my $listener;
-	for (1 .. 20)
-	{
-		my $port = PostgreSQL::Test::Cluster::get_free_port();
-		$listener = IO::Socket::INET->new(
-			LocalAddr => '127.0.0.1',
-			LocalPort => $port,
-			Proto => 'tcp',
-			Listen => 16,
-			ReuseAddr => 1);
-		if ($listener)
-		{
-			$self->{port} = $port;
-			last;
-		}
-	}
-	croak "proxy: no free port: $!" unless $listener;
+	my ($listener, $port) = loopback_listener('proxy');
+	$self->{port} = $port;
 
 	$self->{flagfile} = "$opts{dir}/proxy-$self->{port}.mode";
 	$self->{logfile} = "$opts{dir}/proxy-$self->{port}.log";
@@ -407,13 +393,9 @@ sub hold
 {
 	my ($self, $mode) = @_;
 	croak "proxy: bad mode $mode" unless $mode =~ /^(off|all|first)$/;
-	my $tmp = "$self->{flagfile}.tmp";
 	# a counter, so that setting 'first' again re-arms it
 	$self->{settings}++;
-	open(my $fh, '>', $tmp) or croak "proxy: $tmp: $!";
-	print $fh "$mode $self->{settings}\n";
-	close $fh;
-	rename($tmp, $self->{flagfile}) or croak "proxy: rename: $!";
+	write_mode($self->{flagfile}, "$mode $self->{settings}");
 	return;
 }
 
@@ -458,15 +440,7 @@ END
 	}
 }
 
-sub _read_mode
-{
-	my ($self) = @_;
-	open(my $fh, '<', $self->{flagfile}) or return 'off';
-	my $setting = <$fh> // 'off';
-	close $fh;
-	chomp $setting;
-	return $setting;
-}
+sub _read_mode { return read_mode($_[0]->{flagfile}, 'off'); }
 
 # The forked proxy's loop.  Never returns normally; the parent kills it.
 sub _serve

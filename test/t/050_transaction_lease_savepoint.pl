@@ -144,6 +144,7 @@ SET max_parallel_workers_per_gather = 2;
 SET parallel_setup_cost = 0;
 SET parallel_tuple_cost = 0;
 SET min_parallel_table_scan_size = 0;
+SET parallel_leader_participation = off;
 SET $force = on;
 BEGIN;
 SELECT generation FROM lease_fence.acquire('par', 5000, 0, 'transaction') \\gset
@@ -153,7 +154,8 @@ EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF)
   SELECT count(*) FROM par WHERE current_setting('lease_fence.generation') = :'generation';
 COMMIT;
 });
-	like($out, qr/Workers Launched: [1-9]/, 'parallel: the query ran in parallel workers');
+	like($out, qr/Workers Launched: [1-9]/,
+		'parallel: the query ran in parallel workers (the leader scans no rows: parallel_leader_participation off)');
 	($out, $err) = run_in_txn($setup . q{
 SELECT count(*) AS seen_by_every_row FROM par
   WHERE current_setting('lease_fence.generation') = :'generation';
