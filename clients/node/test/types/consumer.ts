@@ -143,7 +143,8 @@ import type { CleanupStatus, RedisLeasesOptions } from 'lease-fence';
 
 export async function clientSide(pool: pg.Pool): Promise<void> {
   const options: RedisLeasesOptions = { keyPrefix: 'lease_fence:', timeoutMs: 500, cleanupTimeoutMs: 500 };
-  const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false }), options);
+  const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false }), options);
   const raw: Lease = await leases.acquireOutcome(pool, 'x', { ttlMs: 1000, minValidityMs: 10 });
   const cleanup: CleanupStatus | undefined = raw.cleanup;
   const free: AcquiredLease | null = await leases.tryAcquire(pool, 'x', { ttlMs: 1000 });
