@@ -6,6 +6,7 @@ import {
   acquire, tryAcquire, acquireOutcome, fenced, transactionLease, job, keptAliveLease, renew, release,
   releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
+  TransactionRolledBack,
 } from 'lease-fence';
 import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions } from 'lease-fence';
 
@@ -126,6 +127,9 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     } else if (err instanceof LeaseBusy || err instanceof LeaseError) {
       const s: string = err.status;
       void s;
+    } else if (err instanceof TransactionRolledBack) {
+      const cause: unknown = err.cause;      // what failed the transaction, when seen
+      void cause;
     }
   }
   const sq: string = StaleGeneration.sqlstate;
