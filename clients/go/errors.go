@@ -22,6 +22,14 @@ var (
 	ErrUnissuedGeneration = errors.New("lease_fence: unissued generation (LF004)")
 	// ErrLeaseLostAtCommit: SQLSTATE LF010, the transaction's lease was lost.
 	ErrLeaseLostAtCommit = errors.New("lease_fence: lease lost at commit (LF010)")
+	// ErrTransactionRolledBack: PostgreSQL answered COMMIT with ROLLBACK. A
+	// statement of the transaction failed and the work went on without
+	// returning its error (it caught a refused write, say): nothing of the
+	// transaction was committed, and a transaction-scoped lease was released
+	// with it. Fenced, Job and TransactionLease return it (wrapped: match it
+	// with errors.Is) instead of nil; never treat the work as done. The error
+	// the work swallowed is not known to the library: it is the work's.
+	ErrTransactionRolledBack = errors.New("lease_fence: the transaction was rolled back at COMMIT")
 
 	// ErrLeaseDenied: a definite no (busy, unavailable, lost, stale,
 	// insufficient_validity, unreplicated). Every *LeaseError is one.

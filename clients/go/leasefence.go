@@ -13,7 +13,6 @@ package leasefence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -439,7 +438,8 @@ type LeaseWork func(ctx context.Context, lease *Lease, conn *pgx.Conn) error
 
 // inTransaction: first (BEGIN and what goes with it, one round trip, via
 // start), then work, then COMMIT; ROLLBACK on any error; LF errors as
-// *FenceError.
+// *FenceError; a COMMIT answered ROLLBACK (work swallowed a failed
+// statement's error) as ErrTransactionRolledBack.
 func inTransaction(ctx context.Context, db DB, start func(c *pgx.Conn) error, work Work) (err error) {
 	c, done, err := checkout(ctx, db)
 	if err != nil {
@@ -466,7 +466,7 @@ func inTransaction(ctx context.Context, db DB, start func(c *pgx.Conn) error, wo
 		return err
 	}
 	if string(tag) == "ROLLBACK" {
-		return errors.New("lease_fence: the transaction was rolled back at COMMIT: a statement in it failed (its error was not returned by the work)")
+		return fmt.Errorf("%w: a statement in it failed and the work did not return its error; nothing of it was committed", ErrTransactionRolledBack)
 	}
 	return nil
 }
@@ -487,7 +487,9 @@ func rollback(c *pgx.Conn) {
 // resource fails it with ErrStaleGeneration (*FenceError, Resource set)
 // before work runs; a stale row write fails with ErrStaleGeneration naming
 // the row (Schema, Table, Column). Any error rolls back and is returned,
-// LF SQLSTATEs as *FenceError.
+// LF SQLSTATEs as *FenceError. When work swallows a failed statement's error
+// and returns nil, PostgreSQL answers COMMIT with ROLLBACK: the error is
+// ErrTransactionRolledBack, never nil.
 func Fenced(ctx context.Context, db DB, lease *Lease, work Work) error {
 	if lease == nil || !lease.HasGeneration {
 		return invalid("the lease has no generation")
@@ -522,6 +524,8 @@ func FencedGeneration(ctx context.Context, db DB, generation int64, resource str
 // lease (ErrLeaseLostAtCommit, *FenceError LF010, when it is no longer ours)
 // and releases it. A failed acquire returns Acquire's errors before work
 // runs, rolled back (stale is tried once more in the same transaction).
+// Work that swallows a failed statement's error (a refused write) and
+// returns nil gets ErrTransactionRolledBack: nothing was committed.
 func Job(ctx context.Context, db DB, resource string, ttlMs int64, work LeaseWork, opts ...Option) error {
 	return transactionLease(ctx, db, resource, ttlMs, work, opts)
 }

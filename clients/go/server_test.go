@@ -714,7 +714,62 @@ func TestErrorsRollBack(t *testing.T) {
 		_, _ = tx.Exec(ctx, "SELECT 1/0")
 		return nil
 	})
-	if err == nil || !strings.Contains(err.Error(), "rolled back") {
+	if !errors.Is(err, ErrTransactionRolledBack) || !strings.Contains(err.Error(), "rolled back") {
 		t.Fatalf("swallowed error: %v", err)
+	}
+}
+
+// Work that catches a refused write (StaleGeneration: a newer generation
+// wrote the row meanwhile) and returns nil: its transaction is failed, and
+// PostgreSQL answers COMMIT with ROLLBACK. Job and TransactionLease return
+// ErrTransactionRolledBack, never nil; nothing of the transaction is
+// committed; the lease went with it; the connection is idle.
+func TestCaughtRefusedWriteIsTransactionRolledBack(t *testing.T) {
+	needServers(t)
+	ctx := context.Background()
+	for _, verb := range []string{"Job", "TransactionLease"} {
+		c, check := connect(t), connect(t)
+		res := resourceName(t) + verb
+		id, mine := newRow(t, check), newRow(t, check)
+		run := Job
+		if verb == "TransactionLease" {
+			run = TransactionLease
+		}
+		var caught error
+		err := run(ctx, c, res, 60000, func(ctx context.Context, l *Lease, tx *pgx.Conn) error {
+			if err := setOwner(ctx, tx, mine, "job"); err != nil {
+				return err
+			}
+			var newer int64
+			if err := check.QueryRow(ctx, "SELECT lease_fence.next_generation()").Scan(&newer); err != nil {
+				return err
+			}
+			if err := FencedGeneration(ctx, check, newer, "", func(ctx context.Context, o *pgx.Conn) error {
+				return setOwner(ctx, o, id, "newer")
+			}); err != nil {
+				return err
+			}
+			caught = Translate(setOwner(ctx, tx, id, "stale"))
+			return nil // the work goes on as if nothing happened
+		})
+		if !errors.Is(caught, ErrStaleGeneration) {
+			t.Fatalf("%s: the work did not catch a refused write: %v", verb, caught)
+		}
+		if !errors.Is(err, ErrTransactionRolledBack) {
+			t.Fatalf("%s: a COMMIT answered ROLLBACK returned %v", verb, err)
+		}
+		var fe *FenceError
+		if errors.As(err, &fe) {
+			t.Fatalf("%s: not a fence error: %v", verb, err)
+		}
+		if row := readRow(t, check, mine); row != (account{"nobody", 100, 0}) {
+			t.Fatalf("%s: row %+v: the rolled-back transaction's write was committed", verb, row)
+		}
+		if keyExists(t, res) {
+			t.Fatalf("%s: the lease outlived its transaction", verb)
+		}
+		if s := c.PgConn().TxStatus(); s != 'I' {
+			t.Fatalf("%s: connection left in transaction status %q", verb, s)
+		}
 	}
 }

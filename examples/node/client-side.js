@@ -49,6 +49,7 @@ async function main() {
   const pool = new pg.Pool({ max: 4 });       // PG* environment variables
   const redis = new Redis(process.env.REDIS_URL || 'redis://127.0.0.1:6379', {
     enableOfflineQueue: false,                 // not connected: "unavailable", nothing queued
+    autoResendUnfulfilledCommands: false,      // never sent twice (RedisLeases refuses otherwise)
   });
   redis.on('error', (err) => console.error(`redis: ${err.message}`));
   const leases = new lf.RedisLeases(redis, { keyPrefix: 'lease_fence:', timeoutMs: 1000 });

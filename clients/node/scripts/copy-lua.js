@@ -11,7 +11,7 @@ const crypto = require('node:crypto');
 const root = path.join(__dirname, '..');
 const src = path.resolve(root, '..', '..', 'scripts');
 const out = path.join(root, 'dist', 'lua');
-const needed = ['acquire.lua', 'renew.lua', 'release.lua'];
+const needed = ['acquire.lua', 'renew.lua', 'release.lua', 'check.lua'];
 
 let files;
 try {

@@ -43,6 +43,15 @@ import type {
 export interface RedisClientLike {
   /** ioredis' connection state: 'wait', 'connecting', 'connect', 'ready', 'close', 'reconnecting', 'end'. */
   readonly status: string;
+  /**
+   * ioredis' options. RedisLeases takes only a client that never sends a
+   * command again by itself: autoResendUnfulfilledCommands false, and no
+   * reconnectOnError.
+   */
+  readonly options?: {
+    autoResendUnfulfilledCommands?: boolean;
+    reconnectOnError?: unknown;
+  };
   evalsha(...args: any[]): Promise<unknown>;
   eval(...args: any[]): Promise<unknown>;
   connect(...args: any[]): Promise<unknown>;
@@ -87,7 +96,7 @@ export interface ShippedScript {
   sha1: string;
 }
 
-const SCRIPT_NAMES = ['acquire', 'renew', 'release'] as const;
+const SCRIPT_NAMES = ['acquire', 'renew', 'release', 'check'] as const;
 type ScriptName = typeof SCRIPT_NAMES[number] & ProtocolScript;
 interface Script extends ShippedScript { body: Buffer }
 
@@ -243,6 +252,27 @@ export class RedisLeases {
       throw new TypeError('RedisLeases does not support a Sentinel-managed ioredis client ' +
         '(options.sentinels): after a failover it may answer from a demoted master; take leases ' +
         'with the C edition (lease_fence.redis_sentinels), or give a client of one Redis server');
+    }
+    // ioredis sends a command again by itself after a reconnect (an
+    // unanswered one: autoResendUnfulfilledCommands, on by default) and after
+    // an error reply (reconnectOnError answering 2). An acquire that Redis ran
+    // and whose reply was lost would run a second time behind this library's
+    // back, answer busy, and leave the key holding this client's identity for
+    // the TTL while the caller hears "no". Such a client is refused, not
+    // reconfigured: changing a shared client's options would change what
+    // happens to the application's own commands on a reconnect.
+    const clientOptions = (redis as { options?: { autoResendUnfulfilledCommands?: unknown;
+      reconnectOnError?: unknown } }).options;
+    if (clientOptions?.autoResendUnfulfilledCommands !== false) {
+      throw new RangeError('RedisLeases needs an ioredis client that never sends a command twice: ' +
+        'this one sends unanswered commands again after a reconnect (autoResendUnfulfilledCommands ' +
+        'is on, the default), so an acquire Redis ran could run a second time; make the client ' +
+        'with { autoResendUnfulfilledCommands: false }');
+    }
+    if (clientOptions.reconnectOnError !== undefined && clientOptions.reconnectOnError !== null) {
+      throw new RangeError('RedisLeases needs an ioredis client that never sends a command twice: ' +
+        'this one has reconnectOnError, which may send a command again after an error reply; ' +
+        'make the client without it');
     }
     // ioredis' own keyPrefix would prepend itself to the scripts' KEYS: the
     // keys would no longer be the ones the C library names
@@ -421,6 +451,25 @@ export class RedisLeases {
         identity = randomBytes(16).toString('hex');
         r = await this.#run('acquire', keys,
           [identity, String(ttl), generation.toString(), String(this.genKeyTtlS)], this.timeoutMs);
+      }
+      if (r.outcome === 'busy') {
+        // The key may hold this very request's identity: an acquire that ran
+        // twice (sent again after its reply was lost, by a client or a proxy)
+        // answers busy the second time, while the first run's grant stands.
+        // check.lua tells: held by this identity is a grant under this
+        // generation (only this request carried that identity, and its run
+        // stored the generation). Not knowing is unknown, never busy.
+        const mine = await this.#run('check', [keys[0]], [identity], this.timeoutMs);
+        if (mine.outcome === 'held') {
+          r = { outcome: 'acquired', generation };
+        } else if (mine.outcome !== 'not_held') {
+          r = {
+            outcome: 'unknown',
+            reason: 'the acquire answered busy, and whether the key holds this request\'s identity is ' +
+              `unknown: ${mine.outcome === 'unknown' || mine.outcome === 'unavailable'
+                ? mine.reason : `unexpected answer to the check script: ${mine.outcome}`}`,
+          };
+        }
       }
       const elapsed = Date.now() - start;
 

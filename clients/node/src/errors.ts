@@ -126,6 +126,22 @@ export function translateError<E>(err: E): E | FenceError {
 }
 
 /**
+ * COMMIT answered ROLLBACK: a statement of the transaction failed, the
+ * function caught its error and went on, and PostgreSQL rolled the whole
+ * transaction back at COMMIT. Nothing of it was committed (a
+ * transaction-scoped lease was released with it): never treat the work as
+ * done. `cause` is the error that failed the transaction, as the function
+ * got it (a FenceError for SQLSTATE LF001-LF004 / LF010), when the library
+ * saw it go by on the connection; undefined otherwise.
+ */
+export class TransactionRolledBack extends Error {
+  constructor(message: string, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+    this.name = new.target.name;
+  }
+}
+
+/**
  * A lease outcome other than granted. `status` is the extension's status,
  * `lease` the row (identity and generation for 'unknown'), `reason` why for
  * 'unavailable', 'unknown' and 'unreplicated' (null otherwise); the message

@@ -18,7 +18,9 @@
  */
 
 import type { ClientBase, Pool, PoolClient, QueryResult } from 'pg';
-import { LeaseDenied, LeaseLost, LeaseUnknown, translateError } from './errors.js';
+import {
+  LeaseDenied, LeaseLost, LeaseUnknown, TransactionRolledBack, translateError,
+} from './errors.js';
 import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import type {
   AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions,
@@ -29,7 +31,7 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  LeaseDataCorrupted, translateError,
+  LeaseDataCorrupted, TransactionRolledBack, translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
 export { RedisLeases, clientSideScripts } from './client-side.js';
@@ -79,12 +81,56 @@ async function rollbackQuietly(client: ClientBase): Promise<void> {
   await client.query('ROLLBACK').catch(() => {});
 }
 
+/** The errors the server sends on one connection, watched while a transaction's function runs. */
+interface ErrorWatch {
+  /** The first error the server sent since the watch began (undefined: none seen). */
+  first(): unknown;
+  stop(): void;
+}
+
+/**
+ * Watch the server's errors on client's connection: node-postgres' Connection
+ * emits each ErrorResponse as 'errorMessage' (the very DatabaseError the
+ * failed query rejects with). A client without one (pg-native) is not watched.
+ */
+function watchErrors(client: ClientBase): ErrorWatch {
+  const con = (client as unknown as { connection?: unknown }).connection as {
+    on?: (event: string, fn: (msg: unknown) => void) => unknown;
+    removeListener?: (event: string, fn: (msg: unknown) => void) => unknown;
+  } | undefined;
+  if (!con || typeof con.on !== 'function' || typeof con.removeListener !== 'function') {
+    return { first: () => undefined, stop: () => {} };
+  }
+  let first: unknown;
+  const listener = (msg: unknown): void => { if (first === undefined) first = msg; };
+  con.on('errorMessage', listener);
+  return { first: () => first, stop: () => { con.removeListener?.('errorMessage', listener); } };
+}
+
+/**
+ * COMMIT, and a TransactionRolledBack when PostgreSQL answered it with
+ * ROLLBACK (a statement of the transaction failed and the function went on):
+ * the transaction has then ended, nothing of it committed.
+ */
+async function commit(client: ClientBase, watch: ErrorWatch): Promise<void> {
+  const done = await client.query('COMMIT');
+  if (done && done.command === 'ROLLBACK') {
+    const cause = watch.first();
+    throw new TransactionRolledBack('lease_fence: the transaction was rolled back at COMMIT: a ' +
+      'statement in it failed and its error was caught; nothing of it was committed' +
+      (cause instanceof Error ? ` (${cause.message})` : ''),
+    cause === undefined ? undefined : translateError(cause));
+  }
+}
+
 /**
  * One transaction on one client: BEGIN and, queued right behind it without
  * waiting for BEGIN's answer (node-postgres sends queued queries in order;
  * a client made with `pipeline: true` sends them in one round trip),
  * `first(client)`; then body(client, firstResult); COMMIT, or ROLLBACK on any
- * error. LF errors (COMMIT's too) reject as FenceError.
+ * error. LF errors (COMMIT's too) reject as FenceError; a COMMIT that
+ * PostgreSQL answers with ROLLBACK (body caught a statement's error) rejects
+ * with TransactionRolledBack.
  */
 async function transaction<C extends Queryable, S, T>(db: C,
   first: ((client: ClientOf<C>) => Promise<S>) | null,
@@ -94,19 +140,25 @@ async function transaction<C extends Queryable, S, T>(db: C,
     const started = first ? first(client) : Promise.resolve(undefined as S);
     const [b, s] = await Promise.allSettled([begin, started]);
     let result: T;
+    const watch = watchErrors(client);
     try {
-      if (b.status === 'rejected') throw b.reason;
-      if (s.status === 'rejected') throw s.reason;
-      result = await body(client, s.value);
-    } catch (err) {
-      await rollbackQuietly(client);
-      throw translateError(err);
-    }
-    try {
-      await client.query('COMMIT');
-    } catch (err) {
-      await rollbackQuietly(client);
-      throw translateError(err);
+      try {
+        if (b.status === 'rejected') throw b.reason;
+        if (s.status === 'rejected') throw s.reason;
+        result = await body(client, s.value);
+      } catch (err) {
+        await rollbackQuietly(client);
+        throw translateError(err);
+      }
+      try {
+        await commit(client, watch);
+      } catch (err) {
+        if (err instanceof TransactionRolledBack) throw err;   // ended: nothing to roll back
+        await rollbackQuietly(client);
+        throw translateError(err);
+      }
+    } finally {
+      watch.stop();
     }
     return result;
   });
@@ -114,8 +166,9 @@ async function transaction<C extends Queryable, S, T>(db: C,
 
 /**
  * BEGIN; fn(client); COMMIT — or ROLLBACK on any error; LF errors (COMMIT's
- * too) reject as FenceError. Given a pool, fn gets the client checked out for
- * the transaction. No generation is set: see fenced.
+ * too) reject as FenceError, a COMMIT rolled back (fn caught a failed
+ * statement's error) as TransactionRolledBack. Given a pool, fn gets the
+ * client checked out for the transaction. No generation is set: see fenced.
  */
 export async function inTransaction<C extends Queryable, T>(db: C,
   fn: (client: ClientOf<C>) => Promise<T> | T): Promise<T> {
@@ -242,7 +295,9 @@ export async function acquire(db: Queryable, resource: string,
  * lease: its generation fences every write in it; COMMIT verifies the lease
  * (LeaseLostAtCommit otherwise) and releases it. BEGIN and the acquire are
  * sent without waiting in between. A failed acquire rejects before fn runs;
- * any error rolls back. waitMs > 0 waits up to that long for a busy lease.
+ * any error rolls back; a COMMIT that PostgreSQL answers with ROLLBACK (fn
+ * caught a failed statement's error) rejects with TransactionRolledBack.
+ * waitMs > 0 waits up to that long for a busy lease.
  * keepalive: true has the server's keep-alive worker renew the lease while
  * the transaction runs (so ttlMs need not cover all of it); once lost, the
  * next fenced write or the COMMIT rejects with LeaseLostAtCommit. Given a
@@ -317,8 +372,11 @@ function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minVal
  * after a ROLLBACK ('stale' is retried once, in the same transaction); fn's
  * error rolls back (the lease is released) and rejects unchanged, SQLSTATE
  * LF001-LF004 as FenceError subclasses; a lease lost before COMMIT rejects
- * with LeaseLostAtCommit (LF010), rolled back. waitMs > 0 waits up to that
- * long for a busy lease.
+ * with LeaseLostAtCommit (LF010), rolled back; and when fn caught the error
+ * of a failed statement and went on (a refused write, say), PostgreSQL
+ * answers COMMIT with ROLLBACK and job rejects with TransactionRolledBack
+ * (err.cause: that error, when seen): it never resolves for a transaction
+ * that did not commit. waitMs > 0 waits up to that long for a busy lease.
  *
  * Given a pool, one client is checked out for the job and given back after
  * it; it is destroyed instead when the job failed otherwise than by a
@@ -353,17 +411,24 @@ export async function job<C extends Queryable, T>(db: C, resource: string, ttlMs
       throw translateError(err);
     }
     let result: T;
+    const watch = watchErrors(c);
     try {
-      result = await fn(lease, client);
-    } catch (err) {
-      await rollbackQuietly(c);
-      throw translateError(err);
-    }
-    try {
-      await c.query('COMMIT');
-    } catch (err) {
-      await rollbackQuietly(c);
-      throw translateError(err);
+      try {
+        result = await fn(lease, client);
+      } catch (err) {
+        await rollbackQuietly(c);
+        throw translateError(err);
+      }
+      try {
+        await commit(c, watch);
+      } catch (err) {
+        // rolled back at COMMIT: the transaction has ended, the connection is fit for reuse
+        if (err instanceof TransactionRolledBack) { clean = true; throw err; }
+        await rollbackQuietly(c);
+        throw translateError(err);
+      }
+    } finally {
+      watch.stop();
     }
     clean = true;
     return result;

@@ -17,6 +17,7 @@ const pg = require('pg');
 const Redis = require('ioredis');
 const lf = require('lease-fence');
 const { config, rejection } = require('./helpers');
+const { startProxy } = require('./redis-proxy');
 
 const env = process.env;
 const installed = env.LF_EXPECT_INSTALLED === '1';
@@ -32,8 +33,9 @@ const prefixOf = (tag) => `lf_node_cs:${tag}:${randomBytes(4).toString('hex')}:`
 const resourceName = (tag) => `node-cs:${tag}:${randomBytes(4).toString('hex')}`;
 
 const closers = [];
+// RedisLeases takes only a client that never sends a command twice by itself
 function redisClient(options = {}) {
-  const r = new Redis({ path: REDIS_SOCK, ...options });
+  const r = new Redis({ path: REDIS_SOCK, autoResendUnfulfilledCommands: false, ...options });
   r.on('error', () => {});        // refused connections in the unavailable tests: expected
   closers.push(() => r.disconnect());
   return r;
@@ -391,7 +393,7 @@ describe('client-side mode: ioredis leases, generations from the portable editio
 
   it('the scripts the package ships are byte-identical to the repository\'s scripts/*.lua, and run by those SHA1s', async () => {
     const shipped = lf.clientSideScripts();
-    assert.deepEqual(Object.keys(shipped).sort(), ['acquire', 'release', 'renew']);
+    assert.deepEqual(Object.keys(shipped).sort(), ['acquire', 'check', 'release', 'renew']);
     const sha1 = (file) => createHash('sha1').update(fs.readFileSync(file)).digest('hex');
     for (const [name, s] of Object.entries(shipped)) {
       if (installed) {
@@ -464,6 +466,87 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.throws(() => new lf.RedisLeases({ get() {} }), TypeError);
     assert.equal(queries, 0, 'no generation drawn');
     assert.deepEqual(await keysUnder(admin, prefix), [], 'nothing sent');
+  });
+
+  // ioredis keeps a command whose reply did not come before its connection
+  // closed and, by default (autoResendUnfulfilledCommands), sends it again
+  // once it has reconnected: an acquire Redis already ran runs a second time
+  // and answers busy, the key holding the identity the library sent.
+  it('a default ioredis client sends an acquire whose reply was lost again after reconnecting (busy, the key its own): RedisLeases refuses that client', async () => {
+    const proxy = await startProxy(REDIS_SOCK);
+    closers.push(() => proxy.close());
+    const prefix = prefixOf('resent');
+    const raw = new Redis({ path: proxy.path });    // ioredis' defaults
+    raw.on('error', () => {});
+    closers.push(() => raw.disconnect());
+    assert.equal(raw.options.autoResendUnfulfilledCommands, true, 'the default');
+    assert.throws(() => new lf.RedisLeases(raw, { keyPrefix: prefix }),
+      (err) => err instanceof RangeError && /autoResendUnfulfilledCommands/.test(err.message));
+
+    // what RedisLeases would have been told by it: acquire.lua, its reply lost
+    const keys = [`${prefix}{r}`, `${prefix}{r}:gen`];
+    const identity = randomBytes(16).toString('hex');
+    await raw.ping();
+    const lost = proxy.arm('drop', keys[0]);
+    const reply = raw.eval(fs.readFileSync(lf.clientSideScripts().acquire.file), 2, ...keys,
+      identity, '60000', '7', '0');
+    assert.match((await lost).toString(), /^\*2\r\n:1\r\n/, 'Redis ran it and granted it; the reply never came');
+    const answer = await reply;
+    assert.equal(answer[0], 0, `sent again, it answered busy: ${JSON.stringify(answer)}`);
+    assert.equal(await admin.get(keys[0]), identity, 'while the key holds the identity it sent');
+    assert.equal(await admin.get(keys[1]), '7');
+    await admin.del(...keys);
+  });
+
+  it('an acquire whose reply was lost, on a client that does not send it again, is unknown (never busy); it ran, and is released with its identity', async () => {
+    const proxy = await startProxy(REDIS_SOCK);
+    closers.push(() => proxy.close());
+    const redis = new Redis({ path: proxy.path, autoResendUnfulfilledCommands: false });
+    redis.on('error', () => {});
+    closers.push(() => redis.disconnect());
+    const leases = new lf.RedisLeases(redis, { keyPrefix: prefixOf('lost'), timeoutMs: 500 });
+    const res = resourceName('lost');
+    await leases.release(await leases.acquire(pool, resourceName('warm'), { ttlMs: 60000 }));  // scripts loaded
+    const lost = proxy.arm('drop', leases.leaseKey(res));
+    const lease = await leases.acquireOutcome(pool, res, { ttlMs: 60000 });
+    assert.match((await lost).toString(), /^\*2\r\n:1\r\n/, 'Redis granted it; the reply was lost');
+    assert.equal(lease.status, 'unknown', lease.reason);
+    assert.equal(lease.acquired, null);
+    assert.equal(await admin.get(leases.generationKey(res)), lease.generation.toString(),
+      'the acquire ran: its generation is stored');
+    const held = await admin.get(leases.leaseKey(res));
+    if (lease.cleanup === 'confirmed') assert.equal(held, null, 'released by the cleanup');
+    else assert.ok(held === null || held === lease.identity, `absent or ${lease.identity}, got ${held}`);
+    assert.ok(['released', 'not_held'].includes(await leases.release(lease)));
+    assert.equal(await admin.exists(leases.leaseKey(res)), 0);
+  });
+
+  it('an acquire that ran twice (sent again after its reply was lost) finds its own identity: acquired under its generation, not busy', async () => {
+    const proxy = await startProxy(REDIS_SOCK);
+    closers.push(() => proxy.close());
+    const leases = new lf.RedisLeases(redisClient({ path: proxy.path }), { keyPrefix: prefixOf('twice') });
+    const res = resourceName('twice');
+    await leases.release(await leases.acquire(pool, resourceName('warm'), { ttlMs: 60000 }));  // scripts loaded
+    const ran = proxy.arm('twice', leases.leaseKey(res));
+    const lease = await leases.acquireOutcome(pool, res, { ttlMs: 60000 });
+    assert.match((await ran).toString(), /^\*2\r\n:1\r\n/, 'the first run granted it; its reply was lost');
+    assert.equal(lease.status, 'acquired', lease.reason);
+    assert.equal(lease.acquired, true);
+    assert.equal(await admin.get(leases.leaseKey(res)), lease.identity, 'the key holds its identity');
+    assert.equal(await admin.get(leases.generationKey(res)), lease.generation.toString());
+    assert.ok(lease.validityMs > 0 && lease.validityMs <= 60000);
+    // it is a lease like any other: fenced writes under it, released with it
+    const id = await newRow(pool);
+    await lf.fenced(pool, lease, (c) => c.query("UPDATE account SET owner = 'twice' WHERE id = $1", [id]));
+    assert.equal((await readRow(pool, id)).fence, lease.generation);
+    assert.equal(await leases.release(lease), 'released');
+    // someone else's key is still busy
+    const other = await leases.acquire(pool, res, { ttlMs: 60000 });
+    const twice = proxy.arm('twice', leases.leaseKey(res));
+    assert.equal(await leases.tryAcquire(pool, res, { ttlMs: 60000 }), null, 'held by another: busy');
+    await twice;
+    assert.equal(await admin.get(leases.leaseKey(res)), other.identity);
+    assert.equal(await leases.release(other), 'released');
   });
 
   it('refuses Sentinel-managed and Cluster ioredis clients: a demoted master could answer', () => {

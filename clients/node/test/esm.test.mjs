@@ -20,6 +20,7 @@ const API = [
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',
   'LeaseUnknown', 'RedisLeases', 'clientSideScripts', 'acquireOutcome', 'LeaseDataCorrupted',
+  'TransactionRolledBack',
   // the old names, deprecated aliases for one release
   'withFence', 'withTransactionLease', 'withKeptAliveLease',
 ];

@@ -208,6 +208,43 @@ describe('job: the fenced job', () => {
     assert.equal(await inTransaction(client), false);
   });
 
+  // fn catches the refused write and returns: the transaction is aborted, and
+  // PostgreSQL answers its COMMIT with ROLLBACK. Nothing was committed, so
+  // job and transactionLease must not resolve as if it had been.
+  for (const verb of ['job', 'transactionLease']) {
+    it(`${verb}: fn catches a refused write and returns; COMMIT answered ROLLBACK rejects with TransactionRolledBack (cause: the StaleGeneration), nothing committed`, async () => {
+      const client = await connect();
+      const id = await newRow(app);
+      const mine = await newRow(app);
+      const res = resourceName(`job-caught-${verb}`);
+      let caught = null;
+      let lease = null;
+      const run = (fn) => (verb === 'job' ? lf.job(client, res, 10000, fn)
+        : lf.transactionLease(client, res, { ttlMs: 10000 }, fn));
+      const err = await rejection(run(async (l, c) => {
+        lease = l;
+        await c.query("UPDATE account SET owner = 'job' WHERE id = $1", [mine]);
+        const newer = await nextGeneration(app);
+        await lf.fenced(app, newer, (o) => o.query("UPDATE account SET owner = 'newer' WHERE id = $1", [id]));
+        try {
+          await c.query("UPDATE account SET owner = 'stale' WHERE id = $1", [id]);
+        } catch (e) {
+          caught = e;                                  // the job goes on as if nothing happened
+        }
+        return 'done';
+      }), lf.TransactionRolledBack);
+      assert.equal(caught.code, 'LF001', 'fn caught the refused write');
+      assert.ok(!(err instanceof lf.FenceError), 'not a fence error: the transaction was rolled back');
+      assert.ok(err.cause instanceof lf.StaleGeneration, `cause: ${err.cause}`);
+      assert.equal(err.cause.cause, caught, 'the very error fn caught');
+      assert.match(err.message, /rolled back at COMMIT/);
+      assert.deepEqual(await readRow(app, mine), { owner: 'nobody', balance: 100, fence: 0n },
+        'nothing of the transaction was committed');
+      assert.equal(await inTransaction(client), false);
+      assert.ok(await freeRightAway(app, res) > lease.generation, 'the lease was released');
+    });
+  }
+
   it('the lease key deleted while fn runs: COMMIT rejects with LeaseLostAtCommit (LF010)', async () => {
     // fn outlives half the TTL before COMMIT, so a server that asks Redis at
     // COMMIT only for an older lease (remaining < minValidity + ttl/2) asks

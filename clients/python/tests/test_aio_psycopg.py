@@ -8,9 +8,10 @@ import pytest
 
 import lease_fence
 from lease_fence import (FenceError, LeaseBusy, LeaseDenied, LeaseLost, LeaseLostAtCommit,
-                         LeaseUnavailable, LeaseUnknown, MissingGeneration, StaleGeneration, aio)
-from lf_testlib import (NOREDIS_USER, aconnect, connect, lease_key, new_row, read_row, redis,
-                        resource_name)
+                         LeaseUnavailable, LeaseUnknown, MissingGeneration, StaleGeneration,
+                         TransactionRolledBack, aio)
+from lf_testlib import (NOREDIS_USER, aconnect, connect, lease_key, new_row, next_generation,
+                        read_row, redis, resource_name)
 
 
 @pytest.mark.asyncio
@@ -183,3 +184,36 @@ async def test_sync_and_async_connections_are_not_mixed():
     finally:
         sync_conn.close()
         await async_conn.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("verb", ["job", "transaction_lease"])
+async def test_caught_refused_write_raises_transaction_rolled_back(verb):
+    """aio.job / aio.transaction_lease whose block catches a refused write
+    and goes on: TransactionRolledBack, nothing of the transaction committed."""
+    check = connect()
+    conn = await aconnect()
+    try:
+        row_id, mine = new_row(check), new_row(check)
+        res = resource_name(f"aio_caught_{verb}")
+        caught = []
+        scope = aio.job if verb == "job" else aio.transaction_lease
+        with pytest.raises(TransactionRolledBack):
+            async with scope(conn, res, ttl_ms=10000):
+                await conn.execute("UPDATE account SET owner = 'job' WHERE id = %s", (mine,))
+                with lease_fence.fenced(check, next_generation(check)):     # rows only
+                    check.execute("UPDATE account SET owner = 'newer' WHERE id = %s", (row_id,))
+                try:
+                    async with aio.fence_errors():
+                        await conn.execute("UPDATE account SET owner = 'stale' WHERE id = %s",
+                                           (row_id,))
+                except StaleGeneration as e:
+                    caught.append(e)
+        assert [e.sqlstate for e in caught] == ["LF001"]
+        assert read_row(check, mine) == ("nobody", 100, 0)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        lease = await aio.acquire(conn, res, ttl_ms=10000)     # the lease went with it
+        assert await aio.release(conn, lease) == "released"
+    finally:
+        await conn.close()
+        check.close()

@@ -21,7 +21,8 @@ from django.test.utils import CaptureQueriesContext  # noqa: E402
 
 import lease_fence  # noqa: E402
 from lease_fence import (FenceError, LeaseBusy, LeaseLostAtCommit, StaleGeneration,  # noqa: E402
-                         acquire, fence_error_from, fence_errors, release)
+                         TransactionRolledBack, acquire, fence_error_from, fence_errors, fenced,
+                         release)
 from lease_fence import django as lf_django  # noqa: E402
 
 
@@ -264,6 +265,33 @@ class DjangoHelperTests(unittest.TestCase):
         self.addCleanup(release, self.check, holder)
         with self.assertRaises(LeaseBusy):
             lf_django.acquire(res, ttl_ms=10000)
+
+    def test_job_that_catches_a_refused_write_raises_transaction_rolled_back(self):
+        """lf_django.job whose block catches a refused save (StaleGeneration)
+        and goes on: Django would roll the atomic block back without a word
+        at its end; the job raises TransactionRolledBack instead, nothing of
+        it committed."""
+        from lf_testlib import next_generation
+        mine = DjangoItem.objects.create(name="mine")
+        theirs = DjangoItem.objects.create(name="theirs")
+        res = resource_name(self)
+        caught = []
+        with self.assertRaises(TransactionRolledBack):
+            with lf_django.job(res, ttl_ms=10000):
+                DjangoItem.objects.filter(pk=mine.pk).update(qty=5)
+                with fenced(self.check, next_generation(self.check)):   # rows only
+                    self.check.execute("UPDATE django_item SET qty = 1 WHERE id = %s",
+                                       (theirs.pk,))
+                try:
+                    with fence_errors():
+                        DjangoItem.objects.filter(pk=theirs.pk).update(qty=9)
+                except StaleGeneration as e:
+                    caught.append(e)
+        self.assertEqual([e.sqlstate for e in caught], ["LF001"])
+        self.assertEqual(read_item(self.check, "django_item", mine.pk), ("mine", 0, 0))
+        self.assertFalse(connection.in_atomic_block)
+        holder = acquire(self.check, res, ttl_ms=10000)     # the lease went with it
+        self.assertEqual(release(self.check, holder), "released")
 
     def test_job_through_django(self):
         """lf_django.job (Django: BEGIN and the acquire one after the other):

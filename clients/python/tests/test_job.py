@@ -18,7 +18,8 @@ import pytest
 
 import lease_fence
 from lease_fence import (LeaseBusy, LeaseDenied, LeaseLostAtCommit, LeaseUnavailable,
-                         LeaseUnknown, StaleGeneration, acquire, aio, fenced, job, release)
+                         LeaseUnknown, StaleGeneration, TransactionRolledBack, acquire, aio,
+                         fenced, job, release, transaction_lease)
 from lf_testlib import (APP_USER, DATABASE, NOREDIS_USER, PGHOST, PGPORT, aconnect, connect,
                         lease_key, new_row, next_generation, read_row, redis, resource_name)
 
@@ -168,6 +169,57 @@ def test_job_stale_write_raises_stale_generation(conns):
     assert read_row(conn, mine) == ("nobody", 100, 0)
     assert free_right_away(other, res) > lease.generation
     assert conn.info.transaction_status == IDLE
+
+
+def _caught_refused_write(conn, other, row_id, mine):
+    """The block's body: a write, then a refused one (a newer generation
+    wrote the row meanwhile) whose StaleGeneration the block catches before
+    going on as if nothing happened. Returns what it caught."""
+    conn.execute("UPDATE account SET owner = 'job' WHERE id = %s", (mine,))
+    with fenced(other, next_generation(other)):           # rows only
+        other.execute("UPDATE account SET owner = 'newer' WHERE id = %s", (row_id,))
+    try:
+        with lease_fence.fence_errors():
+            conn.execute("UPDATE account SET owner = 'stale' WHERE id = %s", (row_id,))
+    except StaleGeneration as e:
+        return e
+    raise AssertionError("the stale write was not refused")
+
+
+@pytest.mark.parametrize("verb", ["job", "transaction_lease", "fenced"])
+@pytest.mark.parametrize("autocommit", [True, False])
+def test_caught_refused_write_raises_transaction_rolled_back(conns, verb, autocommit):
+    """the block catches a refused write and goes on: its transaction is
+    failed, PostgreSQL would answer COMMIT with ROLLBACK, so the helper
+    raises TransactionRolledBack instead of returning; nothing of the
+    transaction was committed, the lease was released, the connection is
+    idle."""
+    other = conns()
+    conn = psycopg.connect(host=PGHOST, port=PGPORT, dbname=DATABASE, user=APP_USER,
+                           autocommit=autocommit)
+    try:
+        row_id, mine = new_row(other), new_row(other)
+        res = resource_name(f"caught_{verb}_{autocommit}")
+        caught = []
+        explicit = acquire(other, res, ttl_ms=10000) if verb == "fenced" else None
+        scope = {"job": lambda: job(conn, res, ttl_ms=10000),
+                 "transaction_lease": lambda: transaction_lease(conn, res, ttl_ms=10000),
+                 "fenced": lambda: fenced(conn, explicit)}[verb]
+        with pytest.raises(TransactionRolledBack) as info:
+            with scope():
+                caught.append(_caught_refused_write(conn, other, row_id, mine))
+        assert caught and caught[0].sqlstate == "LF001", "the block caught the refused write"
+        assert not isinstance(info.value, lease_fence.FenceError)
+        assert "rolled back" in str(info.value)
+        assert read_row(other, mine) == ("nobody", 100, 0), "nothing was committed"
+        assert conn.info.transaction_status == IDLE
+        assert conn.autocommit is autocommit
+        if explicit is not None:
+            assert release(other, explicit) == "released"
+        else:
+            free_right_away(other, res)                # the lease went with the transaction
+    finally:
+        conn.close()
 
 
 def test_job_lease_lost_before_commit_raises_lease_lost_at_commit(conns):

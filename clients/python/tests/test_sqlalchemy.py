@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session, declarative_base
 from sqlalchemy.orm.attributes import flag_modified
 
 from lease_fence import (
-    LeaseBusy, LeaseLostAtCommit, MissingGeneration, StaleGeneration, acquire,
-    fence_errors, fenced, job, kept_alive_lease, release, transaction_lease)
+    LeaseBusy, LeaseLostAtCommit, MissingGeneration, StaleGeneration, TransactionRolledBack,
+    acquire, fence_errors, fenced, job, kept_alive_lease, release, transaction_lease)
 from lf_testlib import (engine_for, read_item, resource_fence, connect, lease_key,
-                        new_row, read_row, redis, resource_name)
+                        new_row, next_generation, read_row, redis, resource_name)
 
 
 def expired_lease_and_successor(test, conn, load):
@@ -112,6 +112,46 @@ class SQLAlchemyTests(unittest.TestCase):
                     time.sleep(1.1)           # past ttl/2: COMMIT asks Redis
             self.assertEqual(read_row(self.check, row_id), ("sa job", 100, lease.generation))
             self.assertFalse(conn.in_transaction())
+
+    def test_caught_refused_write_raises_transaction_rolled_back(self):
+        """job over a Core Connection and transaction_lease over an ORM
+        Session, each block catching a refused write and going on: the
+        helper raises TransactionRolledBack, nothing of it committed."""
+        def newer_fence(row_id):
+            with fenced(self.check, next_generation(self.check)):     # rows only
+                self.check.execute("UPDATE account SET owner = 'newer' WHERE id = %s", (row_id,))
+
+        row_id, mine = new_row(self.check), new_row(self.check)
+        res = resource_name(self)
+        caught = []
+        with self.engine.connect() as conn:
+            with self.assertRaises(TransactionRolledBack):
+                with job(conn, res, ttl_ms=10000):
+                    conn.execute(text("UPDATE account SET owner = 'job' WHERE id = :id"),
+                                 {"id": mine})
+                    newer_fence(row_id)
+                    try:
+                        with fence_errors():
+                            conn.execute(text("UPDATE account SET owner = 'stale' "
+                                              "WHERE id = :id"), {"id": row_id})
+                    except StaleGeneration as e:
+                        caught.append(e)
+            self.assertFalse(conn.in_transaction())
+        with Session(self.engine) as session:
+            with self.assertRaises(TransactionRolledBack):
+                with transaction_lease(session, res, ttl_ms=10000):
+                    session.get(Account, mine).owner = "session"
+                    session.flush()
+                    newer_fence(row_id)
+                    session.get(Account, row_id).owner = "stale"
+                    try:
+                        with fence_errors():
+                            session.flush()
+                    except StaleGeneration as e:
+                        caught.append(e)
+        self.assertEqual([e.sqlstate for e in caught], ["LF001", "LF001"])
+        self.assertEqual(read_row(self.check, mine), ("nobody", 100, 0))
+        self.assertEqual(release(self.check, acquire(self.check, res, ttl_ms=10000)), "released")
 
     def test_orm_stale_write_raises_stale_generation(self):
         """ORM Session, explicit scope: B takes over after A's lease expired;

@@ -41,8 +41,11 @@ module LeaseFence
   # transaction rolled back (stale is retried once, in the same
   # transaction); an exception in the block rolls back and propagates,
   # SQLSTATE LF001-LF004 as FenceError subclasses; a lease lost before
-  # COMMIT raises LeaseLostAtCommit (LF010). With a PG::Connection, BEGIN
-  # and the acquire go in one round trip. Returns the block's value.
+  # COMMIT raises LeaseLostAtCommit (LF010); a block that rescues a failed
+  # statement's error (a refused write) and goes on raises
+  # TransactionRolledBack: PostgreSQL rolls such a transaction back at
+  # COMMIT, nothing of it is committed. With a PG::Connection, BEGIN and the
+  # acquire go in one round trip. Returns the block's value.
   def job(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, &block)
     lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, false, &block)
   end
@@ -59,7 +62,8 @@ module LeaseFence
   # Integer: rows only, unless +resource+ names one). A newer holder's fence
   # on the resource fails it with StaleGeneration before the block runs;
   # refused writes raise FenceError subclasses; the transaction is rolled
-  # back. Yields the connection; returns the block's value.
+  # back (a block that rescues a refused write and goes on raises
+  # TransactionRolledBack). Yields the connection; returns the block's value.
   def fenced(conn, lease, resource: nil)
     raise ArgumentError, "fenced needs a block" unless block_given?
 

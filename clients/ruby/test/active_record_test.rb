@@ -109,6 +109,66 @@ class ActiveRecordTest < Minitest::Test
     refute @ar.transaction_open?
   end
 
+  # a job whose block rescues a refused save and goes on: ActiveRecord
+  # would send COMMIT and PostgreSQL roll the transaction back in silence;
+  # the job raises TransactionRolledBack, the refused save's error its cause
+  def test_a_job_that_rescues_a_refused_save_raises_transaction_rolled_back
+    mine = RubyItem.create!(name: "mine")
+    theirs = RubyItem.create!(name: "theirs")
+    res = LFTest.resource("ar-rescued")
+    rescued = nil
+    e = assert_raises(LeaseFence::TransactionRolledBack) do
+      LeaseFence.job(@ar, res, ttl_ms: 60_000) do
+        mine.update!(name: "job")
+        newer = @pg.exec("SELECT lease_fence.next_generation()").getvalue(0, 0).to_i
+        LeaseFence.fenced(@pg, newer) { |c| c.exec_params("UPDATE ruby_item SET name = 'newer' WHERE id = $1", [theirs.id]) }
+        begin
+          RubyItem.find(theirs.id).update!(name: "stale")
+        rescue LeaseFence::StaleGeneration => err
+          rescued = err                         # and the job goes on
+        end
+        :done
+      end
+    end
+    assert_equal "LF001", rescued&.sqlstate
+    assert_kind_of LeaseFence::StaleGeneration, e.cause, "the refused save, as the cause"
+    assert_equal %w[ruby_item fence], [e.cause.table, e.cause.column]
+    assert_kind_of ActiveRecord::StatementInvalid, e.cause.cause
+    assert_equal "mine", RubyItem.find(mine.id).name, "nothing committed"
+    refute @ar.transaction_open?
+    refute LFTest.redis.exists?(LFTest.lease_key(res)), "the lease outlived its transaction"
+  end
+
+  # a COMMIT refused with LF010 ends the transaction: no ROLLBACK is sent
+  # after it, so PostgreSQL does not warn "there is no transaction in
+  # progress" (SQLSTATE 25P01); ActiveRecord's own block would send one
+  def test_a_refused_commit_is_not_followed_by_a_rollback
+    pool = ActiveRecord::Base.connection_pool
+    ar = pool.checkout
+    notices = []
+    ar.raw_connection.set_notice_receiver { |r| notices << r.error_field(PG::PG_DIAG_SQLSTATE) }
+    sent = []
+    sub = ActiveSupport::Notifications.subscribe("sql.active_record") do |*, payload|
+      sent << payload[:sql] if payload[:connection].equal?(ar)
+    end
+    item = RubyItem.create!(name: "before")
+    res = LFTest.resource("ar-no-rollback")
+    assert_raises(LeaseFence::LeaseLostAtCommit) do
+      LeaseFence.job(ar, res, ttl_ms: 60_000) do
+        ar.exec_update("UPDATE ruby_item SET name = 'after' WHERE id = #{Integer(item.id)}")
+        LFTest.expire(res)
+      end
+    end
+    assert_equal "COMMIT", sent.last, "nothing after the refused COMMIT: #{sent.inspect}"
+    refute_includes notices, "25P01", "PostgreSQL warned: there is no transaction in progress"
+    refute ar.transaction_open?
+    assert_equal "before", RubyItem.find(item.id).name
+    assert_equal 1, ar.select_value("SELECT 1").to_i, "the connection is fit for use"
+  ensure
+    ActiveSupport::Notifications.unsubscribe(sub) if sub
+    pool.checkin(ar) if ar
+  end
+
   def test_transaction_lease_on_an_activerecord_connection
     item = RubyItem.create!(name: "txl")
     res = LFTest.resource("ar-txl")

@@ -61,6 +61,21 @@ class RenameWorker
   end
 end
 
+# rescues the refused write of a stale copy and returns: the job "succeeds"
+# while its transaction was rolled back
+class RescuingWorker
+  include Sidekiq::Worker
+  sidekiq_options queue: "lf", retry: 3
+
+  def perform(id)
+    JobGate::LEASES << LeaseFence::Sidekiq.current_lease
+    JobGate::GO.pop                 # the test writes the row under a newer generation meanwhile
+    SidekiqItem.find(id).update!(name: "rescuer")
+  rescue LeaseFence::StaleGeneration
+    nil                             # "someone else did it": the job goes on
+  end
+end
+
 class CustomResourceWorker
   include Sidekiq::Worker
   extend LeaseFence::Sidekiq::Options
@@ -154,6 +169,29 @@ class SidekiqTest < Minitest::Test
     got = SidekiqItem.find(item.id)
     assert_equal ["new job", newer.generation], [got.name, got.fence_generation]
     LeaseFence.release(pg, newer)
+  ensure
+    pg&.close
+  end
+
+  # the job rescues its refused write and returns normally: COMMIT would be
+  # answered with ROLLBACK, so LeaseFence.job raises TransactionRolledBack,
+  # Sidekiq sees the exception and schedules a retry — the job is not done
+  def test_a_job_that_rescues_its_refused_write_is_not_marked_done
+    item = SidekiqItem.create!(name: "before")
+    jid, thread = run_job(RescuingWorker, item.id)
+    lease = JobGate::LEASES.pop
+    pg = LFTest.connect
+    newer = pg.exec("SELECT lease_fence.next_generation()").getvalue(0, 0).to_i
+    assert_operator newer, :>, lease.generation
+    LeaseFence.fenced(pg, newer) { |c| c.exec_params("UPDATE ruby_item SET name = 'newer' WHERE id = $1", [item.id]) }
+    JobGate::GO << :go
+    e = assert_raises(LeaseFence::TransactionRolledBack) { thread.value }
+    assert_kind_of LeaseFence::StaleGeneration, e.cause
+    assert_equal "newer", SidekiqItem.find(item.id).name
+    retries = Sidekiq::RetrySet.new.to_a
+    assert_equal [jid], retries.map(&:jid), "Sidekiq marked the rolled-back job done"
+    assert_equal "LeaseFence::TransactionRolledBack", retries.first["error_class"]
+    refute LFTest.redis.exists?(LFTest.lease_key(lease.resource)), "the lease outlived the job"
   ensure
     pg&.close
   end

@@ -166,6 +166,48 @@ class VerbsTest < Minitest::Test
     assert_equal "nobody", LFTest.account(@conn, id)[:owner]
   end
 
+  # the block rescues a refused write and goes on: its transaction is failed
+  # and PostgreSQL would answer COMMIT with ROLLBACK; job, transaction_lease
+  # and fenced raise TransactionRolledBack instead of returning, nothing of
+  # the transaction committed, the lease released
+  def test_a_block_that_rescues_a_refused_write_raises_transaction_rolled_back
+    %i[job transaction_lease fenced].each do |verb|
+      res = LFTest.resource("rescued-#{verb}")
+      id = LFTest.new_account(@conn)
+      mine = LFTest.new_account(@conn)
+      explicit = verb == :fenced ? LeaseFence.acquire(@other, res, ttl_ms: 60_000) : nil
+      rescued = nil
+      body = lambda do |c|
+        c.exec_params("UPDATE account SET owner = 'job' WHERE id = $1", [mine])
+        newer = @other.exec("SELECT lease_fence.next_generation()").getvalue(0, 0).to_i
+        LeaseFence.fenced(@other, newer) { |o| o.exec_params("UPDATE account SET owner = 'newer' WHERE id = $1", [id]) }
+        begin
+          LeaseFence.fence_errors { c.exec_params("UPDATE account SET owner = 'stale' WHERE id = $1", [id]) }
+        rescue LeaseFence::StaleGeneration => e
+          rescued = e                          # and the block goes on as if nothing happened
+        end
+        :done
+      end
+      e = assert_raises(LeaseFence::TransactionRolledBack, verb.to_s) do
+        case verb
+        when :job then LeaseFence.job(@conn, res, ttl_ms: 60_000) { |_l, c| body.call(c) }
+        when :transaction_lease then LeaseFence.transaction_lease(@conn, res, ttl_ms: 60_000) { |_l, c| body.call(c) }
+        else LeaseFence.fenced(@conn, explicit) { |c| body.call(c) }
+        end
+      end
+      assert_equal "LF001", rescued&.sqlstate, "#{verb}: the block rescued the refused write"
+      refute_kind_of LeaseFence::FenceError, e
+      assert_nil e.cause, "#{verb}: a PG::Connection does not show the library what the block rescued"
+      assert_equal "nobody", LFTest.account(@conn, mine)[:owner], "#{verb}: nothing committed"
+      assert_equal PG::PQTRANS_IDLE, @conn.transaction_status
+      if explicit
+        assert_equal "released", LeaseFence.release(@other, explicit)
+      else
+        refute LFTest.redis.exists?(LFTest.lease_key(res)), "#{verb}: the lease outlived its transaction"
+      end
+    end
+  end
+
   def test_an_exception_in_a_job_rolls_back_and_releases
     res = LFTest.resource("raise")
     id = LFTest.new_account(@conn)

@@ -21,7 +21,7 @@ import { Redis } from 'ioredis';
 import { RedisLeases } from 'lease-fence';
 
 export async function clientSide(pool: pg.Pool): Promise<bigint> {
-  const leases = new lf.RedisLeases(new Redis(), { keyPrefix: 'app:' });
+  const leases = new lf.RedisLeases(new Redis({ autoResendUnfulfilledCommands: false }), { keyPrefix: 'app:' });
   const same: RedisLeases = leases;
   const lease: AcquiredLease = await same.acquire(pool, 'esm', { ttlMs: 1000 });
   await same.release(lease);

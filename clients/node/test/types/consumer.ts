@@ -6,6 +6,7 @@ import {
   acquire, tryAcquire, acquireOutcome, fenced, transactionLease, job, keptAliveLease, renew, release,
   releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
+  TransactionRolledBack,
 } from 'lease-fence';
 import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions } from 'lease-fence';
 
@@ -126,6 +127,9 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     } else if (err instanceof LeaseBusy || err instanceof LeaseError) {
       const s: string = err.status;
       void s;
+    } else if (err instanceof TransactionRolledBack) {
+      const cause: unknown = err.cause;      // what failed the transaction, when seen
+      void cause;
     }
   }
   const sq: string = StaleGeneration.sqlstate;
@@ -143,7 +147,8 @@ import type { CleanupStatus, RedisLeasesOptions } from 'lease-fence';
 
 export async function clientSide(pool: pg.Pool): Promise<void> {
   const options: RedisLeasesOptions = { keyPrefix: 'lease_fence:', timeoutMs: 500, cleanupTimeoutMs: 500 };
-  const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false }), options);
+  const leases = new RedisLeases(new Redis({ path: '/tmp/redis.sock', enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false }), options);
   const raw: Lease = await leases.acquireOutcome(pool, 'x', { ttlMs: 1000, minValidityMs: 10 });
   const cleanup: CleanupStatus | undefined = raw.cleanup;
   const free: AcquiredLease | null = await leases.tryAcquire(pool, 'x', { ttlMs: 1000 });

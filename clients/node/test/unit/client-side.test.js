@@ -28,6 +28,7 @@ function redisAnswering(...answers) {
   return {
     calls,
     status: 'ready',
+    options: { autoResendUnfulfilledCommands: false },
     evalsha: (sha, nkeys, ...rest) => answer('evalsha', nkeys, rest),
     eval: (body, nkeys, ...rest) => answer('eval', nkeys, rest),
     connect: async () => {},
@@ -42,10 +43,12 @@ function drawing(generation) {
 }
 
 const IDENTITY = 'cd'.repeat(16);
+// check.lua's answer after a busy acquire: the key does not hold the identity sent
+const NOT_HELD = { value: -3 };
 const statusOf = { acquired: 'acquired', busy: 'busy', stale: 'stale', unknown: 'unknown', unavailable: 'unavailable' };
 
-async function acquireWith(reply, generation) {
-  const redis = redisAnswering(reply);
+async function acquireWith(reply, generation, ...more) {
+  const redis = redisAnswering(reply, ...more);
   const leases = new lf.RedisLeases(redis, { keyPrefix: 'unit:' });
   let lease = null;
   let error = null;
@@ -94,7 +97,8 @@ for (const row of table.replies.filter((r) => r.script === 'acquire')) {
         const leases = new lf.RedisLeases(redis, { keyPrefix: 'unit:' });
         return { redis, lease: await leases.acquireOutcome(drawing(generation), 'r', { ttlMs: 60000 }), error: null };
       })()
-      : await acquireWith(reply, generation);
+      : row.outcome === 'busy' ? await acquireWith(reply, generation, NOT_HELD)
+        : await acquireWith(reply, generation);
     checkAcquire(row, result, generation);
   });
 }
@@ -158,7 +162,7 @@ for (const row of table.replies.filter((r) => r.script === 'release')) {
 const MAKES = {
   acquire: {
     acquired: [{ array: [{ integer: 1 }, { bulk: '42' }] }],
-    busy: [{ array: [{ integer: 0 }, { bulk: '100' }] }],
+    busy: [{ array: [{ integer: 0 }, { bulk: '100' }] }, { integer: -3 }],
     stale: Array(4).fill({ array: [{ integer: 2 }, { bulk: '77' }] }),
     unknown: [{ array: [{ integer: 3 }, { bulk: '42' }] }],
     unavailable: [{ error: 'LOADING Redis is loading the dataset in memory' }],
@@ -218,3 +222,69 @@ for (const row of table.statuses) {
     });
   }
 }
+
+// An acquire that Redis ran twice (sent again after its reply was lost)
+// answers busy the second time, while the key holds the identity this very
+// request carried: check.lua with that identity says so, and the lease is
+// this request's, under the generation it sent; never busy.
+test('client-side acquire: busy, but the key holds this request\'s own identity → acquired', async () => {
+  const busy = await throughIoredis(resp({ array: [{ integer: 0 }, { bulk: '59990' }] }));
+  const held = await throughIoredis(resp({ integer: 59990 }));
+  const { redis, lease, error } = await acquireWith(busy, '42', held);
+  assert.equal(error, null, String(error));
+  assert.equal(lease.status, 'acquired', lease.reason);
+  assert.equal(lease.acquired, true);
+  assert.equal(lease.generation, 42n);
+  const [acquireCall, checkCall, ...rest] = redis.calls;
+  assert.equal(acquireCall[2].length, 4, 'the acquire');
+  assert.deepEqual(checkCall.slice(1), [['unit:{r}'], [lease.identity]],
+    'check.lua on the lease key, with the identity the acquire carried');
+  assert.equal(acquireCall[2][0], lease.identity);
+  assert.deepEqual(rest, [], 'nothing released, nothing tried again');
+  assert.ok(lease.validityMs > 0 && lease.validityMs <= 60000);
+});
+
+test('client-side acquire: busy, and the check cannot tell whose the key is → unknown (cleaned up), never busy', async () => {
+  const busy = await throughIoredis(resp({ array: [{ integer: 0 }, { bulk: '100' }] }));
+  for (const answer of [{ nil: true }, { error: 'ERR Error running script' }, { integer: -4 }]) {
+    const checked = await throughIoredis(resp(answer));
+    const { redis, lease, error } = await acquireWith(busy, '42', checked);
+    assert.equal(error, null, String(error));
+    assert.equal(lease.status, 'unknown', JSON.stringify(answer));
+    assert.equal(lease.acquired, null);
+    assert.match(lease.reason, /answered busy/);
+    const releases = redis.calls.filter(([, , args]) => args.length === 2);
+    assert.deepEqual(releases.map(([, keys, args]) => [keys, args[0]]), [[['unit:{r}'], lease.identity]],
+      'the conditional cleanup');
+  }
+});
+
+// ioredis sends a command again by itself after a reconnect
+// (autoResendUnfulfilledCommands, on by default) or an error reply
+// (reconnectOnError): such a client is refused before anything is sent.
+test('client-side: an ioredis client that may send a command twice is refused (RangeError)', () => {
+  const Redis = require('ioredis');
+  const made = [];
+  const client = (options) => {
+    const r = new Redis({ lazyConnect: true, path: '/nonexistent/redis.sock', ...options });
+    made.push(r);
+    return r;
+  };
+  try {
+    assert.throws(() => new lf.RedisLeases(client({})),
+      (err) => err instanceof RangeError && /autoResendUnfulfilledCommands/.test(err.message));
+    assert.throws(() => new lf.RedisLeases(client({ autoResendUnfulfilledCommands: true })), RangeError);
+    assert.throws(() => new lf.RedisLeases(client({ autoResendUnfulfilledCommands: false,
+      reconnectOnError: () => 2 })), (err) => err instanceof RangeError && /reconnectOnError/.test(err.message));
+    const ok = client({ autoResendUnfulfilledCommands: false });
+    assert.equal(new lf.RedisLeases(ok).redis, ok);
+    assert.equal(ok.options.autoResendUnfulfilledCommands, false, 'the client is not changed');
+    // a stand-in that does not say it never re-sends is refused too
+    const { options, ...silent } = redisAnswering();
+    assert.deepEqual(options, { autoResendUnfulfilledCommands: false });
+    assert.throws(() => new lf.RedisLeases(silent), RangeError);
+    for (const r of made) assert.equal(r.status, 'wait', 'nothing connected, nothing sent');
+  } finally {
+    made.forEach((r) => r.disconnect());
+  }
+});

@@ -31,14 +31,17 @@ transaction of its own otherwise.
 
 ``job(conn, resource, ttl_ms)`` is ``transaction_lease`` in the fewest round
 trips: with psycopg 3, BEGIN and the acquire go out in one pipeline.
-``DataCorrupted`` (a RuntimeError, XX001): the client-side mode found a
-generation key that holds no generation.
+``TransactionRolledBack``: ``job``, ``transaction_lease`` or ``fenced``
+found the transaction failed at its end (the block caught the error of a
+statement, a refused write say, and went on): PostgreSQL rolled it back,
+nothing was committed. ``DataCorrupted`` (a RuntimeError, XX001): the
+client-side mode found a generation key that holds no generation.
 """
 
 from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, LeaseBusy,
                       LeaseDenied, LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable,
                       LeaseUnknown, MissingGeneration, ReleaseStatus, StaleGeneration,
-                      UnissuedGeneration, fence_error_from, fence_errors)
+                      TransactionRolledBack, UnissuedGeneration, fence_error_from, fence_errors)
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
@@ -48,7 +51,7 @@ __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus",
-    "DataCorrupted", "fence_error_from", "fence_errors",
+    "DataCorrupted", "TransactionRolledBack", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease", "keepalive_state",
     "fenced", "renew", "release",
 ]

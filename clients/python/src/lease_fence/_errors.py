@@ -10,7 +10,7 @@ __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "ReleaseStatus", "DataCorrupted",
-    "fence_error_from", "fence_errors",
+    "TransactionRolledBack", "fence_error_from", "fence_errors",
 ]
 
 
@@ -186,6 +186,22 @@ def fence_errors() -> Iterator[None]:
         if mapped is None or mapped is exc:
             raise
         raise mapped from exc
+
+
+class TransactionRolledBack(Exception):
+    """The transaction did not commit: a statement in it failed, the block
+    caught its error and went on, and PostgreSQL would answer COMMIT with
+    ROLLBACK. The transaction was rolled back — nothing of it was committed,
+    a transaction-scoped lease was released with it — so never treat the
+    work as done. Raised by ``job``, ``transaction_lease`` and ``fenced``
+    instead of returning. Not a FenceError: the refused write (a
+    StaleGeneration, say) was the block's to see; the library does not see
+    the error the block caught, so ``__cause__`` is None."""
+
+    def __init__(self, message: str = "lease_fence: the transaction was rolled back at COMMIT: "
+                 "a statement in it failed and its error was caught; nothing of it was "
+                 "committed") -> None:
+        super().__init__(message)
 
 
 # --------------------------------------------------------------------------

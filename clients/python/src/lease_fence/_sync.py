@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, ContextManager, Dict, Iterator, Mapping, Optional, TypeVar, Union
 
-from ._errors import (Lease, LeaseLost, ReleaseStatus, _acquired, _lease_from_row, _released,
-                      _renewed, _try_acquired, fence_errors)
+from ._errors import (Lease, LeaseLost, ReleaseStatus, TransactionRolledBack, _acquired,
+                      _lease_from_row, _released, _renewed, _try_acquired, fence_errors)
 
 __all__ = [
     "KeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
@@ -77,8 +77,51 @@ _BUSY_MSG = ("lease_fence needs a connection that is not in a transaction "
 # Driver adapters
 # --------------------------------------------------------------------------
 
+_PQTRANS_INERROR = 3    # libpq: idle, in a failed transaction block (psycopg 3 and psycopg2)
+
+
+def _dbapi_failed(dbapi: Any) -> Optional[bool]:
+    """Whether a DBAPI connection is in a failed transaction (a statement in
+    it raised: COMMIT would roll it back): psycopg 3 and psycopg2 say; None
+    for a driver that does not."""
+    info = getattr(dbapi, "info", None)
+    status = getattr(info, "transaction_status", None)          # psycopg 3
+    if status is None:
+        get = getattr(dbapi, "get_transaction_status", None)    # psycopg2
+        status = get() if callable(get) else None
+    return None if status is None else int(status) == _PQTRANS_INERROR
+
+
+def _sa_dbapi(conn: Any) -> Any:
+    """The DBAPI connection under a SQLAlchemy Connection (or a Session's
+    Connection of its transaction)."""
+    if not hasattr(conn, "get_bind"):       # a Connection
+        fairy = conn.connection
+    else:                                   # a Session
+        fairy = conn.connection().connection
+    return getattr(fairy, "dbapi_connection", None) or getattr(fairy, "connection", None)
+
+
+def _sa_inactive(conn: Any) -> bool:
+    """A SQLAlchemy transaction that is no longer active (a Session whose
+    flush failed rolled it back): it cannot commit."""
+    tx = conn.get_transaction()
+    return tx is not None and not tx.is_active
+
+
 class _Adapter:
     conn: Any
+
+    def failed(self) -> bool:
+        """Whether the transaction is failed: a statement in it raised (and
+        the block caught it), so COMMIT would answer ROLLBACK."""
+        return False
+
+    def check_committable(self) -> None:
+        """TransactionRolledBack, inside the transaction (which then rolls
+        back), when it has failed: never let the block look committed."""
+        if self.failed():
+            raise TransactionRolledBack()
 
     def begin(self) -> ContextManager[Any]:
         raise NotImplementedError
@@ -103,18 +146,22 @@ class _Adapter:
 
     @contextmanager
     def fenced_tx(self, args: Mapping[str, Any]) -> Iterator[None]:
-        """BEGIN; set_generation(g, resource); the block; COMMIT (ROLLBACK on error)."""
+        """BEGIN; set_generation(g, resource); the block; COMMIT (ROLLBACK on
+        error, and TransactionRolledBack when the transaction failed)."""
         with self.begin():
             self.query_one(SET_GENERATION_SQL, args)
             yield
+            self.check_committable()
 
     @contextmanager
     def lease_tx(self, params: Mapping[str, Any], retry_stale: bool) -> Iterator[Lease]:
         """BEGIN; the acquire (checked: stale retried once, a failure raised
-        before the block); the block; COMMIT (ROLLBACK on error): one
-        statement after the other, as transaction_lease runs them."""
+        before the block); the block; COMMIT (ROLLBACK on error, and
+        TransactionRolledBack when the transaction failed): one statement
+        after the other, as transaction_lease runs them."""
         with self.begin():
             yield _acquire_row_checked(self, params, retry_stale)
+            self.check_committable()
 
 
 def _begin_sql(conn: Any) -> str:
@@ -140,6 +187,9 @@ class _Psycopg(_Adapter):
         from psycopg import pq
         if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
             raise RuntimeError(_BUSY_MSG)
+
+    def failed(self) -> bool:
+        return bool(_dbapi_failed(self.conn))
 
     def begin(self) -> ContextManager[Any]:
         self._check_idle()
@@ -185,6 +235,7 @@ class _Psycopg(_Adapter):
             raise
         try:
             yield
+            self.check_committable()
         except BaseException:
             self._rollback()
             raise
@@ -230,6 +281,7 @@ class _Psycopg(_Adapter):
                 raise
             try:
                 yield lease
+                self.check_committable()
             except BaseException:
                 self._rollback()
                 raise
@@ -255,6 +307,9 @@ class _SQLAlchemy(_Adapter):
     def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         return dict(self.conn.execute(_sa_text(sql), dict(params or {})).mappings().one())
 
+    def failed(self) -> bool:
+        return _sa_inactive(self.conn) or bool(_dbapi_failed(_sa_dbapi(self.conn)))
+
 
 class _Django(_Adapter):
     """A Django ``DatabaseWrapper`` (``django.db.connections[alias]``)."""
@@ -274,6 +329,12 @@ class _Django(_Adapter):
             cur.execute(sql, dict(params or {}))
             row = cur.fetchone()
             return dict(zip([c[0] for c in cur.description], row))
+
+    def failed(self) -> bool:
+        # Django marks the atomic block for rollback when a model save fails
+        # (and would roll back at its end without a word); the driver says
+        # whether a raw statement failed
+        return bool(self.conn.needs_rollback) or bool(_dbapi_failed(self.conn.connection))
 
     def alone(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         return self.query_one(sql, params)      # autocommit, or the caller's atomic()
@@ -387,7 +448,10 @@ def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: in
     ours with at least ``min_validity_ms`` left and releases it. Raises the
     LeaseError of a failed acquire before the block runs, FenceError
     subclasses for refused writes, and LeaseLostAtCommit (LF010) when COMMIT
-    finds the lease gone. Any exception rolls the transaction back.
+    finds the lease gone. Any exception rolls the transaction back. A block
+    that catches a failed statement's error (a refused write) and goes on
+    gets TransactionRolledBack at its end: the transaction was rolled back,
+    nothing of it committed.
     ``keepalive=True`` has the server renew the lease while the transaction
     runs (needs ``shared_preload_libraries = 'lease_fence'``).
     """
@@ -396,6 +460,7 @@ def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: in
         with db.begin():
             yield _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
                                    retry_stale, wait_ms, keepalive)
+            db.check_committable()
 
 
 @contextmanager
@@ -425,7 +490,9 @@ def job(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
     transaction); an exception in the block rolls back (the lease is
     released) and propagates, SQLSTATE LF001-LF004 as FenceError
     subclasses; a lease lost before COMMIT raises LeaseLostAtCommit (LF010),
-    rolled back. ``wait_ms`` > 0 waits that long at most for a busy lease.
+    rolled back; a block that caught a failed statement's error raises
+    TransactionRolledBack, rolled back. ``wait_ms`` > 0 waits that long at
+    most for a busy lease.
     """
     db = _adapter(conn)
     params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False)
@@ -550,7 +617,9 @@ def fenced(conn: C, generation: Union[Lease, int],
     names another. The resource fence fails (StaleGeneration, ``e.resource``)
     when a newer holder fenced the resource, before the block runs. Refused
     writes are raised as FenceError subclasses; the transaction is rolled
-    back. Yields ``conn``.
+    back. A block that catches a failed statement's error and goes on
+    raises TransactionRolledBack (rolled back, nothing committed). Yields
+    ``conn``.
     """
     args = _fence_args(generation, resource)
     db = _adapter(conn)

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, fields
 from typing import (Any, AsyncContextManager, AsyncIterator, Awaitable, Dict, Mapping, Optional,
                     TypeVar, Union)
 
-from ._errors import (Lease, LeaseLost, ReleaseStatus, _acquired, _lease_from_row, _released,
-                      _renewed, _try_acquired, fence_error_from)
+from ._errors import (Lease, LeaseLost, ReleaseStatus, TransactionRolledBack, _acquired,
+                      _lease_from_row, _released, _renewed, _try_acquired, fence_error_from)
 from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
-                    SET_GENERATION_SQL, _acquire_params, _begin_sql, _fence_args, _is_psycopg,
-                    _one_server_session, _sa_text)
+                    SET_GENERATION_SQL, _acquire_params, _begin_sql, _dbapi_failed, _fence_args,
+                    _is_psycopg, _one_server_session, _sa_inactive, _sa_text)
 
 __all__ = [
     "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
@@ -51,6 +51,15 @@ async def fence_errors() -> AsyncIterator[None]:
 
 class _AsyncAdapter:
     conn: Any
+
+    async def failed(self) -> bool:
+        """Whether the transaction is failed (COMMIT would answer ROLLBACK)."""
+        return False
+
+    async def check_committable(self) -> None:
+        """TransactionRolledBack, inside the transaction, when it has failed."""
+        if await self.failed():
+            raise TransactionRolledBack()
 
     def begin(self) -> AsyncContextManager[Any]:
         raise NotImplementedError
@@ -78,6 +87,7 @@ class _AsyncAdapter:
         async with self.begin():
             await self.query_one(SET_GENERATION_SQL, args)
             yield
+            await self.check_committable()
 
     @asynccontextmanager
     async def lease_tx(self, params: Mapping[str, Any],
@@ -85,6 +95,7 @@ class _AsyncAdapter:
         """BEGIN; the checked acquire; the block; COMMIT, one after the other."""
         async with self.begin():
             yield await _acquire_row_checked(self, params, retry_stale)
+            await self.check_committable()
 
 
 class _AsyncPsycopg(_AsyncAdapter):
@@ -96,6 +107,9 @@ class _AsyncPsycopg(_AsyncAdapter):
         if self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
             raise RuntimeError("lease_fence needs a connection that is not in a transaction "
                                "(use autocommit=True, or commit first)")
+
+    async def failed(self) -> bool:
+        return bool(_dbapi_failed(self.conn))
 
     def begin(self) -> AsyncContextManager[Any]:
         self._check_idle()
@@ -138,6 +152,7 @@ class _AsyncPsycopg(_AsyncAdapter):
             raise
         try:
             yield
+            await self.check_committable()
         except BaseException:
             await self._rollback()
             raise
@@ -178,6 +193,7 @@ class _AsyncPsycopg(_AsyncAdapter):
                 raise
             try:
                 yield lease
+                await self.check_committable()
             except BaseException:
                 await self._rollback()
                 raise
@@ -204,6 +220,29 @@ class _AsyncSQLAlchemy(_AsyncAdapter):
                         params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         result = await self.conn.execute(_sa_text(sql), dict(params or {}))
         return dict(result.mappings().one())
+
+    async def failed(self) -> bool:
+        if _sa_inactive(self.conn):
+            return True
+        conn = self.conn
+        if hasattr(conn, "get_bind"):               # an AsyncSession: its transaction's connection
+            conn = await conn.connection()
+        raw = await conn.get_raw_connection()
+        adapted = getattr(raw, "dbapi_connection", None) or getattr(raw, "connection", None)
+        driver = getattr(adapted, "_connection", adapted)   # SQLAlchemy's async adaptor's driver
+        known = _dbapi_failed(driver)
+        if known is not None:
+            return known
+        # asyncpg does not say: a statement tells (25P02 in a failed
+        # transaction); one more round trip, on this driver only
+        try:
+            await conn.execute(_sa_text("SELECT 1"))
+        except Exception as exc:                     # noqa: BLE001 - the driver's error
+            err = getattr(exc, "orig", exc)
+            if (getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)) == "25P02":
+                return True
+            raise
+        return False
 
 
 def _adapter(conn: Any) -> _AsyncAdapter:
@@ -276,6 +315,7 @@ async def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_
         async with db.begin():
             yield await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
                                          retry_stale, wait_ms, keepalive)
+            await db.check_committable()
 
 
 @asynccontextmanager

@@ -65,6 +65,26 @@ module LeaseFence
     SQLSTATE = "LF010"
   end
 
+  # The transaction did not commit: a statement in it failed, the block
+  # rescued its error and went on (a refused write, say), and PostgreSQL
+  # answers the COMMIT of such a transaction with ROLLBACK. It was rolled
+  # back: nothing of it was committed and a transaction-scoped lease was
+  # released with it, so never treat the work as done. job,
+  # transaction_lease and fenced raise it instead of returning (and the
+  # Sidekiq middleware, so the job is retried, not marked done). Not a
+  # FenceError. +cause+: on an ActiveRecord connection, the error of the
+  # statement that failed the transaction (a FenceError when it was a
+  # refused write), from ActiveRecord's notifications; nil on a
+  # PG::Connection, where the library does not see the block's errors.
+  class TransactionRolledBack < StandardError
+    MESSAGE = "lease_fence: the transaction was rolled back at COMMIT: a statement in it failed " \
+              "and its error was rescued; nothing of it was committed"
+
+    def initialize(message = MESSAGE)
+      super
+    end
+  end
+
   FENCE_ERRORS = [StaleGeneration, MissingGeneration, ConflictingGeneration,
                   UnissuedGeneration, LeaseLostAtCommit].to_h { |c| [c.sqlstate, c] }.freeze
 
@@ -107,6 +127,7 @@ module LeaseFence
   # nil. Reads the SQLSTATE and the error fields, never the message text.
   def self.fence_error_from(exc)
     return exc if exc.is_a?(FenceError)
+    return nil if exc.is_a?(TransactionRolledBack) # its cause is what failed: it stays what it is
 
     err = exc
     4.times do

@@ -15,6 +15,10 @@ module LeaseFence
     # LeaseFence::LeaseLostAtCommit (LF010), a newer holder's fence refuses
     # its writes with LeaseFence::StaleGeneration (LF001), everything is
     # rolled back and Sidekiq sees the exception (retry), never a success.
+    # A job that rescues such an error and returns normally has a failed
+    # transaction, which PostgreSQL rolls back at COMMIT: it raises
+    # LeaseFence::TransactionRolledBack (the rescued error its cause), so
+    # Sidekiq retries it rather than marking it done.
     # A job whose lease is busy raises LeaseFence::LeaseBusy (retried later).
     #
     #   Sidekiq.configure_server do |config|

@@ -378,8 +378,11 @@ public final class LeaseFence {
      * which verifies the lease is still ours with at least {@code minValidityMs}
      * left ({@link LeaseLostAtCommitException} otherwise) and releases it. A
      * failed acquire throws as {@link #acquire} does, before {@code work} runs;
-     * any exception rolls back (and releases the lease). Autocommit is turned
-     * off for the transaction and restored afterwards.
+     * any exception rolls back (and releases the lease). Work that catches a
+     * failed statement's exception and returns makes the transaction fail: it
+     * is rolled back and {@link TransactionRolledBackException} thrown, never
+     * a return as if committed. Autocommit is turned off for the transaction
+     * and restored afterwards.
      *
      * @param keepalive the server's keep-alive worker renews the lease while the
      *                  transaction runs (needs {@code shared_preload_libraries})
@@ -420,7 +423,9 @@ public final class LeaseFence {
      * once, in the same transaction); an exception from {@code work} rolls back
      * (releasing the lease) and is rethrown, SQLSTATE LF001-LF004 as
      * {@link FenceException} subclasses and anything else unchanged; a lease
-     * lost before COMMIT throws {@link LeaseLostAtCommitException}, rolled back.
+     * lost before COMMIT throws {@link LeaseLostAtCommitException}, rolled back;
+     * work that caught a failed statement's exception (a refused write) and
+     * returned throws {@link TransactionRolledBackException}, rolled back.
      *
      * @param waitMs while the lease is busy, wait up to this long (0: answer at once)
      */
@@ -835,8 +840,10 @@ public final class LeaseFence {
      * sends the BEGIN in the same message, so it is one round trip — then
      * {@code work.run(conn)}, then COMMIT; returns what {@code work} returned.
      * On any exception it rolls back and rethrows, SQLSTATE LF001/2/3/4/LF010 as
-     * {@link FenceException} subclasses (COMMIT's too); autocommit is restored
-     * either way.
+     * {@link FenceException} subclasses (COMMIT's too); work that caught a failed
+     * statement's exception and returned throws
+     * {@link TransactionRolledBackException}, rolled back; autocommit is
+     * restored either way.
      *
      * <p>The resource fence fails ({@link StaleGenerationException} with
      * {@code resource()} set) before {@code work} runs when a newer holder fenced
@@ -913,7 +920,9 @@ public final class LeaseFence {
     }
 
     /** BEGIN (autocommit off); work; COMMIT — or ROLLBACK; restores autocommit;
-     * LF errors as FenceException. */
+     * LF errors as FenceException; a transaction that failed while the work
+     * went on (it caught a statement's exception) is rolled back and
+     * throws TransactionRolledBackException. */
     private static <T> T inTransaction(Connection conn, FencedWork<T> work) throws SQLException {
         requireIdle(conn);
         boolean autoCommit = conn.getAutoCommit();
@@ -923,6 +932,10 @@ public final class LeaseFence {
         Throwable failure = null;
         try {
             T result = work.run(conn);
+            if (failed(conn)) {
+                // a statement failed and the work went on: COMMIT would roll back
+                throw new TransactionRolledBackException();
+            }
             conn.commit();
             return result;
         } catch (SQLException e) {
@@ -950,6 +963,12 @@ public final class LeaseFence {
                 }
             }
         }
+    }
+
+    /** Whether the connection's transaction is failed (pgjdbc tells; another driver's is trusted). */
+    private static boolean failed(Connection conn) throws SQLException {
+        return conn.isWrapperFor(BaseConnection.class)
+                && conn.unwrap(BaseConnection.class).getTransactionState() == TransactionState.FAILED;
     }
 
     private static void rollback(Connection conn, Throwable failure) {

@@ -887,6 +887,60 @@ class LeaseFenceTest {
         freeRightAway(res);
     }
 
+    /**
+     * The work catches a refused write (a newer generation wrote the row
+     * meanwhile) and returns: its transaction is failed, and PostgreSQL would
+     * answer COMMIT with ROLLBACK. job, transactionLease and fenced throw
+     * TransactionRolledBackException instead of returning; nothing of the
+     * transaction was committed; the lease went with it.
+     */
+    @Test
+    void caughtRefusedWriteIsTransactionRolledBack() throws SQLException {
+        Connection other = open();
+        for (String verb : List.of("job", "transactionLease", "fenced")) {
+            String res = resource(verb);
+            int id = newRow(conn);
+            int mine = newRow(conn);
+            SQLException[] caught = {null};
+            Lease explicit = verb.equals("fenced") ? LeaseFence.acquire(other, res, 10000) : null;
+            LeaseWork<String> work = (l, c) -> {
+                setOwner(c, mine, "job");
+                long newer = scalarLong(other, "SELECT lease_fence.next_generation()");
+                LeaseFence.fenced(other, newer, null, o -> setOwner(o, id, "newer"));
+                try {
+                    setOwner(c, id, "stale");
+                } catch (SQLException e) {
+                    caught[0] = LeaseFence.translate(e);    // and the work goes on
+                }
+                return "done";
+            };
+            TransactionRolledBackException e = assertThrows(TransactionRolledBackException.class,
+                    () -> {
+                        switch (verb) {
+                            case "job":
+                                LeaseFence.job(conn, res, 10000, work);
+                                break;
+                            case "transactionLease":
+                                LeaseFence.transactionLease(conn, res, 10000, 0, 0, false, work);
+                                break;
+                            default:
+                                LeaseFence.fenced(conn, explicit, c -> work.run(explicit, c));
+                        }
+                    }, verb);
+            assertInstanceOf(StaleGenerationException.class, caught[0], verb);
+            assertFalse(LeaseFence.fenceException(e).isPresent(), verb + ": not a fence error");
+            assertNull(e.getSQLState(), verb);
+            assertEquals("nobody/100/0", readRow(conn, mine), verb + ": nothing committed");
+            assertTrue(conn.getAutoCommit(), verb);
+            assertEquals(TransactionState.IDLE, txState(conn), verb);
+            if (explicit != null) {
+                assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(other, explicit));
+            } else {
+                freeRightAway(res);
+            }
+        }
+    }
+
     @Test
     void jobLeaseLostIsLeaseLostAtCommit() throws Exception {
         assumeRedisCli();
