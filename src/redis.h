@@ -240,6 +240,33 @@ typedef struct LfAnswer
 } LfAnswer;
 
 extern void lf_decode_reply(LfScript script, const struct redisReply *reply, LfAnswer *answer);
+
+/*
+ * What a reply may be at most (redis_reply.c): its array elements, all of
+ * them counted together, and the bytes held unparsed at once.  A reader
+ * made by lf_bounded_reader() refuses a reply beyond its bound as the reply
+ * arrives, before anything of it is allocated; bound->oversized then says
+ * what was refused (empty: nothing).
+ */
+typedef struct LfReplyLimits
+{
+	size_t		bytes;
+	long		elements;
+} LfReplyLimits;
+
+extern const LfReplyLimits lf_small_reply;	/* every reply but ... */
+extern const LfReplyLimits lf_large_reply;	/* ... CLUSTER SLOTS and ROLE */
+
+typedef struct LfReplyBound
+{
+	const LfReplyLimits *limits;
+	long		elements;		/* announced so far in the reply being read */
+	char		oversized[96];	/* what was refused; empty: nothing */
+} LfReplyBound;
+
+struct redisReader;
+extern struct redisReader *lf_bounded_reader(LfReplyBound *bound);
+extern bool lf_reader_has_room(struct redisReader *reader, size_t n);
 extern void lf_decode_send_result(LfSendResult r, const char *err, LfAnswer *answer);
 extern bool lf_parse_canonical_generation(const char *s, size_t len, int64 *value);
 extern bool lf_error_code_is(const char *str, const char *code);

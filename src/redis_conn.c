@@ -100,41 +100,10 @@ typedef struct LfConn
 	 * at that moment (set by read_reply, cleared by every send).
 	 */
 	bool		read_all;
-	/*
-	 * The bound of the reply being read (LfReplyBound), the elements its
-	 * arrays have announced so far, and, once the reader refused it, what
-	 * was too large (the reader calls back here: its privdata is c).
-	 */
-	const struct LfReplyBound *bound;
-	long		reply_elements;
-	char		oversized[96];	/* empty: nothing refused */
+	/* the bound of the reply being read: the reader's privdata (redis.h) */
+	LfReplyBound bound;
 } LfConn;
 
-/*
- * What a reply may be at most.  Every reply lease_fence reads is small: a
- * script answers a few integers and short strings (scripts/answers.json
- * lists every shape, and the scripts refuse to return a stored value longer
- * than 256 bytes), a set-up command a status, a Sentinel a few dozen
- * fields.  A reply announced larger -- an array of more elements than the
- * bound, or more unparsed bytes than it, which a bulk string or a line
- * longer than the bound makes -- is refused as it arrives, before hiredis
- * allocates it (hiredis 0.14 allocates an array's announced elements at
- * once, and buffers a bulk string whole): the connection is closed, and
- * the request's outcome is unknown, or unavailable when it was a set-up
- * command and nothing of the lease was sent.  The elements are counted
- * over the whole reply (every nested array's announced size), so a reply's
- * memory is bounded by the bound, whatever its shape.  Only the Cluster's
- * map of slots (CLUSTER SLOTS) and a master's list of replicas (ROLE)
- * grow with the deployment: LF_LARGE_REPLY gives them the larger bound.
- */
-typedef struct LfReplyBound
-{
-	size_t		bytes;			/* unparsed bytes held at once */
-	long		elements;		/* array elements announced, in all */
-} LfReplyBound;
-
-static const LfReplyBound small_reply = {64 * 1024, 1024};
-static const LfReplyBound large_reply = {16 * 1024 * 1024, 1024 * 1024};
 
 /*
  * A connection that answered this recently is used without looking at its
@@ -195,98 +164,19 @@ static int	wait_set_pos = -1;
 static uint32 wait_set_events = 0;
 
 /*
- * hiredis's own reply constructors, and ours, which check the reply's bound
- * first (LfReplyBound): the reader calls them as it parses, with the
- * connection as its privdata.  A constructor that returns NULL makes the
- * reader fail (hiredis calls it out of memory; c->oversized says what it
- * was), and hiredis frees what it had built of the reply.
- */
-static redisReplyObjectFunctions *hiredis_functions = NULL;
-static redisReplyObjectFunctions bounded_functions;
-
-static void *
-bounded_array(const redisReadTask *task, int elements)
-{
-	LfConn	   *c = (LfConn *) task->privdata;
-
-	if (elements < 0 || elements > c->bound->elements - c->reply_elements)
-	{
-		snprintf(c->oversized, sizeof(c->oversized), "an array of %d elements (at most %ld in a reply)",
-				 elements, c->bound->elements);
-		return NULL;
-	}
-	c->reply_elements += elements;
-	return hiredis_functions->createArray(task, elements);
-}
-
-static void *
-bounded_string(const redisReadTask *task, char *str, size_t len)
-{
-	LfConn	   *c = (LfConn *) task->privdata;
-
-	/* (the bytes bound of read_reply refuses such a string before it is read whole) */
-	if (len > c->bound->bytes)
-	{
-		snprintf(c->oversized, sizeof(c->oversized), "a string of %zu bytes (at most %zu)",
-				 len, c->bound->bytes);
-		return NULL;
-	}
-	return hiredis_functions->createString(task, str, len);
-}
-
-/* A reader for c whose constructors check c's bound; NULL when out of memory. */
-static redisReader *
-bounded_reader(LfConn *c)
-{
-	redisReader *reader = redisReaderCreate();
-
-	if (reader == NULL)
-		return NULL;
-	if (hiredis_functions == NULL)
-	{
-		hiredis_functions = reader->fn;
-		bounded_functions = *hiredis_functions;
-		bounded_functions.createArray = bounded_array;
-		bounded_functions.createString = bounded_string;
-	}
-	reader->fn = &bounded_functions;
-	reader->privdata = c;
-	c->bound = &small_reply;
-	c->reply_elements = 0;
-	c->oversized[0] = '\0';
-	return reader;
-}
-
-/*
- * May c's reader take n more bytes?  Not when the bytes it holds unparsed
- * would pass the bound: a reply that long is refused before it is read
- * whole (c->oversized says so).
- */
-static bool
-reader_has_room(LfConn *c, size_t n)
-{
-	size_t		held = c->reader->len - c->reader->pos;
-
-	if (held + n <= c->bound->bytes)
-		return true;
-	snprintf(c->oversized, sizeof(c->oversized), "more than %zu bytes of one reply", c->bound->bytes);
-	return false;
-}
-
-/*
  * c sent a reply larger than its bound: count it, and say so (the
  * connection is closed by the caller; the request's outcome is in err).
  */
 static void
 report_oversized(LfConn *c, char *err)
 {
-	snprintf(err, LF_ERRLEN, "oversized reply from Redis: %s; the connection was closed", c->oversized);
+	snprintf(err, LF_ERRLEN, "oversized reply from Redis: %s; the connection was closed", c->bound.oversized);
 	lf_count(LF_C_CONNECTION_OVERSIZED_REPLY);
 	HOLD_INTERRUPTS();			/* the caller serves a cancel once it closed c */
 	ereport(WARNING,
 			errmsg("lease_fence: closed a Redis connection that sent an oversized reply"),
 			errdetail("It sent %s, more than lease_fence reads in a reply; none of it was kept.",
-					  c->oversized),
+					  c->bound.oversized),
 			errhint("lease_fence's requests are answered in a few short values. A Redis server, or something between it and this server, sent it; on a network you do not trust, use TLS (lease_fence.redis_sslmode)."));
 	RESUME_INTERRUPTS();
 }
@@ -834,7 +724,7 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
 		{
 			if (reply)
 				freeReplyObject(reply);
-			if (c->oversized[0] != '\0')
+			if (c->bound.oversized[0] != '\0')
 				report_oversized(c, err);
 			else
 				snprintf(err, LF_ERRLEN, "could not parse the reply from Redis: %s", c->reader->errstr);
@@ -842,7 +732,7 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
 		}
 		if (reply != NULL)
 		{
-			c->reply_elements = 0;	/* the next reply has a bound of its own */
+			c->bound.elements = 0;	/* the next reply has a bound of its own */
 			*out = (redisReply *) reply;
 			return LF_REPLY;
 		}
@@ -879,7 +769,7 @@ read_reply(LfConn *c, int64 deadline, bool interruptible, bool read_first,
 			continue;			/* nothing yet: wait for what conn_read said */
 		c->read_all = c->tls == NULL && (size_t) n < sizeof(buf);
 		want = LF_WANT_READ;
-		if (!reader_has_room(c, (size_t) n))
+		if (!lf_reader_has_room(c->reader, (size_t) n))
 		{
 			report_oversized(c, err);
 			return LF_NO_REPLY;
@@ -1436,9 +1326,9 @@ check_role(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptible,
 	bool		master;
 
 	/* a master lists its replicas: a reply that grows with the deployment */
-	c->bound = &large_reply;
+	c->bound.limits = &lf_large_reply;
 	r = exchange_argv(c, 1, argv, len, deadline, interruptible, &reply, why);
-	c->bound = &small_reply;
+	c->bound.limits = &lf_small_reply;
 	if (r == LF_SEND_INTERRUPTED)
 		*interrupted = true;
 	if (r != LF_REPLY)
@@ -1504,7 +1394,7 @@ connect_redis(LfConn *c, const LfEndpoint *ep, int64 deadline, bool interruptibl
 				 "lease_fence.redis_user is set but lease_fence.redis_password_file is not");
 		return false;
 	}
-	c->reader = bounded_reader(c);
+	c->reader = lf_bounded_reader(&c->bound);
 	if (c->reader == NULL)
 	{
 		snprintf(err, LF_ERRLEN, "could not allocate a Redis reply reader");
@@ -1773,10 +1663,10 @@ lf_conn_command(const LfEndpoint *ep, int argc, const char **argv, const size_t 
 	}
 
 	if (flags & LF_LARGE_REPLY)
-		c->bound = &large_reply;
+		c->bound.limits = &lf_large_reply;
 	r = exchange_argv(c, argc, argv, argvlen, within ? overall : lf_now_ms() + timeout_ms,
 					  interruptible, reply, err);
-	c->bound = &small_reply;
+	c->bound.limits = &lf_small_reply;
 	if (r != LF_REPLY)
 		close_conn(c);			/* dead or timed out: never reuse */
 	else
@@ -1816,7 +1706,7 @@ lf_subscriber_wait(int64 deadline)
 		{
 			if (reply)
 				freeReplyObject(reply);
-			if (c->oversized[0] != '\0')
+			if (c->bound.oversized[0] != '\0')
 				report_oversized(c, why);
 			close_conn(c);
 			return -2;
@@ -1829,7 +1719,7 @@ lf_subscriber_wait(int64 deadline)
 				(strcmp(m->element[0]->str, "message") == 0 ||
 				 strcmp(m->element[0]->str, "smessage") == 0);
 
-			c->reply_elements = 0;	/* each message has a bound of its own */
+			c->bound.elements = 0;	/* each message has a bound of its own */
 
 			freeReplyObject(reply);
 			if (message)
@@ -1858,7 +1748,7 @@ lf_subscriber_wait(int64 deadline)
 		if (n == 0)
 			continue;
 		want = LF_WANT_READ;
-		if (!reader_has_room(c, (size_t) n))
+		if (!lf_reader_has_room(c->reader, (size_t) n))
 		{
 			report_oversized(c, why);
 			close_conn(c);

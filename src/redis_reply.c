@@ -223,6 +223,108 @@ lf_redis_text(char *dst, size_t dstlen, const char *src, size_t srclen)
 }
 
 /*
+ * What a reply may be at most.  Every reply lease_fence reads is small: a
+ * script answers a few integers and short strings (scripts/answers.json
+ * lists every shape, and the scripts refuse to return a stored value longer
+ * than 256 bytes), a set-up command a status, a Sentinel a few dozen
+ * fields.  A reply announced larger -- an array of more elements than the
+ * bound, or more unparsed bytes than it, which a bulk string or a line
+ * longer than the bound makes -- is refused as it arrives, before hiredis
+ * allocates it (hiredis 0.14 allocates an array's announced elements at
+ * once, and buffers a bulk string whole); the caller closes the connection.
+ * The elements are counted over the whole reply (every nested array's
+ * announced size), so a reply's memory is bounded whatever its shape.  Only
+ * the Cluster's map of slots (CLUSTER SLOTS) and a master's list of
+ * replicas (ROLE) grow with the deployment: they get the larger bound.
+ */
+const LfReplyLimits lf_small_reply = {64 * 1024, 1024};
+const LfReplyLimits lf_large_reply = {16 * 1024 * 1024, 1024 * 1024};
+
+/*
+ * hiredis's own reply constructors, and ours, which check the reply's bound
+ * first: the reader calls them as it parses, with the bound as its
+ * privdata.  A constructor that returns NULL makes the reader fail (hiredis
+ * calls it out of memory; bound->oversized says what it was), and hiredis
+ * frees what it had built of the reply.
+ */
+static redisReplyObjectFunctions *hiredis_functions = NULL;
+static redisReplyObjectFunctions bounded_functions;
+
+static void *
+bounded_array(const redisReadTask *task, int elements)
+{
+	LfReplyBound *b = (LfReplyBound *) task->privdata;
+
+	if (elements < 0 || elements > b->limits->elements - b->elements)
+	{
+		snprintf(b->oversized, sizeof(b->oversized), "an array of %d elements (at most %ld in a reply)",
+				 elements, b->limits->elements);
+		return NULL;
+	}
+	b->elements += elements;
+	return hiredis_functions->createArray(task, elements);
+}
+
+static void *
+bounded_string(const redisReadTask *task, char *str, size_t len)
+{
+	LfReplyBound *b = (LfReplyBound *) task->privdata;
+
+	/* (lf_reader_has_room refuses such a string before it is read whole) */
+	if (len > b->limits->bytes)
+	{
+		snprintf(b->oversized, sizeof(b->oversized), "a string of %zu bytes (at most %zu)",
+				 len, b->limits->bytes);
+		return NULL;
+	}
+	return hiredis_functions->createString(task, str, len);
+}
+
+/*
+ * A hiredis reader whose constructors check bound (set to the small
+ * limits, nothing counted yet); NULL when out of memory.  The bound must
+ * live as long as the reader.
+ */
+redisReader *
+lf_bounded_reader(LfReplyBound *bound)
+{
+	redisReader *reader = redisReaderCreate();
+
+	if (reader == NULL)
+		return NULL;
+	if (hiredis_functions == NULL)
+	{
+		hiredis_functions = reader->fn;
+		bounded_functions = *hiredis_functions;
+		bounded_functions.createArray = bounded_array;
+		bounded_functions.createString = bounded_string;
+	}
+	reader->fn = &bounded_functions;
+	reader->privdata = bound;
+	bound->limits = &lf_small_reply;
+	bound->elements = 0;
+	bound->oversized[0] = '\0';
+	return reader;
+}
+
+/*
+ * May a bounded reader take n more bytes?  Not when the bytes it holds
+ * unparsed would pass its bound: a reply that long is refused before it is
+ * read whole (the bound's oversized says so).
+ */
+bool
+lf_reader_has_room(redisReader *reader, size_t n)
+{
+	LfReplyBound *b = (LfReplyBound *) reader->privdata;
+	size_t		held = reader->len - reader->pos;
+
+	if (held + n <= b->limits->bytes)
+		return true;
+	snprintf(b->oversized, sizeof(b->oversized), "more than %zu bytes of one reply", b->limits->bytes);
+	return false;
+}
+
+/*
  * What a reply says, for a message: an error reply's words (as text, see
  * lf_redis_text), otherwise the words given.
  */

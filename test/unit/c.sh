@@ -8,7 +8,8 @@
 #     for every script; transport), each reply read by hiredis's reader
 #     whole, in two pieces at every cut and byte by byte
 #     (test/unit/answers.py, /usr/bin/python3, standard library only);
-#   - the generation / epoch / heal / validity arithmetic.
+#   - the generation / epoch / heal / validity arithmetic, the bounded
+#     reader and the text from Redis, also under valgrind when it is there.
 # Prints TAP lines ("ok N - ..." / "not ok N - ..."), then "# c: N passed,
 # N failed"; exits non-zero when any failed or the binary could not be
 # built.  Run from anywhere; writes nothing into the source tree.
@@ -79,6 +80,17 @@ echo "ok 1 - c: build the test binary with the project's src/redis_reply.c (-Wal
 emit < <("$work/lf_unit" --arith; [ $? -le 1 ] || echo "not ok - the arithmetic checks ran to their end")
 emit < <("$python" "$root/test/unit/answers.py" "$work/lf_unit" "$answers" 2>&1; rc=$?;
 	[ $rc -le 1 ] || echo "not ok - the answer table's checks ran to their end (exit $rc)")
+# the bounded reader's refusals free what they had read: the arithmetic
+# checks again under valgrind, when the machine has it
+if command -v valgrind >/dev/null 2>&1; then
+	if valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect --error-exitcode=9 \
+			"$work/lf_unit" --arith >"$work/valgrind.out" 2>"$work/valgrind.log"; then
+		emit <<<"ok - the checks under valgrind: no invalid access, nothing leaked (the refused replies included)"
+	else
+		sed 's/^/# /' "$work/valgrind.log"
+		emit <<<"not ok - the checks under valgrind: no invalid access, nothing leaked (the refused replies included)"
+	fi
+fi
 
 echo "# c: $passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$n" -gt 1 ]

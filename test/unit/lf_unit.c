@@ -138,6 +138,78 @@ arith(void)
 		  "validity: ttl - elapsed - (1% of ttl + 2 ms)");
 	check(lf_validity_after(100, 0) == 97, "validity of a 100 ms lease, no time elapsed");
 
+	/* replies beyond their bound, refused as they arrive */
+	{
+		LfReplyBound b;
+		redisReader *r;
+		void	   *reply = NULL;
+		static char wide[16384];
+		size_t		wlen;
+		int			i;
+		int			j;
+
+		r = lf_bounded_reader(&b);
+		redisReaderFeed(r, "*2147483647\r\n", 14);
+		check(redisReaderGetReply(r, &reply) != REDIS_OK && reply == NULL &&
+			  strstr(b.oversized, "an array of 2147483647 elements") != NULL,
+			  "bound: an array header of 2^31-1 elements is refused before it is allocated");
+		redisReaderFree(r);
+
+		/* a thousand arrays of a thousand: each small, all together too many */
+		r = lf_bounded_reader(&b);
+		/* (the outer array and two inner ones: the second is refused) */
+		wlen = 0;
+		wlen += sprintf(wide + wlen, "*1000\r\n");
+		for (i = 0; i < 2; i++)
+		{
+			wlen += sprintf(wide + wlen, "*1000\r\n");
+			for (j = 0; j < (i == 0 ? 1000 : 0); j++)
+				wlen += sprintf(wide + wlen, ":1\r\n");
+		}
+		redisReaderFeed(r, wide, wlen);
+		check(redisReaderGetReply(r, &reply) != REDIS_OK && reply == NULL &&
+			  strstr(b.oversized, "an array of 1000 elements (at most 1024") != NULL,
+			  "bound: nested arrays count together (1,000 + 1,000 elements is too many), the part read is freed");
+		redisReaderFree(r);
+
+		/* exactly at the bound, twice: each reply has a bound of its own */
+		r = lf_bounded_reader(&b);
+		wlen = 0;
+		wlen += sprintf(wide + wlen, "*2\r\n*511\r\n");
+		for (j = 0; j < 511; j++)
+			wlen += sprintf(wide + wlen, ":1\r\n");
+		wlen += sprintf(wide + wlen, "*511\r\n");
+		for (j = 0; j < 511; j++)
+			wlen += sprintf(wide + wlen, ":1\r\n");
+		for (i = 0; i < 2; i++)
+		{
+			redisReaderFeed(r, wide, wlen);
+			reply = NULL;
+			check(redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL &&
+				  ((redisReply *) reply)->elements == 2 && b.oversized[0] == '\0',
+				  i == 0 ? "bound: a reply of 1,024 elements in all is read" :
+				  "bound: and so is the next one, once the count starts again");
+			if (reply)
+				freeReplyObject(reply);
+			b.elements = 0;
+		}
+		redisReaderFree(r);
+
+		/* bytes: a bulk string that announces 200 MB */
+		r = lf_bounded_reader(&b);
+		redisReaderFeed(r, "*2\r\n:1\r\n$200000000\r\n", 22);
+		check(redisReaderGetReply(r, &reply) == REDIS_OK && reply == NULL &&
+			  lf_reader_has_room(r, 65536 - (r->len - r->pos)) &&
+			  !lf_reader_has_room(r, 65536 - (r->len - r->pos) + 1) &&
+			  strstr(b.oversized, "more than 65536 bytes") != NULL,
+			  "bound: no more than 64 kB of a reply is held unparsed");
+		redisReaderFree(r);
+
+		b.limits = &lf_large_reply;
+		check(b.limits->elements == 1024 * 1024 && lf_small_reply.elements == 1024,
+			  "bound: CLUSTER SLOTS and ROLE have the larger bound");
+	}
+
 	/* bytes from Redis as text (what becomes a reason or an identity) */
 	{
 		char		t[16];
