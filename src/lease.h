@@ -166,6 +166,8 @@ extern void lf_table_forget(LeaseEntry *e);
 extern void lf_table_rows(ReturnSetInfo *rsinfo);
 extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
 extern bool lf_may_see_identity(Oid holder_role);
+extern bool lf_table_holder(const char *resource, const char *identity, int *pid,
+							Oid *dboid, Oid *roleid);
 extern void lf_table_init(void);
 
 /* keepalive_worker.c: the background worker (lease_fence keepalive) */

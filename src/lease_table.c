@@ -36,7 +36,6 @@
 #include "lease.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "redis.h"
 #include "stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -44,8 +43,6 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
-
-PG_FUNCTION_INFO_V1(lf_holder);
 
 /* the table's size: lease_fence.max_tracked_leases */
 int			lf_max_tracked_leases = 1024;
@@ -372,10 +369,10 @@ lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e)
 
 /*
  * Does a backend of this cluster hold resource under identity?  Its pid,
- * database and role, if so (holder()).
+ * database and role, if so (holder(), in lease.c).
  */
-static bool
-table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
+bool
+lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
 {
 	LeaseSlot  *copy;
 	int			i;
@@ -400,92 +397,6 @@ table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, O
 	}
 	pfree(copy);
 	return found;
-}
-
-/*
- * lease_fence.holder(resource text): who holds resource in Redis, in one
- * round trip (scripts/holder.lua): held, identity, ttl_ms (NULL: no
- * expiry), the highest generation granted for it (NULL: none, or its
- * generation key expired), and, when a backend of this cluster holds it
- * (the lease table: lease_fence preloaded), that backend's pid and
- * database.  identity follows all_leases' rule: the holder's role, its
- * members and pg_read_all_stats; a holder outside this cluster, or one the
- * table does not show, only superusers and pg_read_all_stats.  EXECUTE is
- * not PUBLIC's: it sends a request to Redis.
- */
-Datum
-lf_holder(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	char	   *resource;
-	const char *keys[2];
-	LfAnswer	ans;
-	Datum		values[6];
-	bool		nulls[6];
-	int			pid = 0;
-	Oid			dboid = InvalidOid;
-	Oid			roleid = InvalidOid;
-	bool		in_table = false;
-
-	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	keys[0] = lf_lease_key(resource);
-	keys[1] = lf_generation_key(resource);
-	lf_run_script(LF_SCRIPT_HOLDER, 2, keys, 0, NULL, lf_command_timeout_ms,
-				  LF_INTERRUPTIBLE, &ans);
-	if (ans.outcome == LF_ANS_INTERRUPTED)
-		CHECK_FOR_INTERRUPTS();
-	if (ans.outcome == LF_ANS_CORRUPT)
-		ereport(ERROR,
-				errcode(ERRCODE_DATA_CORRUPTED),
-				errmsg("the generation key of resource \"%s\" holds no generation", resource),
-				errhint("Delete it (DEL %s) if nothing else wrote it: lease_fence writes a decimal generation there.",
-						keys[1]));
-	if (ans.outcome != LF_ANS_HELD && ans.outcome != LF_ANS_NOT_HELD)
-		ereport(ERROR,
-				errcode(ERRCODE_CONNECTION_FAILURE),
-				errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
-				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
-				errdetail_log("%s", ans.err));
-
-	memset(nulls, true, sizeof(nulls));
-	values[0] = BoolGetDatum(ans.outcome == LF_ANS_HELD);
-	nulls[0] = false;
-	if (ans.outcome == LF_ANS_HELD)
-	{
-		in_table = table_holder(resource, ans.value, &pid, &dboid, &roleid);
-		if (in_table ? lf_may_see_identity(roleid) :
-			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
-		{
-			values[1] = CStringGetTextDatum(ans.value);
-			nulls[1] = false;
-		}
-		if (ans.has_pttl)
-		{
-			values[2] = Int64GetDatum(ans.pttl_ms);
-			nulls[2] = false;
-		}
-	}
-	if (ans.generation > 0)
-	{
-		values[3] = Int64GetDatum(ans.generation);
-		nulls[3] = false;
-	}
-	if (in_table)
-	{
-		char	   *dbname = get_database_name(dboid);
-
-		values[4] = Int32GetDatum(pid);
-		nulls[4] = false;
-		if (dbname)
-		{
-			values[5] = CStringGetTextDatum(dbname);
-			nulls[5] = false;
-		}
-	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
 /* Called from _PG_init. */

@@ -26,7 +26,8 @@ my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('reason_visibility');
 $node->safe_psql('postgres', 'CREATE DATABASE second');
 my $grants = q{
-	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_app, lf_reader;};
+	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+	                          lease_fence.holder(text) TO lf_app, lf_reader;};
 $node->safe_psql('postgres', q{
 	CREATE ROLE lf_app LOGIN;
 	CREATE ROLE lf_reader LOGIN IN ROLE pg_read_all_settings;} . $grants);
@@ -73,6 +74,16 @@ need((try_acquire('postgres', undef, 'claim'))[0]->{status}, 'acquired', 'postgr
 		'claimed prefix, superuser: the reason');
 	like($err, qr/names database "postgres" \(OID \d+\) of the cluster with system identifier $sysid/,
 		'claimed prefix, superuser: the WARNING names the other database');
+
+	# holder() is refused there too, and says as little
+	my ($out, $herr) = ('', '');
+	$node->psql('second', "SELECT held FROM lease_fence.holder('claim')",
+		stdout => \$out, stderr => \$herr, extra_params => [ '-U', 'lf_app' ]);
+	is($out, '', 'claimed prefix, application role: holder() shows nothing');
+	like($herr, qr/ERROR:  lease_fence: key_prefix on this Redis belongs to another database/,
+		'claimed prefix, application role: holder()\'s ERROR says what happened');
+	unlike($herr, qr/$sysid|OID|"postgres"|lease_fence:owner/,
+		'claimed prefix, application role: holder()\'s ERROR names neither the other database nor the key');
 }
 
 #
