@@ -158,6 +158,7 @@ extern void lf_keepalive_init(void);
 
 /* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
 extern int	lf_max_tracked_leases;
+extern int	lf_max_tracked_leases_share;
 
 extern bool lf_table_active(void);
 extern void lf_table_register(LeaseEntry *e);
