@@ -2,8 +2,8 @@
  *
  * lease.c
  *	  The SQL functions of the lease helper: acquire, renew and release a
- *	  Redis lease, with three-way outcomes, claim_key_prefix, and the
- *	  backend's Redis connections (redis_connections, redis_disconnect).
+ *	  Redis lease, with three-way outcomes, claim_key_prefix, holder, and
+ *	  the backend's Redis connections (redis_connections, redis_disconnect).
  *
  * Each function checks its arguments (an ERROR before anything is sent),
  * runs one script (redis_script.c), turns what became of it into a status,
@@ -31,6 +31,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fence.h"
 #include "funcapi.h"
@@ -38,6 +39,7 @@
 #include "miscadmin.h"
 #include "redis.h"
 #include "storage/latch.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
@@ -47,6 +49,7 @@ PG_FUNCTION_INFO_V1(lf_renew);
 PG_FUNCTION_INFO_V1(lf_release);
 PG_FUNCTION_INFO_V1(lf_claim_key_prefix);
 PG_FUNCTION_INFO_V1(lf_keepalive_state);
+PG_FUNCTION_INFO_V1(lf_holder);
 PG_FUNCTION_INFO_V1(lf_redis_connections_sql);
 PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 
@@ -405,14 +408,17 @@ remember_claim(const char *owner_key)
 }
 
 /*
- * Before an acquire: is key_prefix on this Redis ours?  Claims it when
- * nobody has.  False after a WARNING (the acquire is then "unavailable"):
- * the prefix is another database's, or Redis could not be asked.  Runs
- * before the generation is drawn, so a refused acquire moves nothing.  An
- * interrupt is raised at once: nothing of the lease was sent.
+ * Before an acquire or a holder(): is key_prefix on this Redis ours?
+ * Claims it when nobody has.  Another database's prefix, or a check that
+ * could not be made, is reported at elevel: for an acquire a WARNING, after
+ * which false is returned (the acquire is then "unavailable"); for holder()
+ * an ERROR, so that no other database's lease is ever shown.  Runs before
+ * the generation is drawn, so a refused acquire moves nothing.  An
+ * interrupt is raised at once: nothing of the lease was sent.  resource
+ * names the request in the messages.
  */
 static bool
-key_prefix_is_ours(const char *resource)
+key_prefix_is_ours(const char *resource, int elevel)
 {
 	char		id[64];
 	char	   *value;
@@ -462,6 +468,12 @@ key_prefix_is_ours(const char *resource)
 			snprintf(msg, sizeof(msg), "%s", ans.err);
 		else
 			snprintf(msg, sizeof(msg), "checking the owner of key_prefix: %s", ans.err);
+		if (elevel >= ERROR)
+			ereport(ERROR,
+					errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
+					errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
+					errdetail_log("%s", msg));
 		report_problem("acquire", resource, msg);
 		return false;
 	}
@@ -469,23 +481,29 @@ key_prefix_is_ours(const char *resource)
 	if (ans.outcome == LF_ANS_OTHERS)
 	{
 		const char *owner = ans.value;
+		char		why[LF_ERRLEN];
 
 		/*
 		 * The reason says what happened; the other database's name, OID and
 		 * system identifier only superusers see (pg_control_system() is
 		 * theirs; the server log has them), and the key_prefix (a
-		 * where-to-connect setting) only those who may read it.
+		 * where-to-connect setting) only those who may read it.  holder()
+		 * says the same as an ERROR: it must not show that database's
+		 * leases, as acquire must not take them.
 		 */
 		char	   *full = psprintf("The key \"%s\" names %s; this is %s. Two databases sharing a key_prefix would push each other's generations up.",
 									key, describe_owner(owner), describe_owner(value));
 
 		if (lf_may_see_settings())
-			snprintf(reason, sizeof(reason), "key_prefix \"%s\" on this Redis belongs to another database",
+			snprintf(why, sizeof(why), "key_prefix \"%s\" on this Redis belongs to another database",
 					 lf_key_prefix ? lf_key_prefix : "");
 		else
-			snprintf(reason, sizeof(reason), "key_prefix on this Redis belongs to another database");
-		ereport(WARNING,
-				errmsg("lease_fence: %s", reason),
+			snprintf(why, sizeof(why), "key_prefix on this Redis belongs to another database");
+		if (elevel < ERROR)
+			strlcpy(reason, why, sizeof(reason));
+		ereport(elevel,
+				elevel >= ERROR ? errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE) : 0,
+				errmsg("lease_fence: %s", why),
 				superuser() ? errdetail("%s", full) :
 				errdetail("The key_prefix is claimed by another database (the server log says which). Two databases sharing a key_prefix would push each other's generations up."),
 				errdetail_log("%s", full),
@@ -755,7 +773,7 @@ acquire_once(FunctionCallInfo fcinfo, const AcquireArgs *a, int64 *spare, int64 
 	*retry = false;
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
-	if (!key_prefix_is_ours(resource))
+	if (!key_prefix_is_ours(resource, WARNING))
 	{
 		*row = status_only(fcinfo, LF_C_ACQUIRE_UNAVAILABLE, resource);
 		*retry = true;
@@ -1340,6 +1358,99 @@ lf_keepalive_state(PG_FUNCTION_ARGS)
 	if (state == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(state));
+}
+
+/*
+ * lease_fence.holder(resource text): who holds resource in Redis, in one
+ * round trip (scripts/holder.lua; two on a connection whose owner check is
+ * still to be made, see below): held, identity, ttl_ms (NULL: no
+ * expiry), the highest generation granted for it (NULL: none, or its
+ * generation key expired), and, when a backend of this cluster holds it
+ * (the lease table: lease_fence preloaded), that backend's pid and
+ * database.  identity follows all_leases' rule: the holder's role, its
+ * members and pg_read_all_stats; a holder outside this cluster, or one the
+ * table does not show, only superusers and pg_read_all_stats.  EXECUTE is
+ * not PUBLIC's: it sends a request to Redis.
+ *
+ * Only where key_prefix is this database's, as for acquire: the owner check
+ * runs first (once per connection, as for acquire, and claiming the prefix
+ * when nobody has), and another database's prefix is an ERROR, so that
+ * nothing of that database's leases is shown here.
+ */
+Datum
+lf_holder(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	char	   *resource;
+	const char *keys[2];
+	LfAnswer	ans;
+	Datum		values[6];
+	bool		nulls[6];
+	int			pid = 0;
+	Oid			dboid = InvalidOid;
+	Oid			roleid = InvalidOid;
+	bool		in_table = false;
+
+	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	(void) key_prefix_is_ours(resource, ERROR);
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	lf_run_script(LF_SCRIPT_HOLDER, 2, keys, 0, NULL, lf_command_timeout_ms,
+				  LF_INTERRUPTIBLE, &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
+	if (ans.outcome == LF_ANS_CORRUPT)
+		ereport(ERROR,
+				errcode(ERRCODE_DATA_CORRUPTED),
+				errmsg("the generation key of resource \"%s\" holds no generation", resource),
+				errhint("Delete it (DEL %s) if nothing else wrote it: lease_fence writes a decimal generation there.",
+						keys[1]));
+	if (ans.outcome != LF_ANS_HELD && ans.outcome != LF_ANS_NOT_HELD)
+		ereport(ERROR,
+				errcode(ERRCODE_CONNECTION_FAILURE),
+				errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
+				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
+				errdetail_log("%s", ans.err));
+
+	memset(nulls, true, sizeof(nulls));
+	values[0] = BoolGetDatum(ans.outcome == LF_ANS_HELD);
+	nulls[0] = false;
+	if (ans.outcome == LF_ANS_HELD)
+	{
+		in_table = lf_table_holder(resource, ans.value, &pid, &dboid, &roleid);
+		if (in_table ? lf_may_see_identity(roleid) :
+			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		{
+			values[1] = CStringGetTextDatum(ans.value);
+			nulls[1] = false;
+		}
+		if (ans.has_pttl)
+		{
+			values[2] = Int64GetDatum(ans.pttl_ms);
+			nulls[2] = false;
+		}
+	}
+	if (ans.generation > 0)
+	{
+		values[3] = Int64GetDatum(ans.generation);
+		nulls[3] = false;
+	}
+	if (in_table)
+	{
+		char	   *dbname = get_database_name(dboid);
+
+		values[4] = Int32GetDatum(pid);
+		nulls[4] = false;
+		if (dbname)
+		{
+			values[5] = CStringGetTextDatum(dbname);
+			nulls[5] = false;
+		}
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
 }
 
 /*

@@ -166,6 +166,7 @@ extern void lf_keepalive_init(void);
 
 /* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
 extern int	lf_max_tracked_leases;
+extern int	lf_max_tracked_leases_share;
 
 extern bool lf_table_active(void);
 extern void lf_table_register(LeaseEntry *e);
@@ -174,6 +175,8 @@ extern void lf_table_forget(LeaseEntry *e);
 extern void lf_table_rows(ReturnSetInfo *rsinfo);
 extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
 extern bool lf_may_see_identity(Oid holder_role);
+extern bool lf_table_holder(const char *resource, const char *identity, int *pid,
+							Oid *dboid, Oid *roleid);
 extern void lf_table_init(void);
 
 /* keepalive_worker.c: the background worker (lease_fence keepalive) */

@@ -532,11 +532,36 @@ looks_like_endpoint(const char *tok, size_t len)
 }
 
 /*
+ * How long the configured socket path (lease_fence.redis_socket) is where
+ * it starts at p, as a whole: followed by the end of the text, a separator,
+ * or a colon or full stop; 0 when it does not start there.  A path may hold
+ * any byte but NUL, a blank or a parenthesis included, so it is found by
+ * comparing the whole string, never by splitting the text into words.
+ */
+static size_t
+configured_socket_at(const char *p, const char *seps)
+{
+	size_t		len;
+
+	if (lf_redis_socket == NULL || lf_redis_socket[0] == '\0')
+		return 0;
+	len = strlen(lf_redis_socket);
+	if (strncmp(p, lf_redis_socket, len) != 0)
+		return 0;
+	if (p[len] != '\0' && p[len] != ':' && p[len] != '.' && strchr(seps, p[len]) == NULL)
+		return 0;
+	return len;
+}
+
+/*
  * err as the current user may see it: unchanged for those who may see the
  * where-to-connect settings (lf_may_see_settings), else with every endpoint
- * in it (host:port, a socket path, the configured host) written as
- * <hidden>, in buf.  The Redis layer's texts name the server they concern;
- * the server log keeps them whole (the callers' errdetail_log).
+ * in it (the configured socket path, host:port, any other socket path, the
+ * configured host) written as <hidden>, in buf.  The configured socket path
+ * is looked for first, as a whole string, at the start of each word: a path
+ * with a blank in it is two words, and the second must not show.  The
+ * Redis layer's texts name the server they concern; the server log keeps
+ * them whole (the callers' errdetail_log).
  */
 const char *
 lf_visible_error(const char *err, char *buf, size_t buflen)
@@ -550,8 +575,17 @@ lf_visible_error(const char *err, char *buf, size_t buflen)
 	while (*p != '\0' && n + 1 < buflen)
 	{
 		size_t		len = strcspn(p, seps);
+		size_t		sock = (p == err || strchr(seps, p[-1]) != NULL) ?
+			configured_socket_at(p, seps) : 0;
 
-		if (len == 0)
+		if (sock > 0)
+		{
+			n += strlcpy(buf + n, "<hidden>", buflen - n);
+			if (n >= buflen)
+				n = buflen - 1;
+			p += sock;
+		}
+		else if (len == 0)
 			buf[n++] = *p++;
 		else if (looks_like_endpoint(p, len))
 		{

@@ -20,6 +20,15 @@
  * shown; the acquire is never refused for it.  Without the table,
  * all_leases shows the calling session's own leases (lease_registry.c).
  *
+ * No database and no role may take more than its share of the slots,
+ * lease_fence.max_tracked_leases_share percent (half by default): one role
+ * that acquires without end, with nothing but the acquire grant, must not
+ * push every other database's leases out of all_leases and holder().  The
+ * slots each database and each role has are counted in a small shared hash
+ * under one LWLock, taken where a slot is claimed and where it is freed; a
+ * lease beyond its share is counted (all_leases / capped) and not shown,
+ * and its acquire is never refused for it either.
+ *
  * Layer 3, the leases (docs/design.md, "The layers": its files and the order
  * of their calls).
  *
@@ -36,19 +45,20 @@
 #include "lease.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "redis.h"
 #include "stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/hsearch.h"
 #include "utils/timestamp.h"
-
-PG_FUNCTION_INFO_V1(lf_holder);
 
 /* the table's size: lease_fence.max_tracked_leases */
 int			lf_max_tracked_leases = 1024;
+
+/* the most one database, or one role, may take of it, in percent */
+int			lf_max_tracked_leases_share = 50;
 
 /* one lease, as the backend that holds it last wrote it */
 typedef struct LeaseSlot
@@ -74,8 +84,25 @@ typedef struct LeaseTable
 	LeaseSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } LeaseTable;
 
+/*
+ * The slots one database or one role holds: a key of each kind per slot
+ * (SHARE_KEY), so at most two entries per slot, and more only for the
+ * moment between a share taken and its slot found.
+ */
+#define SHARE_DATABASE	UINT64CONST(1)
+#define SHARE_ROLE		UINT64CONST(2)
+#define SHARE_KEY(kind, oid) (((kind) << 32) | (uint64) (oid))
+
+typedef struct ShareEntry
+{
+	uint64		key;			/* SHARE_KEY(kind, oid): the hash key */
+	int32		slots;			/* slots held (and shares taken) */
+} ShareEntry;
+
 static LeaseTable *table = NULL;
 static int	table_size = 0;
+static HTAB *shares = NULL;
+static LWLock *shares_lock = NULL;
 static bool exit_hook_registered = false;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -90,12 +117,21 @@ table_bytes(void)
 					mul_size(sizeof(LeaseSlot), (Size) lf_max_tracked_leases));
 }
 
+/* the entries of the share hash: two per slot, and room for claims under way */
+static long
+share_entries(void)
+{
+	return 2 * (long) lf_max_tracked_leases + 64;
+}
+
 static void
 table_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(table_bytes()));
+	RequestAddinShmemSpace(hash_estimate_size(share_entries(), sizeof(ShareEntry)));
+	RequestNamedLWLockTranche("lease_fence lease table", 1);
 }
 
 static void
@@ -120,7 +156,100 @@ table_shmem_startup(void)
 		}
 	}
 	table_size = lf_max_tracked_leases;
+	{
+		HASHCTL		info;
+
+		memset(&info, 0, sizeof(info));
+		info.keysize = sizeof(uint64);
+		info.entrysize = sizeof(ShareEntry);
+		shares = ShmemInitHash("lease_fence lease table shares", share_entries(), share_entries(),
+							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	}
+	shares_lock = &(GetNamedLWLockTranche("lease_fence lease table"))->lock;
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * How many slots one database, or one role, may hold:
+ * max_tracked_leases_share percent of the table, at least one.
+ */
+static int32
+share_cap(void)
+{
+	int64		cap = (int64) table_size * lf_max_tracked_leases_share / 100;
+
+	return (int32) Max(cap, 1);
+}
+
+/* The entry of key, or NULL; entered (with 0 slots) when enter is true. */
+static ShareEntry *
+share_entry(uint64 key, bool enter)
+{
+	bool		found;
+	ShareEntry *se = hash_search(shares, &key, enter ? HASH_ENTER_NULL : HASH_FIND, &found);
+
+	if (se != NULL && !found)
+		se->slots = 0;
+	return se;
+}
+
+/* Give back one slot of the entry key; the entry goes when none is left. */
+static void
+share_put(uint64 key)
+{
+	ShareEntry *se = share_entry(key, false);
+
+	if (se == NULL)
+		return;
+	if (--se->slots <= 0)
+		hash_search(shares, &key, HASH_REMOVE, NULL);
+}
+
+/*
+ * Take one slot's share for database dboid and role roleid, unless either
+ * already has max_tracked_leases_share of the table (or the hash has no
+ * room: it is sized so that it always has).  Under the LWLock, so that no
+ * two backends of one database both take the last share.
+ */
+static bool
+share_take(Oid dboid, Oid roleid)
+{
+	uint64		dbkey = SHARE_KEY(SHARE_DATABASE, dboid);
+	uint64		rolekey = SHARE_KEY(SHARE_ROLE, roleid);
+	int32		cap = share_cap();
+	ShareEntry *db;
+	ShareEntry *role;
+	bool		taken = false;
+
+	LWLockAcquire(shares_lock, LW_EXCLUSIVE);
+	db = share_entry(dbkey, true);
+	role = db != NULL ? share_entry(rolekey, true) : NULL;
+	if (db != NULL && role != NULL && db->slots < cap && role->slots < cap)
+	{
+		db->slots++;
+		role->slots++;
+		taken = true;
+	}
+	else
+	{
+		/* an entry entered just now holds nothing: remove it again */
+		if (role != NULL && role->slots == 0)
+			hash_search(shares, &rolekey, HASH_REMOVE, NULL);
+		if (db != NULL && db->slots == 0)
+			hash_search(shares, &dbkey, HASH_REMOVE, NULL);
+	}
+	LWLockRelease(shares_lock);
+	return taken;
+}
+
+/* Give back the share of one slot of database dboid and role roleid. */
+static void
+share_give(Oid dboid, Oid roleid)
+{
+	LWLockAcquire(shares_lock, LW_EXCLUSIVE);
+	share_put(SHARE_KEY(SHARE_DATABASE, dboid));
+	share_put(SHARE_KEY(SHARE_ROLE, roleid));
+	LWLockRelease(shares_lock);
 }
 
 /* Does the cluster-wide table exist (lease_fence preloaded)? */
@@ -170,17 +299,28 @@ free_own_slots(int code, Datum arg)
 		return;
 	for (i = 0; i < table_size; i++)
 	{
+		LeaseSlot  *s = &table->slots[i];
 		uint32		pid = (uint32) MyProcPid;
 
-		if (pg_atomic_read_u32(&table->slots[i].owner) == pid &&
-			pg_atomic_compare_exchange_u32(&table->slots[i].owner, &pid, 0))
-			pg_atomic_fetch_sub_u32(&table->used, 1);
+		/* (its database and role: written by this backend, read before it goes) */
+		if (pg_atomic_read_u32(&s->owner) == pid)
+		{
+			Oid			dboid = s->dboid;
+			Oid			roleid = s->roleid;
+
+			if (pg_atomic_compare_exchange_u32(&s->owner, &pid, 0))
+			{
+				pg_atomic_fetch_sub_u32(&table->used, 1);
+				share_give(dboid, roleid);
+			}
+		}
 	}
 }
 
 /*
  * A lease was added to this session's registry: give it a slot, or count
- * it as not shown when the table is full.  Never an error.
+ * it as not shown when the table is full or its database or its role has
+ * its share of the table already.  Never an error.
  */
 void
 lf_table_register(LeaseEntry *e)
@@ -201,6 +341,11 @@ lf_table_register(LeaseEntry *e)
 		on_shmem_exit(free_own_slots, (Datum) 0);
 		exit_hook_registered = true;
 	}
+	if (!share_take(MyDatabaseId, e->role))
+	{
+		lf_count(LF_C_ALL_LEASES_CAPPED);
+		return;
+	}
 	start = pg_atomic_fetch_add_u32(&table->hint, 1);
 	for (i = 0; i < table_size; i++)
 	{
@@ -216,6 +361,7 @@ lf_table_register(LeaseEntry *e)
 		e->table_slot = n;
 		return;
 	}
+	share_give(MyDatabaseId, e->role);
 	lf_count(LF_C_ALL_LEASES_OVERFLOW);
 }
 
@@ -240,6 +386,7 @@ lf_table_forget(LeaseEntry *e)
 	e->table_slot = -1;
 	pg_atomic_write_u32(&s->owner, 0);
 	pg_atomic_fetch_sub_u32(&table->used, 1);
+	share_give(MyDatabaseId, e->role);
 }
 
 /*
@@ -372,10 +519,10 @@ lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e)
 
 /*
  * Does a backend of this cluster hold resource under identity?  Its pid,
- * database and role, if so (holder()).
+ * database and role, if so (holder(), in lease.c).
  */
-static bool
-table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
+bool
+lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
 {
 	LeaseSlot  *copy;
 	int			i;
@@ -402,96 +549,21 @@ table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, O
 	return found;
 }
 
-/*
- * lease_fence.holder(resource text): who holds resource in Redis, in one
- * round trip (scripts/holder.lua): held, identity, ttl_ms (NULL: no
- * expiry), the highest generation granted for it (NULL: none, or its
- * generation key expired), and, when a backend of this cluster holds it
- * (the lease table: lease_fence preloaded), that backend's pid and
- * database.  identity follows all_leases' rule: the holder's role, its
- * members and pg_read_all_stats; a holder outside this cluster, or one the
- * table does not show, only superusers and pg_read_all_stats.  EXECUTE is
- * not PUBLIC's: it sends a request to Redis.
- */
-Datum
-lf_holder(PG_FUNCTION_ARGS)
-{
-	TupleDesc	tupdesc;
-	char	   *resource;
-	const char *keys[2];
-	LfAnswer	ans;
-	Datum		values[6];
-	bool		nulls[6];
-	int			pid = 0;
-	Oid			dboid = InvalidOid;
-	Oid			roleid = InvalidOid;
-	bool		in_table = false;
-
-	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	keys[0] = lf_lease_key(resource);
-	keys[1] = lf_generation_key(resource);
-	lf_run_script(LF_SCRIPT_HOLDER, 2, keys, 0, NULL, lf_command_timeout_ms,
-				  LF_INTERRUPTIBLE, &ans);
-	if (ans.outcome == LF_ANS_INTERRUPTED)
-		CHECK_FOR_INTERRUPTS();
-	if (ans.outcome == LF_ANS_CORRUPT)
-		ereport(ERROR,
-				errcode(ERRCODE_DATA_CORRUPTED),
-				errmsg("the generation key of resource \"%s\" holds no generation", resource),
-				errhint("Delete it (DEL %s) if nothing else wrote it: lease_fence writes a decimal generation there.",
-						keys[1]));
-	if (ans.outcome != LF_ANS_HELD && ans.outcome != LF_ANS_NOT_HELD)
-		ereport(ERROR,
-				errcode(ERRCODE_CONNECTION_FAILURE),
-				errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
-				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
-				errdetail_log("%s", ans.err));
-
-	memset(nulls, true, sizeof(nulls));
-	values[0] = BoolGetDatum(ans.outcome == LF_ANS_HELD);
-	nulls[0] = false;
-	if (ans.outcome == LF_ANS_HELD)
-	{
-		in_table = table_holder(resource, ans.value, &pid, &dboid, &roleid);
-		if (in_table ? lf_may_see_identity(roleid) :
-			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
-		{
-			values[1] = CStringGetTextDatum(ans.value);
-			nulls[1] = false;
-		}
-		if (ans.has_pttl)
-		{
-			values[2] = Int64GetDatum(ans.pttl_ms);
-			nulls[2] = false;
-		}
-	}
-	if (ans.generation > 0)
-	{
-		values[3] = Int64GetDatum(ans.generation);
-		nulls[3] = false;
-	}
-	if (in_table)
-	{
-		char	   *dbname = get_database_name(dboid);
-
-		values[4] = Int32GetDatum(pid);
-		nulls[4] = false;
-		if (dbname)
-		{
-			values[5] = CStringGetTextDatum(dbname);
-			nulls[5] = false;
-		}
-	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
-}
-
 /* Called from _PG_init. */
 void
 lf_table_init(void)
 {
+	/*
+	 * Defined wherever the library loads, so that it can be read and set
+	 * as every other setting; only the table, which needs preloading, uses
+	 * it.
+	 */
+	DefineCustomIntVariable("lease_fence.max_tracked_leases_share",
+							"The most of max_tracked_leases, in percent, that the leases of one database, or of one role, may take.",
+							"So that one database or role cannot push every other one's leases out of all_leases; a lease beyond it is counted in stats (all_leases / capped), never refused. 100: no limit but the table's.",
+							&lf_max_tracked_leases_share, 50, 1, 100,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
 	/*
 	 * A PGC_POSTMASTER setting can only be defined while the libraries of
 	 * shared_preload_libraries load: without preloading it does not exist,

@@ -68,7 +68,8 @@
 	X(KEEPALIVE_UNCONFIRMED, "keepalive", "unconfirmed") \
 	X(KEEPALIVE_IDLE_EXPIRED, "keepalive", "idle_expired") \
 	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached") \
-	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow")
+	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow") \
+	X(ALL_LEASES_CAPPED, "all_leases", "capped")
 
 typedef enum LfCounter
 {

@@ -4,7 +4,8 @@
 # up through "stale" without either being told.  The first acquire of a
 # database claims the prefix (key <key_prefix>owner: system identifier and
 # database OID); any other database is refused with "unavailable" and a
-# WARNING that names both, before it draws a generation.  A physical copy
+# WARNING that names both, before it draws a generation, and its holder()
+# with an ERROR that says the same, before it shows anything.  A physical copy
 # (a promoted standby) keeps both numbers and is the same owner; a
 # superuser takes a prefix over with lease_fence.claim_key_prefix().
 #
@@ -115,7 +116,40 @@ SELECT count FROM lease_fence.stats WHERE operation = 'acquire' AND outcome = 'u
 }
 
 #
-# The check costs one round trip per connection, not one per acquire
+# holder() is refused where acquire is: it shows nothing of the owner's
+# leases (held, identity, TTL, generation, pid, database) to another
+# database, and says why as acquire's WARNING does
+#
+sub holder
+{
+	my ($node, $db, $res) = @_;
+	my ($ret, $out, $err) = $node->psql($db,
+		"SELECT held, identity, ttl_ms > 0, generation FROM lease_fence.holder('$res')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return ($ret, $out, $err);
+}
+{
+	my ($ret, $out) = holder($node_a, 'postgres', 'shared');
+	is($out, "t|$lease_a|t|$gen_a", 'the owner: holder() answers (held, identity, TTL, generation)');
+
+	($ret, $out, my $err) = holder($node_b, 'postgres', 'shared');
+	is($out, '', "other cluster: holder() shows nothing of a's lease");
+	like($err, qr/ERROR:  55000: lease_fence: key_prefix "lease_fence:" on this Redis belongs to another database/,
+		'other cluster: holder() is ERROR 55000, with the words of acquire\'s WARNING');
+	like($err, qr/names ${\ named('postgres', $oid_a, $sys_a)}; this is ${\ named('postgres', $oid_b, $sys_b)}/,
+		'other cluster: holder()\'s DETAIL names the owner and this database');
+	like($err, qr/lease_fence\.claim_key_prefix\(\)/, 'other cluster: holder()\'s HINT says how to take it over');
+
+	($ret, $out, $err) = holder($node_a, 'second', 'shared');
+	is($out, '', 'same cluster, other database: holder() shows nothing');
+	like($err, qr/ERROR:  55000: .*names ${\ named('postgres', $oid_a, $sys_a)}; this is ${\ named('second', $oid_2, $sys_a)}/s,
+		'same cluster, other database: holder() is ERROR 55000, naming both databases');
+	is($redis->cli('GET', $owner_key), "$sys_a:$oid_a:postgres", 'a refused holder() leaves the claim alone');
+}
+
+#
+# The check costs one round trip per connection, not one per acquire (nor
+# per holder())
 #
 {
 	$redis->cli('CONFIG', 'RESETSTAT');
@@ -124,6 +158,13 @@ SELECT count FROM lease_fence.stats WHERE operation = 'acquire' AND outcome = 'u
 	die "5 acquires did not succeed: $n" unless $n eq '5';
 	my ($calls) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
 	is($calls, 6, 'five acquires on one new connection: one owner check and five acquire scripts');
+
+	$redis->cli('CONFIG', 'RESETSTAT');
+	$n = $node_a->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 3) i,
+		LATERAL lease_fence.holder('once-' || i) h WHERE h.held});
+	die "holder() saw $n of 3 leases" unless $n eq '3';
+	($calls) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
+	is($calls, 4, 'three holder() calls on one new connection: one owner check and three holder scripts');
 }
 
 #

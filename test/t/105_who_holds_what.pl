@@ -9,8 +9,12 @@
 # Two application roles hold leases in sessions of their own; a monitoring
 # role in pg_read_all_stats and a role with no privilege read them from
 # sessions of their own.  The table has four slots
-# (lease_fence.max_tracked_leases), so a fifth lease overflows: counted,
-# not shown, and never refused.
+# (lease_fence.max_tracked_leases), any database or role may take all of
+# them (max_tracked_leases_share = 100), so a fifth lease overflows:
+# counted, not shown, and never refused.  Then, on a cluster with the
+# defaults (1024 slots, half of them at most for one database or one
+# role), one role that acquires without end in one statement cannot push
+# another database's leases out.
 
 use strict;
 use warnings;
@@ -28,7 +32,7 @@ use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('who_holds_what', "shared_preload_libraries = 'lease_fence'",
-	'lease_fence.max_tracked_leases = 4');
+	'lease_fence.max_tracked_leases = 4', 'lease_fence.max_tracked_leases_share = 100');
 my $json = JSON::PP->new;
 is($node->safe_psql('postgres', q{SELECT setting, context FROM pg_settings
 	WHERE name = 'lease_fence.max_tracked_leases'}), '4|postmaster',
@@ -277,6 +281,71 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 }
 
 $node->stop;
+
+#
+# the defaults: 1024 slots, of which one database or one role may take
+# half.  A role with nothing but the acquire grant takes 1,100 session
+# leases in one statement: every one acquired, 512 shown, the rest counted
+# as capped; another database's leases, taken before and after, still show
+# in all_leases, and holder() still finds their backend.
+#
+{
+	# (a cluster of its own: a key_prefix of its own, as each database below)
+	my $d = $redis->node('shares', "shared_preload_libraries = 'lease_fence'",
+		"lease_fence.key_prefix = 'shares:'");
+	is($d->safe_psql('postgres', q{SELECT string_agg(name || '=' || setting || '/' || context, ' ' ORDER BY name)
+		FROM pg_settings WHERE name LIKE 'lease\_fence.max\_tracked\_leases%'}),
+		'lease_fence.max_tracked_leases=1024/postmaster lease_fence.max_tracked_leases_share=50/sighup',
+		'shares: the defaults, 1024 slots and half of them for one database or role (reload)');
+	my $grant = q{GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_flood;};
+	$d->safe_psql('postgres', qq{CREATE ROLE lf_flood LOGIN; $grant});
+	# another database, with a key_prefix of its own
+	$d->safe_psql('postgres', q{CREATE DATABASE other;
+		ALTER DATABASE other SET lease_fence.key_prefix = 'other:';});
+	$d->safe_psql('other', "CREATE EXTENSION lease_fence; $grant");
+
+	my $victim = $d->background_psql('other', on_error_stop => 0);
+	my $pid_v = sql_ok($victim, 'SELECT pg_backend_pid()');
+	need(acquire($victim, 'victim:before', 600000, 0, 'session')->{status}, 'acquired',
+		'the other database holds victim:before');
+
+	my $flood = $d->background_psql('postgres', on_error_stop => 0,
+		extra_params => [ '-U', 'lf_flood' ]);
+	is(sql_ok($flood, q{SELECT count(*) FILTER (WHERE a.status = 'acquired') || '/' || count(*)
+			FROM generate_series(1, 1100) i,
+			LATERAL lease_fence.acquire('flood:' || i, 600000, 0, 'session') a}),
+		'1100/1100', 'shares: 1,100 leases in one statement, every one acquired (none refused)');
+	is($d->safe_psql('postgres', q{SELECT count(*) FROM lease_fence.all_leases WHERE usename = 'lf_flood'}),
+		'512', 'shares: all_leases shows 512 of them, half the table');
+	is($d->safe_psql('postgres', q{SELECT string_agg(outcome || '=' || count, ' ' ORDER BY outcome)
+		FROM lease_fence.stats WHERE operation = 'all_leases'}),
+		'capped=588 overflow=0', 'shares: the other 588 are counted as all_leases / capped');
+
+	my $r = $d->safe_psql('postgres', q{SELECT pid || '/' || database FROM lease_fence.all_leases
+		WHERE resource = 'victim:before'});
+	is($r, "$pid_v/other", 'shares: the other database\'s earlier lease still shows');
+	need(acquire($victim, 'victim:after', 600000, 0, 'session')->{status}, 'acquired',
+		'the other database acquires victim:after');
+	$r = $d->safe_psql('postgres', q{SELECT pid || '/' || database FROM lease_fence.all_leases
+		WHERE resource = 'victim:after'});
+	is($r, "$pid_v/other", 'shares: a lease the other database takes after the flood shows in all_leases');
+	is($d->safe_psql('other', q{SELECT coalesce(pid::text, 'NULL') || '/' || coalesce(database, 'NULL')
+		FROM lease_fence.holder('victim:after')}),
+		"$pid_v/other", 'shares: holder() gives its pid and database');
+
+	# the share is the role's too, whatever database it acquires in
+	my $more = $d->background_psql('other', on_error_stop => 0, extra_params => [ '-U', 'lf_flood' ]);
+	is(acquire($more, 'flood:elsewhere', 600000, 0, 'session')->{status}, 'acquired',
+		'shares: the same role acquires in the other database');
+	is($d->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE resource = 'flood:elsewhere') || '/' || count(*)
+		FROM lease_fence.all_leases WHERE usename = 'lf_flood'}),
+		'0/512', 'shares: ... and it is not shown: the role has its half already');
+
+	$more->quit;
+	$flood->quit;
+	$victim->quit;
+	$d->stop;
+}
 
 #
 # without shared_preload_libraries: the session's own leases only
