@@ -1402,6 +1402,12 @@ lf_holder(PG_FUNCTION_ARGS)
 				  LF_INTERRUPTIBLE, &ans);
 	if (ans.outcome == LF_ANS_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
+	if (ans.outcome == LF_ANS_CORRUPT && ans.oversized)
+		ereport(ERROR,
+				errcode(ERRCODE_DATA_CORRUPTED),
+				errmsg("a key of resource \"%s\" holds more than 256 bytes", resource),
+				errdetail("lease_fence writes a 32-byte identity into the lease key and at most 19 digits into the generation key; the holder script refuses to read more."),
+				errhint("Something other than lease_fence wrote %s or %s: delete it.", keys[0], keys[1]));
 	if (ans.outcome == LF_ANS_CORRUPT)
 		ereport(ERROR,
 				errcode(ERRCODE_DATA_CORRUPTED),
