@@ -19,6 +19,8 @@
 #                  then one byte every 100 ms, without end
 #   'ping_huge'    as huge_array, already as the answer to PING (a set-up
 #                  command: nothing of a lease has been sent)
+#   'bad_text'     an error reply whose words are not valid UTF-8 (bytes
+#                  0xff 0xfe, a NUL-free control character)
 # requests() counts the requests of a kind ('PING', 'EVALSHA', ...) that the
 # server received, from its log.
 #
@@ -79,7 +81,7 @@ sub mode
 {
 	my ($self, $mode) = @_;
 	croak "fake redis: bad mode $mode"
-	  unless $mode =~ /^(huge_array|huge_bulk|wide|drip|ping_huge)$/;
+	  unless $mode =~ /^(huge_array|huge_bulk|wide|drip|ping_huge|bad_text)$/;
 	write_mode($self->{modefile}, $mode);
 	return;
 }
@@ -242,6 +244,10 @@ sub _misbehave
 		_send($conn, "*1000\r\n");
 		_send($conn, "*1000\r\n" . (":1\r\n" x 1000)) for 1 .. 1000;
 		sleep(3600);
+	}
+	elsif ($mode eq 'bad_text')
+	{
+		_send($conn, "-ERR caf\xc3\xa9 \xff\xfe \x07end\r\n");
 	}
 	elsif ($mode eq 'drip')
 	{

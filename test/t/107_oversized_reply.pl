@@ -18,6 +18,10 @@
 # acquire and holder() are refused as corrupt, XX001; the key_prefix check
 # makes the acquire unavailable; claim_key_prefix() returns the first 256
 # bytes of what it replaced), and the memory stays bounded all the same.
+#
+# And bytes from Redis become text as printable ASCII with \xNN for the
+# rest: holder()'s identity and an error reply's words in a reason are valid
+# UTF-8 in a UTF8 database.
 
 use strict;
 use warnings;
@@ -194,6 +198,32 @@ for my $how ('cancel', 'terminate')
 	cmp_ok(vm_peak_kb($pid2) - $peak2, '<', $limit_kb, 'claim_key_prefix(): the memory did not grow');
 	$s->quit;
 	$s2->quit;
+}
+
+#
+# 4. Bytes from Redis become text only as printable ASCII (\xNN for the
+#    rest), in a UTF8 database where invalid UTF-8 would otherwise be stored
+#    and refused by a later conversion
+#
+{
+	$node->safe_psql('postgres',
+		"CREATE DATABASE u8 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
+	$node->safe_psql('postgres', "ALTER DATABASE u8 SET lease_fence.key_prefix = 'u8:'");
+	$node->safe_psql('u8', 'CREATE EXTENSION lease_fence');
+	$redis->cli('SET', 'u8:{utf}', "a\xffb\xc3\xa9", 'PX', 600000);
+	my $id = $node->safe_psql('u8', "SELECT identity FROM lease_fence.holder('utf')");
+	is($id, 'a\xffb\xc3\xa9', "holder(): a lease key's bytes that are not printable ASCII are shown as \\xNN");
+	is($node->safe_psql('u8',
+			"SELECT convert_from(convert_to(identity, 'UTF8'), 'UTF8') = identity FROM lease_fence.holder('utf')"),
+		't', 'holder(): the identity is valid UTF-8 (a conversion takes it)');
+
+	$fake->mode('bad_text');
+	my $out = $node->safe_psql('u8', "SET lease_fence.redis_socket = ''; SET lease_fence.redis_host = '127.0.0.1'; "
+		  . "SET lease_fence.redis_port = " . $fake->port . "; "
+		  . "SELECT reason, convert_from(convert_to(reason, 'UTF8'), 'UTF8') = reason "
+		  . "FROM lease_fence.acquire('fake-text', 30000)");
+	is($out, 'Redis answered: ERR caf\xc3\xa9 \xff\xfe \x07end|t',
+		"an error reply's bytes that are not printable ASCII are \\xNN in the reason, which is valid UTF-8");
 }
 
 done_testing();
