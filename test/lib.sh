@@ -164,8 +164,23 @@ lf_make_workdir() {
 	fi
 	PG_CONFIG=$PG_BIN/pg_config
 	export PG_CONFIG
+	# what the user installed into the machine's PostgreSQL (the README's
+	# set-up, a package) is not this tree's: gone from the copy, so that no
+	# run depends on it (the portable suite's server must not load it)
+	[ "$LF_INSTALLED" = 1 ] || lf_remove_installed || return 1
 	[ "$(id -u)" -eq 0 ] && chown -R "$LF_USER" "$LF_WORK"
 	return 0
+}
+
+# Remove every lease_fence file from the installation $PG_CONFIG names (the
+# private copy): the library, its bitcode, the control file and the
+# scripts -- what `make install` and the Debian package put there.
+lf_remove_installed() {
+	local lib share
+	lib=$("$PG_CONFIG" --pkglibdir) && share=$("$PG_CONFIG" --sharedir) || return 1
+	case $lib/ in "$LF_WORK"/*) ;; *) echo "lf_remove_installed: $lib is not in the private copy $LF_WORK" >&2; return 1 ;; esac
+	rm -rf "$lib"/lease_fence.so "$lib"/bitcode/lease_fence "$lib"/bitcode/lease_fence.index.bc \
+		"$share"/extension/lease_fence.control "$share"/extension/lease_fence--*.sql
 }
 
 # Build and install into the private installation as the unprivileged user
