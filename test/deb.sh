@@ -69,7 +69,8 @@ trap deb_cleanup EXIT
 
 # the workdir gives us a temp dir the postgres user owns; LF_INSTALLED=1
 # makes it copy no PostgreSQL installation (the package is for Debian's own)
-unset LF_PG LF_PG_ROOT LF_INSTALLED_ROOT
+unset LF_PG LF_PG_ROOT
+LF_INSTALLED_ROOT=
 LF_INSTALLED=1
 lf_make_workdir "$top" || exit 1
 out=$LF_WORK/deb

@@ -152,7 +152,7 @@ lf_make_workdir() {
 	root=$LF_WORK/pg
 	if [ "$LF_INSTALLED" = 1 ]; then
 		# the installed package is what is tested: nothing is copied
-		PG_BIN=$LF_INSTALLED_ROOT/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
+		PG_BIN=${LF_INSTALLED_ROOT:-}/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	elif [ -n "$LF_PG_ROOT" ]; then
 		# a PostgreSQL built from source into its own prefix (test/pg_build.sh)
 		cp -a "$LF_PG_ROOT" "$root"
@@ -198,7 +198,7 @@ lf_copy_debian_pg() {
 # (warnings are errors): no root needed.
 lf_build_install() {
 	if [ "$LF_INSTALLED" = 1 ]; then
-		[ -f "$LF_INSTALLED_ROOT/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ] && return 0
+		[ -f "${LF_INSTALLED_ROOT:-}/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ] && return 0
 		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL $LF_DEBIAN_MAJOR${LF_INSTALLED_ROOT:+ under $LF_INSTALLED_ROOT} (install the .deb)" >&2
 		return 1
 	fi
