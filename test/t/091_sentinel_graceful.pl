@@ -9,9 +9,10 @@
 #  - once every sentinel names the new master (the old one still says ROLE
 #    master), a lease taken before the failover is released on the new
 #    master, acquired again there by another session, and renewed;
-#  - the old master ran no lease script after the failover started
-#    (INFO commandstats since CONFIG RESETSTAT) and holds none of the keys
-#    of leases acquired since.
+#  - the old master ran no lease script once the watch had seen the
+#    failover (a probe refused as "not settled"; INFO commandstats since
+#    CONFIG RESETSTAT, made then) and holds none of the keys of leases
+#    acquired since.
 
 use strict;
 use warnings;
@@ -53,12 +54,26 @@ sub failover_over
 	} @sentinels;
 }
 
-need($old->cli('CONFIG', 'RESETSTAT'), 'OK', 'CONFIG RESETSTAT on the old master');
 need($sentinels[0]->cli('SENTINEL', 'FAILOVER', 'lf'), 'OK', 'SENTINEL FAILOVER lf');
 need($sentinels[0]->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress/ ? 1 : 0, 1,
 	'the leader reports the failover');
-# the watch asks every 50 ms: let it see the failover before the first acquire
-usleep(300_000);
+# Until the Sentinel watch (which asks every 50 ms) has seen the failover, an
+# acquire still goes to the old master, the master until the switch.  Probes
+# of resources of their own, until one is refused unsent because the master
+# is not settled: from then on nothing may reach the old master, whose
+# counters start there.
+my $probes = 0;
+my $probe_deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+while (1)
+{
+	my $p = acquire($c, 'probe' . ++$probes, 60000);
+	last if $p->{status} eq 'unavailable' && ($p->{reason} // '') =~ /is not settled/;
+	die "harness: no acquire refused as not settled after $probes probes (last: $p->{status})"
+	  if failover_over() || time() > $probe_deadline;
+	usleep(20_000);
+}
+note "the watch refused probe $probes: the failover is seen";
+need($old->cli('CONFIG', 'RESETSTAT'), 'OK', 'CONFIG RESETSTAT on the old master');
 
 # acquire a fresh resource every 50 ms, and H renews R (a backend that used
 # the old master a moment before the switch), until the failover is over
@@ -106,10 +121,10 @@ is(join(',', map { $_->[0] } grep { $old->cli('EXISTS', lkey($_->[0])) } @grante
 
 my $stats = $old->cli('INFO', 'commandstats');
 is(join(',', $stats =~ /^cmdstat_((?:eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro)):/mg), '',
-	'the old master ran no lease script after the failover started');
+	'the old master ran no lease script once the watch had seen the failover');
 push @granted, [ 'R', $got->{identity} ] if $got->{identity};
 is(join(',', map { $_->[0] } grep { $old->cli('GET', lkey($_->[0])) eq $_->[1] } @granted),
-	'', 'it holds none of the keys of leases acquired after the failover started');
+	'', 'it holds none of the keys of leases acquired since');
 note 'the old master ' . ((split /\n/, $old->cli('ROLE'))[0] eq 'master'
 	? 'still says ROLE master at the end' : 'became a replica before the end');
 
