@@ -15,8 +15,8 @@
 # the system's PostgreSQL 15, a conf.d file, a restart of that server, role
 # and database app): for a CI machine, hence the argument.  Where systemd
 # does not run (a container), the block's `systemctl restart postgresql` is
-# done by the service's init script, and Redis, which apt starts under
-# systemd, is started the same way.  A second run on the same machine first
+# done by the service's init script; Redis, which apt starts unless a
+# policy-rc.d refuses (a container's does), is started by `service`.  A second run on the same machine first
 # drops the database and role app that the first made (it leaves a mark in
 # /var/lib/lease_fence-ci), and the lease_fence keys its database left in
 # that Redis, else the block's CREATE ROLE would fail; a role app this
@@ -90,10 +90,10 @@ mkdir -p "$mark_dir" && echo "$(date -u +%FT%TZ) from $top" >"$mark"
 tail -n 30 "$work/setup.log"
 check "the README's set-up block runs as written, as root, with bash -e (exit status $rc)" [ "$rc" -eq 0 ]
 
-# Redis listens on 127.0.0.1:6379, as step 1 says (apt starts it where
-# systemd runs; a container's policy-rc.d refuses)
+# Redis listens on 127.0.0.1:6379, as step 1 says (apt starts it, unless a
+# policy-rc.d refuses, as a container's does)
 redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 PING 2>/dev/null)" = PONG ]; }
-if ! redis_up && [ ! -d /run/systemd/system ]; then
+if ! redis_up; then
 	service redis-server start >/dev/null 2>&1
 	for _ in $(seq 1 50); do redis_up && break; sleep 0.1; done
 fi
