@@ -78,13 +78,11 @@ fi
 
 # the block, as written, in this clone; its apt-get takes the lock of the
 # scripts' own apt-get calls (test/lib.sh), which the background of
-# .ci/run may be using
+# .ci/run may be using.  (flock -o: the lock is flock's own, never the
+# block's -- a server the block starts must not inherit it and keep it.)
 say "the README's set-up block (README.md, \"Set up\")"
-(
-	cd "$top" &&
-		flock -w 1800 9 &&
-		bash -e "$work/setup.sh"
-) 9>/run/lock/lease_fence-apt.lock >"$work/setup.log" 2>&1
+(cd "$top" && flock -w 1800 -o /run/lock/lease_fence-apt.lock bash -e "$work/setup.sh") \
+	</dev/null >"$work/setup.log" 2>&1
 rc=$?
 mkdir -p "$mark_dir" && echo "$(date -u +%FT%TZ) from $top" >"$mark"
 tail -n 30 "$work/setup.log"
