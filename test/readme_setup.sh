@@ -108,7 +108,8 @@ preloaded() {
 check "the system's PostgreSQL 15 runs with lease_fence preloaded, and database app has the extension" preloaded
 acquire_here() {
 	local out
-	out=$(psql_pg -d app -F ' ' -c "SELECT status FROM lease_fence.acquire('readme-setup:check', 1000, scope => 'transaction')") || return 1
+	out=$(psql_pg -d app -v ON_ERROR_STOP=1 -c 'BEGIN' \
+		-c "SELECT status FROM lease_fence.acquire('readme-setup:check', 1000, scope => 'transaction')" -c 'COMMIT') || return 1
 	[ "$out" = acquired ] || { echo "acquire said: $out"; return 1; }
 }
 check "an acquire in database app reaches that Redis (acquired)" acquire_here
