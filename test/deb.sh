@@ -13,28 +13,37 @@
 #      (dpkg-buildpackage -b, as the postgres user): postgresql-NN-lease-fence,
 #      after `pg_buildext updatecontrol` names this release's majors in
 #      debian/control, as a Debian maintainer would
-#   3. dpkg -i installs it into /usr/lib/postgresql/NN and
-#      /usr/share/postgresql/NN; CREATE EXTENSION works on a throwaway server
-#      of the system installation, and demo/run.sh runs against it
-#      (LF_INSTALLED=1: no build, no copy)
-#   4. dpkg -r removes it again, leaving no lease_fence file behind
+#   3. the package is put where a user's PostgreSQL NN would have it, and
+#      tried: CREATE EXTENSION works on a throwaway server of that
+#      installation, and demo/run.sh runs against it (LF_INSTALLED=1: no
+#      build, no copy).  Where it is put:
+#        - in a root of the tests' own (test/debian_root.sh sets
+#          LF_IN_TEST_ROOT=1): dpkg -i, into /usr/lib/postgresql/NN and
+#          /usr/share/postgresql/NN of that root;
+#        - anywhere else (the machine itself): dpkg-deb -x into a private
+#          copy of PostgreSQL NN (LF_INSTALLED_ROOT), from which any
+#          lease_fence the user installed was removed first.  The machine's
+#          installation and its dpkg database are not touched: a lease_fence
+#          the user installed (the README's set-up, a package) stays as it
+#          was, which the last test point checks;
+#   4. in the root of its own, dpkg -r removes it again, leaving no
+#      lease_fence file behind
 # and prints "N passed, N failed".
 #
-# Step 3 changes the machine's PostgreSQL installation for a minute, and
-# test/run.sh copies that installation at its start: run this after the
-# other runs, not beside them (.ci/run runs it last).  The package is removed
-# on every exit path; a postgresql-15-lease-fence installed before we
-# started is left alone and the test refuses to run.  NN below is
-# $LF_DEBIAN_MAJOR (test/lib.sh).
+# In the root, the package is removed on every exit path, and a
+# postgresql-NN-lease-fence installed there before we started is left alone
+# and the test refuses to run.  NN below is $LF_DEBIAN_MAJOR (test/lib.sh).
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/test/lib.sh"
 
 PKG=postgresql-$LF_DEBIAN_MAJOR-lease-fence
-[ "$(id -u)" -eq 0 ] || { echo "test/deb.sh installs a package: run it as root" >&2; exit 1; }
+# dpkg -i only in a root of the tests' own (test/debian_root.sh)
+own_root=${LF_IN_TEST_ROOT:-0}
+[ "$(id -u)" -eq 0 ] || { echo "test/deb.sh builds a package as the postgres user: run it as root" >&2; exit 1; }
 lf_need_packages build-essential debhelper postgresql-server-dev-all dpkg-dev unzip git || exit 1
-if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed'; then
+if [ "$own_root" = 1 ] && dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null | grep -q 'install ok installed'; then
 	echo "$PKG is installed already (not by this test): remove it (dpkg -r $PKG) to run this test" >&2
 	exit 1
 fi
@@ -61,9 +70,19 @@ trap deb_cleanup EXIT
 # the workdir gives us a temp dir the postgres user owns; LF_INSTALLED=1
 # makes it copy no PostgreSQL installation (the package is for Debian's own)
 unset LF_PG LF_PG_ROOT
+LF_INSTALLED_ROOT=
 LF_INSTALLED=1
 lf_make_workdir "$top" || exit 1
 out=$LF_WORK/deb
+
+# the machine's lease_fence files in PostgreSQL NN (none, or the user's), with
+# their checksums: the same at the end, outside a root of our own
+machine_files() {
+	find "/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib" "/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension" \
+		-name 'lease_fence*' -type f -exec md5sum {} + 2>/dev/null | sort
+	dpkg-query -W -f='${Package} ${Version} ${Status}\n' "$PKG" 2>/dev/null
+}
+machine_before=$(machine_files)
 
 # 1. make dist
 version=$(sed -nE '0,/"version"/s/^ *"version": *"([^"]+)".*/\1/p' "$top/META.json")
@@ -143,10 +162,28 @@ deb_contents() {
 }
 check "the package holds lease_fence.so and the extension files for $LF_DEBIAN_MAJOR" deb_contents
 
-# 3. install, CREATE EXTENSION, the demo
-if dpkg_locked -i "$deb" >"$out/install.log" 2>&1; then installed=1; else cat "$out/install.log"; fi
-check "dpkg -i $PKG installs" [ "$installed" = 1 ]
-if [ "$installed" = 1 ]; then
+# 3. the package where PostgreSQL NN has it: dpkg -i in a root of our own,
+# else its files extracted into a private copy of the installation
+inst=""
+if [ "$own_root" = 1 ]; then
+	if dpkg_locked -i "$deb" >"$out/install.log" 2>&1; then installed=1; inst=/; else cat "$out/install.log"; fi
+	check "dpkg -i $PKG installs (in a root of the tests' own)" [ "$installed" = 1 ]
+else
+	copy=$LF_WORK/installed
+	extract() {
+		local lib
+		lf_copy_debian_pg "$copy" || return 1
+		# (lf_remove_installed reads PG_CONFIG: the copy's, for the moment)
+		PG_CONFIG=$copy/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin/pg_config lf_remove_installed || return 1
+		dpkg-deb -x "$deb" "$copy" || return 1
+		lib=$copy/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib
+		[ -f "$lib/lease_fence.so" ] && [ -f "$copy/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ]
+	}
+	if extract >"$out/install.log" 2>&1; then inst=$copy; else cat "$out/install.log"; fi
+	check "$PKG's files, extracted into a private copy of PostgreSQL $LF_DEBIAN_MAJOR, are where that installation loads them" [ -n "$inst" ]
+fi
+if [ -n "$inst" ]; then
+	PG_BIN=${inst%/}/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	lf_start_pg || exit 1
 	create_ext() {
 		local v control
@@ -160,7 +197,7 @@ if [ "$installed" = 1 ]; then
 	lf_stop_pg
 
 	lf_log "demo against the installed package"
-	(cd "$src" && LF_INSTALLED=1 bash demo/run.sh) >"$out/demo.out" 2>&1
+	(cd "$src" && LF_INSTALLED=1 LF_INSTALLED_ROOT=${inst%/} bash demo/run.sh) >"$out/demo.out" 2>&1
 	rc=$?
 	cat "$out/demo.out"
 	check "demo (LF_INSTALLED=1) exits 0" [ "$rc" -eq 0 ]
@@ -169,7 +206,7 @@ if [ "$installed" = 1 ]; then
 	check "demo: nothing was built" bash -c "! grep -q 'building lease_fence' \"\$1\"" _ "$out/demo.out"
 fi
 
-# 4. remove
+# 4. remove (in the root), or the machine as it was
 if [ "$installed" = 1 ]; then
 	dpkg_locked -r "$PKG" >"$out/remove.log" 2>&1 && installed=0
 	gone() {
@@ -177,6 +214,16 @@ if [ "$installed" = 1 ]; then
 		! ls "/usr/lib/postgresql/$LF_DEBIAN_MAJOR/lib/lease_fence.so" "/usr/share/postgresql/$LF_DEBIAN_MAJOR"/extension/lease_fence* 2>/dev/null
 	}
 	check "dpkg -r removes every file of the package" gone
+elif [ "$own_root" != 1 ]; then
+	unchanged() {
+		local now
+		now=$(machine_files)
+		[ "$now" = "$machine_before" ] && return 0
+		echo "before:"; echo "${machine_before:-(no lease_fence file, no $PKG)}"
+		echo "after:"; echo "${now:-(no lease_fence file, no $PKG)}"
+		return 1
+	}
+	check "the machine's PostgreSQL $LF_DEBIAN_MAJOR is as it was ($(grep -c '/lease_fence' <<<"$machine_before") lease_fence files before, the same after)" unchanged
 fi
 
 echo "$passed passed, $failed failed"

@@ -190,8 +190,10 @@ case ${1:-} in
 		# else of this environment
 		mapfile -t settings < <(env | grep -E '^(LF_[A-Z0-9_]+|CI|NODE_EXTRA_CA_CERTS|SSL_CERT_FILE|SSL_CERT_DIR|[Hh][Tt][Tt][Pp][Ss]?_[Pp][Rr][Oo][Xx][Yy]|[Nn][Oo]_[Pp][Rr][Oo][Xx][Yy])=' | grep -v '^LF_PG_ROOT=')
 		set +e
+		# (LF_IN_TEST_ROOT: a root of the tests' own, where test/deb.sh may
+		# dpkg -i; on the machine itself it never does)
 		chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-			"${settings[@]}" \
+			"${settings[@]}" LF_IN_TEST_ROOT=1 \
 			bash -c 'cd "$1" && shift && exec bash "$@"' _ "$inside/src" "$script" "$@"
 		rc=$?
 		set -e

@@ -42,8 +42,11 @@ LF_PACKAGES="make gcc postgresql-$LF_DEBIAN_MAJOR postgresql-server-dev-$LF_DEBI
 LF_PG_ROOT=${LF_PG_ROOT:-}
 PG_BIN=/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 # LF_INSTALLED=1: use the machine's Debian PostgreSQL installation as it is, with
-# lease_fence already installed in it (the .deb): no copy, no build
+# lease_fence already installed in it (the .deb): no copy, no build.
+# LF_INSTALLED_ROOT: where that installation is (default /, the machine's;
+# test/deb.sh points it at a private copy it extracted the package into)
 LF_INSTALLED=${LF_INSTALLED:-0}
+LF_INSTALLED_ROOT=${LF_INSTALLED_ROOT:-}
 LF_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 lf_log() { printf '%s\n' "== $*" >&2; }
@@ -149,31 +152,54 @@ lf_make_workdir() {
 	root=$LF_WORK/pg
 	if [ "$LF_INSTALLED" = 1 ]; then
 		# the installed package is what is tested: nothing is copied
-		PG_BIN=/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
+		PG_BIN=${LF_INSTALLED_ROOT:-}/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	elif [ -n "$LF_PG_ROOT" ]; then
 		# a PostgreSQL built from source into its own prefix (test/pg_build.sh)
 		cp -a "$LF_PG_ROOT" "$root"
 		PG_BIN=$root/bin
 	else
-		mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include"
-		cp -a "/usr/lib/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/lib/postgresql/"
-		cp -a "/usr/share/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/share/postgresql/"
-		# headers are only read: a link will do
-		ln -s /usr/include/postgresql "$root/usr/include/postgresql"
+		lf_copy_debian_pg "$root"
 		PG_BIN=$root/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin
 	fi
 	PG_CONFIG=$PG_BIN/pg_config
 	export PG_CONFIG
+	# what the user installed into the machine's PostgreSQL (the README's
+	# set-up, a package) is not this tree's: gone from the copy, so that no
+	# run depends on it (the portable suite's server must not load it)
+	[ "$LF_INSTALLED" = 1 ] || lf_remove_installed || return 1
 	[ "$(id -u)" -eq 0 ] && chown -R "$LF_USER" "$LF_WORK"
 	return 0
+}
+
+# Remove every lease_fence file from the installation $PG_CONFIG names (the
+# private copy): the library, its bitcode, the control file and the
+# scripts -- what `make install` and the Debian package put there.
+lf_remove_installed() {
+	local lib share
+	lib=$("$PG_CONFIG" --pkglibdir) && share=$("$PG_CONFIG" --sharedir) || return 1
+	case $lib/ in "$LF_WORK"/*) ;; *) echo "lf_remove_installed: $lib is not in the private copy $LF_WORK" >&2; return 1 ;; esac
+	rm -rf "$lib"/lease_fence.so "$lib"/bitcode/lease_fence "$lib"/bitcode/lease_fence.index.bc \
+		"$share"/extension/lease_fence.control "$share"/extension/lease_fence--*.sql
+}
+
+# Copy the machine's Debian PostgreSQL installation into ROOT, keeping its
+# layout under usr/ (its programs find their share and lib directories
+# relative to their own; PostgreSQL installations are relocatable).
+lf_copy_debian_pg() {
+	local root=$1
+	mkdir -p "$root/usr/lib/postgresql" "$root/usr/share/postgresql" "$root/usr/include" &&
+		cp -a "/usr/lib/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/lib/postgresql/" &&
+		cp -a "/usr/share/postgresql/$LF_DEBIAN_MAJOR" "$root/usr/share/postgresql/" &&
+		# headers are only read: a link will do
+		ln -s /usr/include/postgresql "$root/usr/include/postgresql"
 }
 
 # Build and install into the private installation as the unprivileged user
 # (warnings are errors): no root needed.
 lf_build_install() {
 	if [ "$LF_INSTALLED" = 1 ]; then
-		[ -f "/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ] && return 0
-		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL $LF_DEBIAN_MAJOR (install the .deb)" >&2
+		[ -f "${LF_INSTALLED_ROOT:-}/usr/share/postgresql/$LF_DEBIAN_MAJOR/extension/lease_fence.control" ] && return 0
+		echo "LF_INSTALLED=1 but lease_fence is not installed in PostgreSQL $LF_DEBIAN_MAJOR${LF_INSTALLED_ROOT:+ under $LF_INSTALLED_ROOT} (install the .deb)" >&2
 		return 1
 	fi
 	lf_log "building lease_fence"

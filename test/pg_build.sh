@@ -34,13 +34,24 @@ say() { printf '%s\n' "== pg_build $major: $*" >&2; }
 
 # what a build is: a cached one made otherwise (an older version of this
 # script) is built again
-recipe="--enable-cassert --enable-debug --enable-tap-tests --with-openssl, CFLAGS=-Og, no ECPG"
+recipe="--enable-cassert --enable-debug --enable-tap-tests --with-openssl, CFLAGS=-Og, no ECPG, run path \$ORIGIN-relative"
 built() { [ -f "$stamp" ] && grep -qF -- "$recipe" "$stamp" && [ -x "$prefix/bin/postgres" ]; }
 
-# The build's programs find its libraries (psql its libpq) by their run
-# path, the absolute path of $prefix/lib: the unprivileged user the tests
-# run as must be able to enter the cache, also one made by mktemp -d (0700;
-# else psql 18 falls back to the system's older libpq and fails to start)
+# The build's programs and libraries find its own libraries (psql, pg_ctl,
+# isolationtester their libpq; libpqwalreceiver too) by a run path relative
+# to where each file is ($ORIGIN), so the build and every copy of it work
+# wherever they are and whoever runs them: test/lib.sh copies it into each
+# run's temp dir, and the copy uses its own libpq.  (An absolute run path
+# into a cache the test user cannot reach -- LF_PG_CACHE=$(mktemp -d)/cache --
+# left psql 18 on the system's older libpq: "undefined symbol:
+# PQgetCurrentTimeUSec".)  bin/ finds ../lib, lib/postgresql/ (the
+# server's modules) finds .., and lib/postgresql/pgxs/src/test/*/ (pg_regress,
+# isolationtester) finds ../../../../..; one list for all of them.
+rpath='$$ORIGIN/../lib:$$ORIGIN/..:$$ORIGIN/../../../../..'
+
+# The cache itself enterable by the test user, for what that user keeps in
+# it (the Go build cache of the client tests, test/clients/run.sh); the
+# builds do not need it (their run path is relative)
 cache_enterable() {
 	[ -d "$cache" ] && [ "$(id -u)" -eq 0 ] && chmod a+rx "$cache" 2>/dev/null
 	return 0
@@ -130,12 +141,13 @@ log=$cache/pg$major.build.log
 	CFLAGS=-Og ./configure --prefix="$prefix" --enable-cassert --enable-debug --enable-tap-tests --with-openssl &&
 		# nothing here uses ECPG (embedded SQL in C): not built
 		sed -i 's/^SUBDIRS = libpq ecpg$/SUBDIRS = libpq/' src/interfaces/Makefile &&
-		make -j"$jobs" &&
-		make install &&
+		# (rpathdir on the command line: every sub-make links with it)
+		make -j"$jobs" rpathdir="$rpath" &&
+		make install rpathdir="$rpath" &&
 		# PGXS's installcheck runs these from <pgxs>/src/test/...: the
 		# isolation tester and the TAP modules (src/Makefile installs them
 		# with the rest on every version here; explicit, to be sure)
-		make -C src/test/isolation install &&
+		make -C src/test/isolation install rpathdir="$rpath" &&
 		make -C src/test/perl install
 } >"$log" 2>&1 || { tail -n 40 "$log" >&2; echo "pg_build: build failed, log in $log" >&2; exit 1; }
 
@@ -147,6 +159,15 @@ for f in "$prefix"/bin/{postgres,initdb,pg_ctl,psql,pg_config} \
 	"$pgxs"/src/test/isolation/{pg_isolation_regress,isolationtester} \
 	"$pgxs"/src/test/perl/PostgreSQL/Test/Cluster.pm; do
 	[ -e "$f" ] || { echo "pg_build: $f is missing after install" >&2; exit 1; }
+done
+# every program and library that needs libpq finds the build's own, by its
+# relative run path (ldd: never the system's)
+for f in "$prefix"/bin/* "$prefix"/lib/postgresql/*.so "$pgxs"/src/test/regress/pg_regress \
+	"$pgxs"/src/test/isolation/{pg_isolation_regress,isolationtester}; do
+	libpq=$(ldd "$f" 2>/dev/null | sed -nE 's/^\s*libpq\.so\.5 => (\S+).*/\1/p' || true)
+	[ -z "$libpq" ] && continue
+	[ "$(readlink -f "$libpq")" = "$(readlink -f "$prefix/lib/libpq.so.5")" ] ||
+		{ echo "pg_build: $f loads $libpq, not the build's libpq" >&2; exit 1; }
 done
 cd "$cache"
 rm -rf "$cache/build/pg$major"

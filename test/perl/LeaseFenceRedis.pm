@@ -20,7 +20,8 @@
 # unknown): Redis APPLIED a command but the client never saw the reply.  CLIENT
 # PAUSE cannot produce it (a paused command whose client hangs up is dropped),
 # so the proxy forwards every request at once and holds Redis's replies back
-# for hold_ms, longer than the backend's command_timeout_ms.
+# for hold_ms, longer than the backend's command_timeout_ms (a test that
+# uses it sets that below hold_ms).
 #
 # Every process started here is killed when its object goes away and, at the
 # latest, in this module's END block; forked children leave with
@@ -235,9 +236,18 @@ sub _run_cli
 }
 
 # $redis->node($name, @conf_lines): a started PostgreSQL::Test::Cluster
-# node whose lease helper talks to this server over its unix socket, with
-# short timeouts (command and cleanup 300 ms), and lease_fence created in
-# database postgres.  Extra postgresql.conf lines go after ours.
+# node whose lease helper talks to this server over its unix socket, and
+# lease_fence created in database postgres.  Extra postgresql.conf lines go
+# after ours.
+#
+# Its command and cleanup timeouts are $TIMEOUT_MS (2 s): long enough that a
+# test that is not about timeouts never sees "unknown" or "unconfirmed"
+# because a loaded machine answered slowly (at 300 ms, CI's did), short
+# enough that one that freezes Redis still finishes soon.  A test about
+# timeouts sets its own (lease_fence.command_timeout_ms = 300 in its node's
+# lines, or SET in the session), shorter than its pause or held reply.
+our $TIMEOUT_MS = 2000;
+
 sub node
 {
 	my ($self, $name, @conf) = @_;
@@ -246,8 +256,8 @@ sub node
 	$node->append_conf('postgresql.conf',
 		join("\n",
 			"lease_fence.redis_socket = '$self->{socket}'",
-			'lease_fence.command_timeout_ms = 300',
-			'lease_fence.cleanup_timeout_ms = 300',
+			"lease_fence.command_timeout_ms = $TIMEOUT_MS",
+			"lease_fence.cleanup_timeout_ms = $TIMEOUT_MS",
 			@conf)
 		  . "\n");
 	$node->start;

@@ -35,7 +35,8 @@ our @EXPORT = qw(
   lkey gkey lit tf $hex32
   run_sql sql_ok sqlstate
   call acquire renew release lease_view generations generations_increase
-  session pause_redis wait_pause_over wait_backend_gone set_redis_conf need);
+  session pause_redis wait_pause_over wait_backend_gone set_redis_conf need
+  acquire_round_trips wait_until_waiting);
 
 # a lease identity: 128 random bits in lower-case hex
 our $hex32 = qr/^[0-9a-f]{32}$/;
@@ -204,6 +205,40 @@ sub wait_backend_gone
 	while (kill(0, $pid))
 	{
 		croak "backend $pid did not exit" if time() > $deadline;
+		sleep(0.05);
+	}
+	return;
+}
+
+# How many acquire round trips the node's backends have made so far, from
+# lease_fence.latency (a round trip is counted once its reply is read).  It
+# must be the cluster's count: lease_fence preloaded (a precondition).
+sub acquire_round_trips
+{
+	my ($node) = @_;
+	my ($n, $scope) = split /\|/, sql_ok($node,
+		"SELECT count, scope FROM lease_fence.latency WHERE operation = 'acquire' AND le = 'Infinity'");
+	croak "harness: acquire_round_trips needs lease_fence preloaded (latency scope: " . ($scope // 'none') . ")"
+	  unless defined $scope && $scope eq 'cluster';
+	return $n;
+}
+
+# Wait until a waiting acquire is in its wait: its subscription to the
+# release channel is in Redis ($subscribed->() is true) and its attempt
+# after subscribing has come back busy -- the second acquire round trip
+# since $before (acquire_round_trips($node) before the waiter started; no
+# other acquire meanwhile).  A waiter tries once, subscribes, tries again,
+# then waits (docs/guides/keepalive-and-waiting.md, "The subscription"): a
+# release from now on publishes to its subscription and wakes it, where a
+# release between the subscription and that attempt would be seen by the
+# attempt itself.  A harness step: dies after the usual TAP timeout.
+sub wait_until_waiting
+{
+	my ($node, $before, $subscribed, $what) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	until ($subscribed->() && acquire_round_trips($node) >= $before + 2)
+	{
+		croak "harness: $what: no wait after $PostgreSQL::Test::Utils::timeout_default s" if time() > $deadline;
 		sleep(0.05);
 	}
 	return;

@@ -3,7 +3,9 @@
 # (portable/lease_fence_portable.sql) with the C edition's regress tests.
 #
 # Run as root, like the other test scripts (test/lib.sh): a throwaway
-# PostgreSQL (Debian's, copied, WITHOUT the C library built or installed),
+# PostgreSQL (Debian's, copied, WITHOUT the C library: not built here, and
+# a lease_fence installed into the machine's PostgreSQL -- the README's
+# set-up, a package -- is removed from the copy by lf_make_workdir),
 # a non-superuser role lf_owner owning database lf_portable, the portable
 # edition installed by that role with psql -f, then the fence-core regress
 # files (sql/*.sql) with pg_regress --use-existing, as that role, against the
@@ -40,7 +42,8 @@ stop_standby() {
 trap 'stop_standby; lf_cleanup' EXIT
 lf_need_packages || exit 1
 lf_make_workdir "$top" || exit 1
-# no lf_build_install: the C library is not built, so nothing can load it
+# no lf_build_install: the C library is not built, and the copy has none
+# of the machine's (lf_remove_installed), so nothing can load it
 lf_start_pg || exit 1
 
 PSQL=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1)

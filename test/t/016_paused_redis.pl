@@ -27,7 +27,9 @@ use Test::More;
 use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
-my $node = $redis->node('paused_redis');
+# (a test of timeouts: 300 ms each, shorter than its pauses, not node()'s 2 s)
+my $node = $redis->node('paused_redis',
+	'lease_fence.command_timeout_ms = 300', 'lease_fence.cleanup_timeout_ms = 300');
 my $json = JSON::PP->new;
 
 #
@@ -40,7 +42,7 @@ my $json = JSON::PP->new;
 	renew($p, 'r-warm', $w->{identity}, 30000);
 	release($p, 'r-warm', $w->{identity});
 
-	# 300 ms is node()'s value too; each paused call sets it itself, since
+	# 300 ms is this node's value too; each paused call sets it itself, since
 	# the 2 s pause must outlast it and the cleanup after it (300 ms)
 	sql_ok($p, 'SET lease_fence.command_timeout_ms = 300');
 	pause_redis($redis, 2000);

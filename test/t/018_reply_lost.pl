@@ -24,7 +24,10 @@ use Test::More;
 use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
-my $node = $redis->node('reply_lost');
+# (a test of timeouts: command and cleanup 300 ms, shorter than the
+# proxy's hold of 1500 ms, not node()'s 2 s)
+my $node = $redis->node('reply_lost',
+	'lease_fence.command_timeout_ms = 300', 'lease_fence.cleanup_timeout_ms = 300');
 my $sock = $redis->socket_path;
 
 {

@@ -22,11 +22,9 @@ use JSON::PP;
 use LeaseFenceRedis;
 use LeaseFenceTLS;
 use LeaseFenceTest;
-use LeaseFenceTopology;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 my $pki = LeaseFenceTLS->new;
 my $dir = $pki->dir;
@@ -226,11 +224,13 @@ refused('no-client-cert', $mtls, '(?i:certificate)', tls_to($mtls));
 	my $held = acquire($holder, 'tls-wait', 60000);
 	is($held->{status}, 'acquired', 'TLS wait: the holder acquires');
 	my $woken = $counter->('wait', 'woken');
+	my $trips = acquire_round_trips($ka);
 	$waiter->query_until(qr/lf-started/,
 		"\\echo lf-started\nSELECT status FROM lease_fence.acquire('tls-wait', 10000, wait_ms => 30000);\n");
-	LeaseFenceTopology::wait_for('the waiter to subscribe over TLS',
-		sub { (split /\n/, $redis->cli('PUBSUB', 'NUMSUB', 'tlska:{tls-wait}:released'))[1] == 1 });
-	usleep(300_000);
+	# subscribed over TLS, and its attempt after subscribing answered busy
+	wait_until_waiting($ka, $trips,
+		sub { (split /\n/, $redis->cli('PUBSUB', 'NUMSUB', 'tlska:{tls-wait}:released'))[1] == 1 },
+		'the waiter over TLS');
 	is(release($holder, 'tls-wait', $held->{identity})->{status}, 'released', 'TLS wait: the holder releases');
 	like(sql_ok($waiter, "SELECT 'lf-after'"), qr/^acquired$/m, 'TLS wait: the waiter acquires');
 	is($counter->('wait', 'woken'), $woken + 1, "TLS wait: woken by the release's message");

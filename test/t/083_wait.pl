@@ -25,7 +25,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use JSON::PP;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time);
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('wait', "shared_preload_libraries = 'lease_fence'");
@@ -108,11 +108,12 @@ my $holder = session($node);
 	my $held = acquire($holder, 'w-rel', 60000);
 	need($held->{status}, 'acquired', 'the holder acquires w-rel');
 	my $woken = counter('wait', 'woken');
+	my $trips = acquire_round_trips($node);
 	start_sql($waiter,
 		"SELECT row_to_json(a) AS lease, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS t "
 		  . "FROM lease_fence.acquire('w-rel', 10000, wait_ms => 30000) a;");
-	LeaseFenceTopology::wait_for('the waiter to subscribe', sub { subscribers('w-rel') == 1 });
-	usleep(300_000);    # its attempt after subscribing: busy, then the wait
+	# subscribed, and its attempt after subscribing answered busy
+	wait_until_waiting($node, $trips, sub { subscribers('w-rel') == 1 }, 'the waiter of w-rel');
 	my $rel = sql_ok($holder,
 		"SELECT r.status || ' ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint "
 		  . "FROM lease_fence.release('w-rel', " . lit($held->{identity}) . ") r");
@@ -163,9 +164,9 @@ my $holder = session($node);
 	need($held->{status}, 'acquired', 'the holder acquires w-cancel');
 	my $c = session($node);
 	my $pid = sql_ok($c, 'SELECT pg_backend_pid()');
+	my $trips = acquire_round_trips($node);
 	start_sql($c, "SELECT * FROM lease_fence.acquire('w-cancel', 10000, wait_ms => 60000);");
-	LeaseFenceTopology::wait_for('the waiter to subscribe', sub { subscribers('w-cancel') == 1 });
-	usleep(200_000);
+	wait_until_waiting($node, $trips, sub { subscribers('w-cancel') == 1 }, 'the waiter of w-cancel');
 	my $t0 = time();
 	need($node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
 	my (undef, $err) = run_sql($c, "SELECT 'lf-after'");
