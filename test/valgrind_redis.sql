@@ -530,6 +530,23 @@ SELECT vg_step('all_leases_gone', count(*)::text, '0') FROM lease_fence.all_leas
 SELECT vg_step('latency_samples', (sum(count) FILTER (WHERE le = 'Infinity') > 0)::text, 'true')
 	FROM lease_fence.latency;
 
+-- a key holding more than lease_fence writes: the scripts refuse to return
+-- it (LFOVERSIZED), and holder() and the acquire are XX001; its identity
+-- read back as text (\xNN for bytes that are not printable ASCII)
+\! redisctl cli SETRANGE 'lease_fence:{vg:big}:gen' 4095 x >/dev/null
+SELECT * FROM lease_fence.acquire('vg:big', 30000);
+SELECT vg_step('oversized_gen_acquire', :'SQLSTATE', 'XX001');
+SELECT * FROM lease_fence.holder('vg:big');
+SELECT vg_step('oversized_gen_holder', :'SQLSTATE', 'XX001');
+\! redisctl cli SET 'lease_fence:{vg:text}' "$(printf 'id\377\001')" PX 60000 >/dev/null
+SELECT vg_step('holder_text', h.identity, 'id\xff\x01', h::text) FROM lease_fence.holder('vg:text') h;
+-- a transaction-scoped lease released inside its transaction: COMMIT refuses
+BEGIN;
+SELECT a.identity AS rel_id FROM lease_fence.acquire('vg:rel-in-xact', 30000, 0, 'transaction') a \gset
+SELECT vg_step('release_in_xact', r.status, 'released', r::text) FROM lease_fence.release('vg:rel-in-xact', :'rel_id') r;
+COMMIT;
+SELECT vg_step('release_in_xact_commit', :'SQLSTATE', 'LF010');
+
 -- a session lease whose release at exit finds Redis stopped (test/valgrind.sh
 -- checks the server log for the WARNING, then starts Redis again)
 SELECT vg_step('exit_down_acquired', a.status, 'acquired', a::text)
