@@ -250,18 +250,26 @@ const LfReplyLimits lf_large_reply = {16 * 1024 * 1024, 1024 * 1024};
 static redisReplyObjectFunctions *hiredis_functions = NULL;
 static redisReplyObjectFunctions bounded_functions;
 
+/* an array's announced size: int in hiredis 0.14 (Debian 12), size_t from 1.0 */
+#if HIREDIS_MAJOR >= 1
+typedef size_t LfArraySize;
+#else
+typedef int LfArraySize;
+#endif
+
 static void *
-bounded_array(const redisReadTask *task, int elements)
+bounded_array(const redisReadTask *task, LfArraySize elements)
 {
 	LfReplyBound *b = (LfReplyBound *) task->privdata;
+	long long	n = (long long) elements;
 
-	if (elements < 0 || elements > b->limits->elements - b->elements)
+	if (n < 0 || n > b->limits->elements - b->elements)
 	{
-		snprintf(b->oversized, sizeof(b->oversized), "an array of %d elements (at most %ld in a reply)",
-				 elements, b->limits->elements);
+		snprintf(b->oversized, sizeof(b->oversized), "an array of %lld elements (at most %ld in a reply)",
+				 n, b->limits->elements);
 		return NULL;
 	}
-	b->elements += elements;
+	b->elements += (long) n;
 	return hiredis_functions->createArray(task, elements);
 }
 
