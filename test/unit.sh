@@ -15,6 +15,8 @@
 #   java     clients/java/unit.sh: what each SQL status becomes
 #   go       clients/go/unit.sh: what each SQL status becomes (errors.Is)
 #   ruby     clients/ruby/unit.sh: what each SQL status becomes in Ruby
+#   versions test/unit/versions.sh: every library, and META.json, is
+#            versioned with the extension (lease_fence.control's version)
 # A part prints TAP ("ok N - ..." / "not ok N - ..."); a part that exits
 # non-zero without a "not ok" counts as one failure.  Each part builds into
 # its own empty temp dir (LF_UNIT_WORK), never into the tree.  As root,
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 top=$PWD
 . test/lib.sh
 
-all="c python node java go ruby"
+all="c python node java go ruby versions"
 parts=${LF_UNIT:-$all}
 for p in $parts; do
 	[[ " $all " == *" $p "* ]] || { echo "LF_UNIT: unknown part $p ($all)" >&2; exit 2; }
@@ -57,6 +59,7 @@ export LF_ANSWERS=${LF_ANSWERS:-$top/scripts/answers.json}
 script_of() {
 	case $1 in
 		c) echo test/unit/c.sh ;;
+		versions) echo test/unit/versions.sh ;;
 		*) echo "clients/$1/unit.sh" ;;
 	esac
 }

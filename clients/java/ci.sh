@@ -70,7 +70,7 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 	echo "== java: mvn -o package (Debian's maven-repo: ${versions[*]}; build in $BUILD/maven)"
 	if env -u LF_JDBC_URL mvn -o -B -q -f "$here/pom.xml" -Dmaven.repo.local="$repo" "${versions[@]}" \
 		-Dlf.maven.target="$BUILD/maven" package >"$BUILD/maven.log" 2>&1 &&
-		[ -f "$BUILD/maven/lease-fence-1.3.0.jar" ]; then
+		[ -f "$BUILD/maven/lease-fence-1.4.0.jar" ]; then
 		passed=$((passed + 1))
 		echo "== java: mvn package passed"
 	else
