@@ -52,7 +52,10 @@ sub vm_peak_kb
 my $redis = LeaseFenceRedis->new;
 my $fake = LeaseFenceFakeRedis->new(dir => $redis->dir);
 
-my $node = $redis->node('oversized', 'lease_fence.command_timeout_ms = 2000');
+# (preloaded: the waiter below is followed through the cluster's latency
+# counts; the counters read here are then the cluster's, read as deltas)
+my $node = $redis->node('oversized', "shared_preload_libraries = 'lease_fence'",
+	'lease_fence.command_timeout_ms = 2000');
 
 #
 # 1. The fake Redis: every reply beyond its bound
@@ -198,6 +201,37 @@ for my $how ('cancel', 'terminate')
 	cmp_ok(vm_peak_kb($pid2) - $peak2, '<', $limit_kb, 'claim_key_prefix(): the memory did not grow');
 	$s->quit;
 	$s2->quit;
+}
+
+#
+# 3b. A message larger than the bound on a waiting acquire's subscription
+#     (anyone may PUBLISH on the release channel): refused, counted, the
+#     subscription given up, the wait goes on by polling and ends busy
+#
+{
+	my $channel = lkey('sub-big') . ':released';
+	$redis->cli('SET', lkey('sub-big'), 'f' x 32, 'PX', 600000);
+	my $s = session($node);
+	my $oversized = sub {
+		return sql_ok($node,
+			"SELECT count FROM lease_fence.stats WHERE operation = 'connection' AND outcome = 'oversized_reply'");
+	};
+	my $before = $oversized->();
+	my $trips = acquire_round_trips($node);
+	$s->query_until(qr/started/,
+		"\\echo started\nSELECT row_to_json(a) FROM lease_fence.acquire('sub-big', 10000, wait_ms => 3000) a;\n");
+	wait_until_waiting($node, $trips,
+		sub { (split /\n/, $redis->cli('PUBSUB', 'NUMSUB', $channel))[1] // 0 }, 'the waiter of sub-big');
+	$redis->cli('PUBLISH', $channel, 'x' x 100000);
+	my ($out, $err) = run_sql($s, "SELECT 'after'");
+	my ($line) = grep { /^\{/ } split /\n/, $out;
+	my $r = defined $line ? JSON::PP->new->decode($line) : {};
+	is($r->{status}, 'busy', 'a 100 kB message to a waiter: the wait goes on and ends busy (the key is still held)');
+	like($err, qr/closed a Redis connection that sent an oversized reply/,
+		'a 100 kB message to a waiter: a WARNING says oversized reply');
+	is($oversized->() - $before, 1, 'a 100 kB message to a waiter: counted as connection/oversized_reply');
+	$s->quit;
+	$redis->cli('DEL', lkey('sub-big'));
 }
 
 #
