@@ -41,12 +41,8 @@ use LeaseFenceLoopback;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Scalar::Util ();
 use Test::More ();
 use Time::HiRes qw(usleep);
-
-my $creator = $$;
-my @live;
 
 sub new
 {
@@ -69,8 +65,8 @@ sub new
 	}
 	close $listener;
 	$self->{pid} = $pid;
-	push @live, $self;
-	Scalar::Util::weaken($live[-1]);
+	$self->{group} = 1;
+	register_server($self);
 	Test::More::note "fake redis pid $pid on 127.0.0.1:$self->{port}";
 	return $self;
 }
@@ -95,23 +91,9 @@ sub requests
 	return scalar @n;
 }
 
-sub stop
-{
-	my ($self) = @_;
-	return unless $self->{pid} && $$ == $creator;
-	kill 'KILL', -$self->{pid};
-	waitpid($self->{pid}, 0);
-	$self->{pid} = undef;
-	return;
-}
+sub stop { stop_server($_[0]); return; }
 
 sub DESTROY { local ($., $@, $!, $^E, $?); $_[0]->stop; return; }
-
-END
-{
-	local $?;
-	if ($$ == $creator) { defined $_ and $_->stop for @live; }
-}
 
 # ------------------------------------------------------------------
 # the server (in the forked child)

@@ -36,14 +36,11 @@ use LeaseFenceLoopback;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Scalar::Util ();
 use Test::More ();
 use Time::HiRes qw(usleep);
 
 our $STRAY = "*2\r\n:1\r\n\$2\r\n99\r\n";
 
-my $creator = $$;
-my @live;
 
 sub new
 {
@@ -59,13 +56,12 @@ sub new
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		eval { $self->_serve($listener, $creator); };
+		eval { $self->_serve($listener, getppid()); };
 		POSIX::_exit(1);
 	}
 	close $listener;
 	$self->{pid} = $pid;
-	push @live, $self;
-	Scalar::Util::weaken($live[-1]);
+	register_server($self);
 	Test::More::note "inject proxy pid $pid on 127.0.0.1:$self->{port} -> 127.0.0.1:$self->{upstream_port}";
 	return $self;
 }
@@ -105,23 +101,9 @@ sub wait_done
 	return;
 }
 
-sub stop
-{
-	my ($self) = @_;
-	return unless $self->{pid} && $$ == $creator;
-	kill 'KILL', $self->{pid};
-	waitpid($self->{pid}, 0);
-	$self->{pid} = undef;
-	return;
-}
+sub stop { stop_server($_[0]); return; }
 
 sub DESTROY { local ($., $@, $!, $^E, $?); $_[0]->stop; return; }
-
-END
-{
-	local $?;
-	if ($$ == $creator) { defined $_ and $_->stop for @live; }
-}
 
 sub _write_all
 {

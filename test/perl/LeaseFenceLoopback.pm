@@ -4,7 +4,11 @@
 # LeaseFenceFakeRedis.pm): a listening socket on a free loopback port,
 # bound in the parent before it forks (so the port is taken before anything
 # connects), and the file through which the test tells the forked server
-# its mode (written whole, by a rename; the server reads it per request).
+# its mode (written whole, by a rename; the server reads it per request),
+# and the end of the forked server: stop_server() kills it (its process
+# group, when it made one: $self->{group}) and reaps it, once; every server
+# register_server() saw is stopped when its object goes or at END, by the
+# process that started it only (never by a forked child).
 
 package LeaseFenceLoopback;
 
@@ -15,8 +19,12 @@ use Carp;
 use Exporter 'import';
 use IO::Socket::INET;
 use PostgreSQL::Test::Cluster;
+use Scalar::Util ();
 
-our @EXPORT = qw(loopback_listener write_mode read_mode);
+our @EXPORT = qw(loopback_listener write_mode read_mode register_server stop_server);
+
+my $creator = $$;
+my @live;
 
 # ($listener, $port): a socket listening on 127.0.0.1, on a free port
 sub loopback_listener
@@ -57,6 +65,32 @@ sub read_mode
 	close $fh;
 	chomp $line;
 	return $line;
+}
+
+# $self->{pid} is a forked server of this process: stop it at the latest at END
+sub register_server
+{
+	my ($self) = @_;
+	push @live, $self;
+	Scalar::Util::weaken($live[-1]);
+	return;
+}
+
+# kill and reap $self's server (its process group with $self->{group})
+sub stop_server
+{
+	my ($self) = @_;
+	return unless $self->{pid} && $$ == $creator;
+	kill 'KILL', $self->{group} ? -$self->{pid} : $self->{pid};
+	waitpid($self->{pid}, 0);
+	$self->{pid} = undef;
+	return;
+}
+
+END
+{
+	local $?;
+	if ($$ == $creator) { defined $_ and stop_server($_) for @live; }
 }
 
 1;

@@ -345,8 +345,6 @@ use PostgreSQL::Test::Cluster;
 use Test::More ();
 use Time::HiRes qw(time usleep);
 
-my $proxy_creator = $$;
-my @live_proxies;
 
 sub new
 {
@@ -386,8 +384,7 @@ sub new
 	}
 	close $listener;
 	$self->{pid} = $pid;
-	push @live_proxies, $self;
-	Scalar::Util::weaken($live_proxies[-1]);
+	register_server($self);
 	Test::More::note "reply-holding proxy pid $pid on 127.0.0.1:$self->{port} -> 127.0.0.1:$self->{upstream_port}";
 	return $self;
 }
@@ -419,36 +416,9 @@ sub connections
 	return scalar @n;
 }
 
-sub stop
-{
-	my ($self) = @_;
-	my $pid = $self->{pid};
-	return unless $pid && $$ == $proxy_creator;
-	kill 'KILL', $pid;
-	waitpid($pid, 0);
-	$self->{pid} = undef;
-	return;
-}
+sub stop { stop_server($_[0]); return; }
 
-sub DESTROY
-{
-	my ($self) = @_;
-	local ($., $@, $!, $^E, $?);
-	$self->stop;
-	return;
-}
-
-END
-{
-	local $?;
-	if ($$ == $proxy_creator)
-	{
-		for my $p (@live_proxies)
-		{
-			$p->stop if defined $p;
-		}
-	}
-}
+sub DESTROY { local ($., $@, $!, $^E, $?); $_[0]->stop; return; }
 
 sub _read_mode { return read_mode($_[0]->{flagfile}, 'off'); }
 
