@@ -19,7 +19,9 @@
 # policy-rc.d refuses (a container's does), is started by `service`.  A second run on the same machine first
 # drops the database and role app that the first made (it leaves a mark in
 # /var/lib/lease_fence-ci), and the lease_fence keys its database left in
-# that Redis, else the block's CREATE ROLE would fail; a role app this
+# that Redis (starting it first: on a machine restarted since, it does not
+# run, and would load them from its dump), else the block's CREATE ROLE or
+# the key_prefix's claim would fail; a role app this
 # script did not make is left alone, and the block fails on it.
 #
 # Prints one test point a line and "N passed, N failed" last.
@@ -62,6 +64,12 @@ if [ ! -d /run/systemd/system ]; then
 fi
 
 psql_pg() { runuser -u postgres -- psql -X -q -At "$@"; }
+redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 PING 2>/dev/null)" = PONG ]; }
+start_redis() {
+	service redis-server start >/dev/null 2>&1
+	for _ in $(seq 1 50); do redis_up && return 0; sleep 0.1; done
+	return 1
+}
 
 # what an earlier run of this script made, which the block makes again
 if [ -f "$mark" ]; then
@@ -71,9 +79,18 @@ if [ -f "$mark" ]; then
 	say "dropping the database and role app an earlier run made ($(cat "$mark"))"
 	psql_pg -v ON_ERROR_STOP=1 -c 'DROP DATABASE IF EXISTS app' -c 'DROP ROLE IF EXISTS app' || exit 1
 	# and the keys its database left in that Redis: the key_prefix's owner
-	# (another database now) and the generations it granted
-	redis-cli -h 127.0.0.1 -p 6379 --scan --pattern 'lease_fence:*' 2>/dev/null |
-		xargs -r redis-cli -h 127.0.0.1 -p 6379 DEL >/dev/null
+	# (another database now) and the generations it granted.  Redis may not
+	# run (a machine restarted since: no service manager brings it back), and
+	# would load those keys from its dump once the block starts it: start it
+	# first, and stop if they cannot be deleted.
+	if command -v redis-cli >/dev/null; then
+		redis_up || start_redis
+		redis_up || { echo "readme_setup: Redis on 127.0.0.1:6379 does not answer; the keys an earlier run left cannot be deleted" >&2; exit 1; }
+		redis-cli -h 127.0.0.1 -p 6379 --scan --pattern 'lease_fence:*' |
+			xargs -r redis-cli -h 127.0.0.1 -p 6379 DEL >/dev/null
+		left=$(redis-cli -h 127.0.0.1 -p 6379 --scan --pattern 'lease_fence:*' | wc -l)
+		[ "$left" -eq 0 ] || { echo "readme_setup: $left lease_fence keys an earlier run left are still in that Redis" >&2; exit 1; }
+	fi
 fi
 
 # the block, as written, in this clone; its apt-get takes the lock of the
@@ -90,11 +107,7 @@ check "the README's set-up block runs as written, as root, with bash -e (exit st
 
 # Redis listens on 127.0.0.1:6379, as step 1 says (apt starts it, unless a
 # policy-rc.d refuses, as a container's does)
-redis_up() { [ "$(redis-cli -h 127.0.0.1 -p 6379 PING 2>/dev/null)" = PONG ]; }
-if ! redis_up; then
-	service redis-server start >/dev/null 2>&1
-	for _ in $(seq 1 50); do redis_up && break; sleep 0.1; done
-fi
+redis_up || start_redis
 check "Redis answers on 127.0.0.1:6379, as step 1 says" redis_up
 
 preloaded() {
