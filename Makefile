@@ -15,31 +15,14 @@
 
 EXTENSION = lease_fence
 MODULE_big = lease_fence
-# layer by layer, lowest first, in the order of test/layers.sh's table (the
-# one list of the layers; docs/design.md, "The layers"), which checks that
-# every call goes to a file listed before its caller
-OBJS = \
-	src/latency.o \
-	src/stats.o \
-	src/extension.o \
-	src/generation.o \
-	src/current_generation.o \
-	src/resource_fence.o \
-	src/repair.o \
-	src/fence_trigger.o \
-	src/redis_reply.o \
-	src/redis_settings.o \
-	src/redis_tls.o \
-	src/redis_conn.o \
-	src/redis_watch.o \
-	src/redis_topology.o \
-	src/redis_script.o \
-	src/keepalive.o \
-	src/keepalive_worker.o \
-	src/lease_table.o \
-	src/lease_registry.o \
-	src/lease.o \
+# one folder per layer, lowest first (docs/design.md, "The layers"):
+# src/base, src/fence, src/redis, src/lease, then src/lease_fence.c on top.
+# test/layers.sh reads a file's layer from its folder and checks that every
+# call goes down
+LAYERS = base fence redis lease
+OBJS = $(foreach l,$(LAYERS),$(patsubst %.c,%.o,$(sort $(wildcard src/$(l)/*.c)))) \
 	src/lease_fence.o
+PG_CPPFLAGS += -I$(CURDIR)/src
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql \
 	lease_fence--1.3--1.4.sql
@@ -73,23 +56,23 @@ PG_CFLAGS += -Werror
 endif
 
 # the Lua scripts, one file each (scripts/README.md), which the client
-# libraries run too: embedded into src/lua_scripts.h with their SHA1s at
-# build time (scripts/embed.sh), for src/redis_script.c only
+# libraries run too: embedded into src/redis/lua_scripts.h with their SHA1s at
+# build time (scripts/embed.sh), for src/redis/redis_script.c only
 LUA_SCRIPTS = scripts/acquire.lua scripts/renew.lua scripts/release.lua \
 	scripts/check.lua scripts/claim.lua scripts/takeover.lua \
 	scripts/holder.lua
 
-EXTRA_CLEAN = output_iso tmp_check src/lua_scripts.h src/lua_scripts.h.tmp
+EXTRA_CLEAN = output_iso tmp_check src/redis/lua_scripts.h src/redis/lua_scripts.h.tmp
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # (after the include, so that "all" stays the default goal; the .bc is the
 # JIT's bitcode, compiled from the same source when PostgreSQL has LLVM)
-src/lua_scripts.h: scripts/embed.sh scripts/answers.json $(LUA_SCRIPTS)
+src/redis/lua_scripts.h: scripts/embed.sh scripts/answers.json $(LUA_SCRIPTS)
 	$(SHELL) scripts/embed.sh $(LUA_SCRIPTS) >$@.tmp || { rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
-src/redis_script.o src/redis_script.bc: src/lua_scripts.h
+src/redis/redis_script.o src/redis/redis_script.bc: src/redis/lua_scripts.h
 
 # make bench: throwaway servers, interleaved runs, a table of ratios and a plot
 # in test/bench/results/ (about 19 minutes on 2 CPUs, 8 of them section 7)

@@ -256,7 +256,7 @@ GRANT SELECT ON @extschema@.protected_tables TO PUBLIC;
 -- generation back to generation (which must be issued); returns the rows
 -- changed, logs them, counts them in stats.  Superuser only: it lowers
 -- fences, the one thing the fence exists to prevent.  It runs one UPDATE as
--- the calling superuser, never as another user (src/fence_trigger.c says
+-- the calling superuser, never as another user (src/fence/fence_trigger.c says
 -- why).
 CREATE FUNCTION @extschema@.repair_unissued(tbl regclass, generation bigint)
 RETURNS bigint

@@ -1,8 +1,8 @@
 #!/bin/sh
-# scripts/embed.sh — the Lua scripts as a C header, for src/redis_script.c
-# (the Makefile makes src/lua_scripts.h with it; see scripts/README.md).
+# scripts/embed.sh — the Lua scripts as a C header, for src/redis/redis_script.c
+# (the Makefile makes src/redis/lua_scripts.h with it; see scripts/README.md).
 #
-#   sh scripts/embed.sh scripts/acquire.lua scripts/renew.lua ... >src/lua_scripts.h
+#   sh scripts/embed.sh scripts/acquire.lua scripts/renew.lua ... >src/redis/lua_scripts.h
 #
 # For scripts/NAME.lua it defines two string literals:
 #   LF_LUA_NAME        the file's bytes, exactly: each line becomes

@@ -15,11 +15,11 @@
  */
 #include "postgres.h"
 
-#include "fence.h"
+#include "fence/fence.h"
 #include "fmgr.h"
-#include "lease.h"
-#include "redis.h"
-#include "stats.h"
+#include "lease/lease.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 #include "utils/guc.h"
 
 PG_MODULE_MAGIC;

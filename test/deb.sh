@@ -96,7 +96,7 @@ check "make dist makes dist/lease_fence-$version.zip" [ -s "$zip" ]
 src=$out/lease_fence-$version
 dist_complete() {
 	local f missing=0
-	for f in META.json README.md LICENSE CHANGELOG.md docs/reference.md Makefile lease_fence.control src/compat.h debian/control debian/rules \
+	for f in META.json README.md LICENSE CHANGELOG.md docs/reference.md Makefile lease_fence.control src/base/compat.h debian/control debian/rules \
 		$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$top/Makefile" | sed -nE 's/^DATA = //p') scripts/embed.sh $(cd "$top" && echo scripts/*.lua) \
 		portable/lease_fence_portable.sql portable/README.md; do
 		[ -f "$src/$f" ] || { echo "missing from the archive: $f"; missing=1; }

@@ -319,10 +319,62 @@ def check_reference(root, catalog, res):
     res.check(not bad and codes, f'reference: every SQLSTATE the extension defines ({len(codes)})', '; '.join(bad))
 
 
+# ---------------------------------------------------------------- the layers
+
+LAYER_FOLDERS = ['lease', 'redis', 'fence', 'base']    # as the picture runs: top first
+GENERATED = {'redis/lua_scripts.h'}                     # made by the build
+
+
+def layer_picture(root):
+    """The files docs/design.md's picture of the layers names, as paths under
+    src/ in the order written, and the folders in their order."""
+    with open(os.path.join(root, 'docs', 'design.md'), encoding='utf-8') as f:
+        text = f.read()
+    m = re.search(r'^## The layers\n.*?^```\n(.*?)^```', text, re.M | re.S)
+    if not m:
+        return [], []
+    files, folders, folder = [], [], None
+    for line in m.group(1).splitlines():
+        top = re.match(r'^src/(\S+)', line)
+        if top:
+            name = top.group(1)
+            if name.endswith('/'):
+                folder = name.rstrip('/')
+                folders.append(folder)
+            else:
+                folder = None
+                files.append(name)
+            continue
+        inner = re.match(r'^\s{2,}(\S+\.[ch])\s', line + ' ')
+        if inner and folder:
+            files.append(f'{folder}/{inner.group(1)}')
+    return files, folders
+
+
+def check_layers(root, res):
+    named, folders = layer_picture(root)
+    src = os.path.join(root, 'src')
+    present = sorted(os.path.relpath(os.path.join(dp, n), src)
+                     for dp, _, fs in os.walk(src) for n in fs
+                     if n.endswith(('.c', '.h')))
+    present = [p for p in present if p not in GENERATED]
+    missing = [p for p in present if p not in named]
+    stale = [p for p in named if p not in present]
+    twice = sorted({p for p in named if named.count(p) > 1})
+    res.check(named and not missing and not stale and not twice and folders == LAYER_FOLDERS,
+              f'layers: docs/design.md\'s picture names every file of src/, each in its folder ({len(named)} files)',
+              '; '.join(filter(None, [
+                  missing and f'not in the picture: {", ".join(missing)}',
+                  stale and f'in the picture but not in src/: {", ".join(stale)}',
+                  twice and f'named twice: {", ".join(twice)}',
+                  folders != LAYER_FOLDERS and f'folders {folders}, expected {LAYER_FOLDERS}'])))
+
+
 def run_checks(root, catalog_path):
     res = Result()
     check_reference(root, read_catalog(catalog_path), res)
     check_links(root, res)
+    check_layers(root, res)
     return res
 
 
@@ -374,6 +426,12 @@ def self_test(root, catalog_path, res):
          edit('README.md', lambda t: t + '\nSee [nothing](docs/no-such-file.md).\n')),
         ('a link to an anchor that does not exist', 'links',
          edit('README.md', lambda t: t + '\nSee [nowhere](docs/reference.md#no-such-anchor).\n')),
+        ('a file of src/ the layers\' picture does not name', 'layers',
+         lambda copy: open(os.path.join(copy, 'src', 'redis', 'redis_probe.c'), 'w').close()),
+        ('a file the layers\' picture names in the wrong folder', 'layers',
+         edit(os.path.join('docs', 'design.md'),
+              lambda t: t.replace('    redis_tls.c ', '    probe_tls.c ', 1).replace(
+                  '    fence_trigger.c ', '    redis_tls.c\n    fence_trigger.c ', 1))),
     ]
     for what, which, apply in cases:
         copy = tempfile.mkdtemp(prefix='lf_docs_check.')
@@ -396,6 +454,8 @@ def self_test(root, catalog_path, res):
             # checks of its own kind, reference or links)
             if which == 'links':
                 check_reference_links_only(copy, q)
+            elif which == 'layers':
+                check_layers(copy, q)
             else:
                 check_reference(copy, read_catalog(catalog_path), q)
             concerned = [n for n in failed if which in n]

@@ -1,89 +1,90 @@
 #!/usr/bin/env bash
-# test/layers.sh — every call in src/ goes one way: down the layers of
-# docs/design.md ("Layers"), and within a layer from a file to one listed
-# before it below.  Reads the object files, as the linker would: `nm` says
-# which file defines each global symbol and which files use it; an edge
-# A -> B is a symbol A uses and B defines.  Fails, naming file and symbol,
-#   - on any edge to a file that is not listed before its caller (an upward
-#     call, or a loop, which always contains one);
-#   - on any symbol of hiredis or OpenSSL used by a file below the Redis
-#     layer (the fence must work with no Redis at all);
-#   - on an object file the list does not place;
-#   - on any source file (src/*.c, src/*.h) outside the Redis layer's own
-#     (src/redis_*, src/redis.h) that includes hiredis or mentions
-#     redisReply or REDIS_REPLY_: above the Redis layer nobody sees a
-#     reply, only its typed answer (LfAnswer, src/redis.h); below it nobody
-#     knows Redis.  Read from the sources beside the objects (DIR), else
-#     from this repository's src/.
+# test/layers.sh — every call in src/ goes down the layers, and a file's
+# layer is its folder (docs/design.md, "The layers"):
+#   0 src/base/    the counters, the histograms, differences between majors
+#   1 src/fence/   the fence: no Redis at all
+#   2 src/redis/   the only files that know the protocol (hiredis)
+#   3 src/lease/   the leases
+#   4 src/*.c      the module's entry (_PG_init)
+# Reads the object files, as the linker would: `nm` says which file defines
+# each global symbol and which files use it; an edge A -> B is a symbol A
+# uses and B defines.  Fails, naming files and symbol,
+#   - on an edge to a higher layer (an upward call);
+#   - on a loop between files of one layer (calls inside a layer are fine
+#     as long as they never come back);
+#   - on any symbol of hiredis or OpenSSL used below the Redis layer;
+#   - on a function of a layer's internal header (src/LAYER/internal.h:
+#     the Redis layer's generic script runner and command senders) used
+#     from another folder: above the Redis layer a script is run by its own
+#     typed function (src/redis/redis.h), nobody builds an argv;
+#   - on an object file in no layer's folder;
+#   - reading the sources beside the objects (else this repository's src/):
+#     any file outside src/redis/ that includes hiredis, mentions redisReply
+#     or REDIS_REPLY_, or includes a layer's internal header from another
+#     folder.
 #
-#   bash test/layers.sh [DIR]       DIR holds the .o files (default: src)
+#   bash test/layers.sh [DIR]       DIR: src/ with its objects (default: src)
 #   bash test/layers.sh --self-test [DIR]
-#                                   check DIR, then build probe objects that
-#                                   break each rule and check that each is
-#                                   refused (test/run.sh's "layers" suite)
+#                                   check DIR, then break each rule in a copy
+#                                   of it (probe objects, planted sources) and
+#                                   check that each is refused (test/run.sh's
+#                                   "layers" suite)
 set -uo pipefail
 
-# The layers, lowest first: "layer file" per line.  This table is the one
-# written list of them (docs/design.md, "The layers", is written from it);
-# every call goes to a file listed before its caller.
-#   0  the counters
-#   1  the fence: no Redis at all
-#   2  Redis: the only files that know the protocol (hiredis)
-#   3  the leases
-#   4  the module's entry (_PG_init)
-ORDER="
-0 latency
-0 stats
-1 extension
-1 generation
-1 current_generation
-1 resource_fence
-1 repair
-1 fence_trigger
-2 redis_reply
-2 redis_settings
-2 redis_tls
-2 redis_conn
-2 redis_watch
-2 redis_topology
-2 redis_script
-3 keepalive
-3 keepalive_worker
-3 lease_table
-3 lease_registry
-3 lease
-4 lease_fence
-"
-# LF_LAYERS_PLACE="probe:fence_trigger" places a probe object of the
-# self-test right after a listed file, in its layer
+LAYERS="base fence redis lease"
+
+layer_of() {	# folder -> number; the top (src/*.c) is one above the last
+	local i=0 l
+	[ "$1" = . ] && { echo 4; return; }
+	for l in $LAYERS; do
+		[ "$l" = "$1" ] && { echo "$i"; return; }
+		i=$((i + 1))
+	done
+	echo -1
+}
+
+# the functions a layer's internal header declares: "name folder" per line
+internal_symbols() {
+	local dir=$1 h
+	for h in "$dir"/*/internal.h; do
+		[ -e "$h" ] || continue
+		# a declaration's name: the word before "(" on an extern line
+		sed -nE 's/^extern[^(]*[^A-Za-z0-9_(]([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\(.*/\1/p' "$h" |
+			sed "s|\$| $(basename "$(dirname "$h")")|"
+	done
+}
 
 check() {
-	local dir=$1 o name
-	local -A rank layer defs
+	local dir=$1 o rel folder l
+	local -A layer defs internal
 	local -a files=() problems=()
-	local i=0 line l f
-	while read -r l f; do
-		[ -n "$f" ] || continue
-		rank[$f]=$i; layer[$f]=$l; i=$((i + 1))
-		if [ -n "${LF_LAYERS_PLACE:-}" ] && [ "${LF_LAYERS_PLACE#*:}" = "$f" ]; then
-			rank[${LF_LAYERS_PLACE%%:*}]=$i; layer[${LF_LAYERS_PLACE%%:*}]=$l; i=$((i + 1))
+	while read -r sym folder; do internal[$sym]=$folder; done < <(internal_symbols "$dir")
+
+	while IFS= read -r o; do
+		rel=${o#"$dir"/}; rel=${rel%.o}
+		folder=$(dirname "$rel")
+		l=$(layer_of "$folder")
+		files+=("$rel")
+		if [ "$l" -lt 0 ]; then
+			problems+=("$rel.o: not in a layer's folder (src/{${LAYERS// /,}}/ or src/ for the module's entry)")
+			continue
 		fi
-	done <<<"$ORDER"
-
-	for o in "$dir"/*.o; do
-		[ -e "$o" ] || { echo "layers: no object files in $dir (run make first)"; return 2; }
-		name=$(basename "$o" .o)
-		files+=("$name")
-		[ -n "${rank[$name]+x}" ] || problems+=("$name.o: not placed in any layer (add it to test/layers.sh and docs/design.md)")
+		layer[$rel]=$l
 		# global definitions: text, data, bss, read-only, common
-		while read -r sym; do defs[$sym]=$name; done < <(nm "$o" | awk 'NF == 3 && $2 ~ /^[TDBRC]$/ { print $3 }')
-	done
+		while read -r sym; do defs[$sym]=$rel; done < <(nm "$o" | awk 'NF == 3 && $2 ~ /^[TDBRC]$/ { print $3 }')
+	done < <(find "$dir" -name '*.o' | sort)
+	[ ${#files[@]} -gt 0 ] || { echo "layers: no object files under $dir (run make first)"; return 2; }
 
+	# edges inside a layer, for the loop check: "from to sym" lines
+	local -a same=()
 	local uses=0 from to sym
 	for from in "${files[@]}"; do
-		[ -n "${rank[$from]+x}" ] || continue
+		[ -n "${layer[$from]+x}" ] || continue
 		while read -r sym; do
 			to=${defs[$sym]:-}
+			if [ -n "${internal[$sym]+x}" ] && [ "$(dirname "$from")" != "${internal[$sym]}" ]; then
+				problems+=("$from uses $sym, internal to src/${internal[$sym]}/ (its internal.h): call the layer's typed functions instead")
+			fi
 			if [ -z "$to" ]; then
 				# from outside lease_fence: only the Redis layer and above may use hiredis or OpenSSL
 				if [ "${layer[$from]}" -lt 2 ] && [[ $sym =~ ^(redis|freeReplyObject|SSL_|TLS_|OPENSSL_|ERR_|X509|EVP_|PEM_|BIO_) ]]; then
@@ -92,37 +93,66 @@ check() {
 				continue
 			fi
 			[ "$to" = "$from" ] && continue
-			[ -n "${rank[$to]+x}" ] || continue
+			[ -n "${layer[$to]+x}" ] || continue
 			uses=$((uses + 1))
-			if [ "${rank[$to]}" -ge "${rank[$from]}" ]; then
-				if [ "${layer[$to]}" -gt "${layer[$from]}" ]; then
-					problems+=("upward call: $from (layer ${layer[$from]}) uses $sym of $to (layer ${layer[$to]})")
-				else
-					problems+=("call against the order of layer ${layer[$from]}: $from uses $sym of $to, which is listed after it")
-				fi
+			if [ "${layer[$to]}" -gt "${layer[$from]}" ]; then
+				problems+=("upward call: $from (layer ${layer[$from]}) uses $sym of $to (layer ${layer[$to]})")
+			elif [ "${layer[$to]}" -eq "${layer[$from]}" ]; then
+				same+=("$from $to $sym")
 			fi
 		done < <(nm "$dir/$from.o" | awk '$1 == "U" { print $2 }' | sort -u)
 	done
 
-	# hiredis in the sources: only the Redis layer's own files
-	local srcdir=$dir c base hits
-	compgen -G "$srcdir/*.c" >/dev/null || srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src
-	for c in "$srcdir"/*.c "$srcdir"/*.h; do
-		[ -e "$c" ] || continue
-		base=$(basename "$c")
-		case $base in
-			redis_* | redis.h) continue ;;
-		esac
-		hits=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]hiredis/|redisReply|REDIS_REPLY_' "$c" | head -3 | tr '\n' ' ')
-		[ -z "$hits" ] || problems+=("$base includes hiredis or touches a redisReply outside the Redis layer (src/redis_*, src/redis.h): $hits")
+	# a loop inside a layer: a depth-first walk of its edges
+	local -A next via state
+	local e a b s
+	for e in "${same[@]}"; do
+		read -r a b s <<<"$e"
+		[[ " ${next[$a]:-} " == *" $b "* ]] || next[$a]="${next[$a]:-} $b"
+		via["$a>$b"]=$s
 	done
+	local loop=""
+	walk() {	# walk NODE PATH: sets loop to "a -> b (sym) -> ... -> a"
+		local n=$1 p=$2 m
+		state[$n]=open
+		for m in ${next[$n]:-}; do
+			[ -n "$loop" ] && return
+			if [ "${state[$m]:-}" = open ]; then
+				loop="$p -> $m (${via["$n>$m"]})"
+				loop="${loop#*"$m "}"; loop="$m $loop"
+				return
+			fi
+			[ -z "${state[$m]:-}" ] && walk "$m" "$p -> $m (${via["$n>$m"]})"
+		done
+		state[$n]=done
+	}
+	for a in "${!next[@]}"; do
+		[ -n "$loop" ] && break
+		[ -z "${state[$a]:-}" ] && walk "$a" "$a"
+	done
+	[ -z "$loop" ] || problems+=("loop inside a layer: $loop")
+
+	# the sources: hiredis only in the Redis layer, internal headers only in their folder
+	local srcdir=$dir c hits h
+	compgen -G "$srcdir/*/*.c" >/dev/null || srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src
+	while IFS= read -r c; do
+		rel=${c#"$srcdir"/}
+		folder=$(dirname "$rel")
+		if [ "$folder" != redis ]; then
+			hits=$(grep -nE '#[[:space:]]*include[[:space:]]*[<"]hiredis/|redisReply|REDIS_REPLY_' "$c" | head -3 | tr '\n' ' ')
+			[ -z "$hits" ] || problems+=("$rel includes hiredis or touches a redisReply outside the Redis layer (src/redis/): $hits")
+		fi
+		for h in $(grep -oE '#[[:space:]]*include[[:space:]]*"[a-z_]+/internal\.h"' "$c" | sed -E 's/.*"([a-z_]+)\/internal\.h"/\1/'); do
+			[ "$h" = "$folder" ] || problems+=("$rel includes $h/internal.h: a layer's internal header is for its own folder")
+		done
+	done < <(find "$srcdir" -name '*.[ch]' | sort)
 
 	if [ ${#problems[@]} -gt 0 ]; then
 		printf 'layers: %s\n' "${problems[@]}"
 		echo "layers: ${#files[@]} files, $uses uses of another file's symbols, ${#problems[@]} problems"
 		return 1
 	fi
-	echo "layers: ${#files[@]} files, $uses uses of another file's symbols, every one downward; nothing below layer 2 uses hiredis or OpenSSL; no source outside src/redis_* and src/redis.h includes hiredis or touches a redisReply"
+	echo "layers: ${#files[@]} files in the folders of their layers, $uses uses of another file's symbols, every one downward or inside a layer without a loop; nothing below src/redis/ uses hiredis or OpenSSL; no source outside src/redis/ includes hiredis or touches a redisReply; no layer's internal functions used from outside it"
 	return 0
 }
 
@@ -131,9 +161,12 @@ if [ "${1:-}" != "--self-test" ]; then
 	exit $?
 fi
 
-# --self-test: the real objects pass, and each rule, broken on purpose by a
-# probe object file added to a copy of them, fails with the symbol named
-src=${2:-$(cd "$(dirname "$0")/.." && pwd)/src}
+# --self-test: the real objects pass, and each rule, broken on purpose in a
+# copy of them (a probe object, or a planted line in a source), fails with
+# the file and symbol named
+src=$(cd "${2:-$(cd "$(dirname "$0")/.." && pwd)/src}" && pwd)
+srcroot=$src
+compgen -G "$srcroot/*/*.c" >/dev/null || srcroot=$(cd "$(dirname "$0")/.." && pwd)/src
 tmp=$(mktemp -d /tmp/lease_fence_layers.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 passed=0
@@ -144,19 +177,28 @@ point() {
 }
 out=$(check "$src"); rc=$?
 echo "$out"
-[ $rc -eq 0 ] && point ok "src/: no loop, no upward call, no Redis below layer 2" ||
-	point bad "src/: no loop, no upward call, no Redis below layer 2"
+[ $rc -eq 0 ] && point ok "src/: every call goes down or stays in its layer without a loop; no Redis below src/redis/" ||
+	point bad "src/: every call goes down or stays in its layer without a loop; no Redis below src/redis/"
 
-# probe(name, after, C source): a copy of src's objects plus probe.o, placed
-# right after the listed file "after", in its layer
+# a copy of src/: its objects and sources, folder by folder
+copy() {
+	rm -rf "$tmp/$1"; mkdir -p "$tmp/$1"
+	(cd "$src" && find . -name '*.o' -print0 | cpio -0pdm --quiet "$tmp/$1")
+	(cd "$srcroot" && find . -name '*.[ch]' -print0 | cpio -0pdm --quiet "$tmp/$1")
+}
+# probe(name, folder, C source...): the copy plus probeN.o in that folder
 probe() {
-	local name=$1 after=$2 code=$3
-	rm -rf "$tmp/$name"; mkdir -p "$tmp/$name"
-	cp "$src"/*.o "$tmp/$name"/
-	printf '%s\n' "$code" >"$tmp/$name/probe.c"
-	cc -c -o "$tmp/$name/probe.o" "$tmp/$name/probe.c" || return 2
-	rm "$tmp/$name/probe.c"
-	LF_LAYERS_PLACE="probe:$after" check "$tmp/$name"
+	local name=$1 folder=$2 i=0 code
+	shift 2
+	copy "$name"
+	mkdir -p "$tmp/$name/$folder"
+	for code in "$@"; do
+		i=$((i + 1))
+		printf '%s\n' "$code" >"$tmp/$name/$folder/probe$i.c"
+		cc -c -o "$tmp/$name/$folder/probe$i.o" "$tmp/$name/$folder/probe$i.c" || return 2
+		rm "$tmp/$name/$folder/probe$i.c"
+	done
+	check "$tmp/$name"
 }
 expect_refused() {
 	local what=$1 pattern=$2 out rc
@@ -165,56 +207,55 @@ expect_refused() {
 	if [ $rc -eq 1 ] && grep -qE "$pattern" <<<"$out"; then point ok "refused: $what"
 	else echo "$out"; point bad "refused: $what"; fi
 }
-# a fence file calling the keep-alive (as 1.2's fence did): a probe in
-# layer 1 that calls the lease layer
-expect_refused "a layer-1 file calling the lease layer (lf_keepalive_state_of)" \
-	'upward call: probe \(layer 1\) uses lf_keepalive_state_of of keepalive \(layer 3\)' \
-	upward fence_trigger 'extern const char *lf_keepalive_state_of(const char *); const char *lf_probe(void) { return lf_keepalive_state_of("x"); }'
-# a loop inside the Redis layer (as 1.2's TLS file calling the connection
-# file back): a probe below redis_conn that calls it
-expect_refused "a call up the order inside a layer (below redis_conn, calling it)" \
-	'call against the order of layer 2: probe uses lf_conn_command of redis_conn' \
-	loop redis_settings 'extern int lf_conn_command(void); int lf_probe(void) { return lf_conn_command(); }'
+# a fence file calling the keep-alive (as 1.2's fence did)
+expect_refused "a file of src/fence/ calling the lease layer (lf_keepalive_state_of)" \
+	'upward call: fence/probe1 \(layer 1\) uses lf_keepalive_state_of of lease/keepalive \(layer 3\)' \
+	upward fence 'extern const char *lf_keepalive_state_of(const char *); const char *lf_probe(void) { return lf_keepalive_state_of("x"); }'
+# a loop inside the Redis layer (as 1.2's TLS file calling the connection file back)
+expect_refused "a loop between two files of src/redis/" \
+	'loop inside a layer: redis/probe[12] -> redis/probe[12] \(lf_probe_[ab]\) -> redis/probe[12]' \
+	loop redis 'extern int lf_probe_b(void); int lf_probe_a(void) { return lf_probe_b(); }' \
+	'extern int lf_probe_a(void); int lf_probe_b(void) { return lf_probe_a(); }'
 # the fence reaching hiredis
-expect_refused "a layer-1 file using hiredis (freeReplyObject)" \
-	'probe \(layer 1\) uses freeReplyObject of hiredis or OpenSSL' \
-	hiredis fence_trigger 'extern void freeReplyObject(void *); void lf_probe(void *r) { freeReplyObject(r); }'
-# hiredis above the Redis layer, in the sources: a copy of src/ whose
-# lease.c includes hiredis, and one whose keepalive.c looks into a reply
-srcroot=$(cd "$src" && pwd)
-[ -e "$srcroot/lease.c" ] || srcroot=$(cd "$(dirname "$0")/.." && pwd)/src
+expect_refused "a file of src/fence/ using hiredis (freeReplyObject)" \
+	'fence/probe1 \(layer 1\) uses freeReplyObject of hiredis or OpenSSL' \
+	hiredis fence 'extern void freeReplyObject(void *); void lf_probe(void *r) { freeReplyObject(r); }'
+# the generic script runner above the Redis layer
+expect_refused "a file of src/lease/ running a script through the generic runner (lf_run_script)" \
+	'lease/probe1 uses lf_run_script, internal to src/redis/' \
+	runner lease 'extern int lf_run_script(void); int lf_probe(void) { return lf_run_script(); }'
+# an object in no layer's folder
+expect_refused "an object file in no layer's folder" \
+	'misc/probe1.o: not in a layer' \
+	unplaced misc 'int lf_unplaced_probe;'
+
+# planted(name, file, line, pattern, what): the copy with LINE put first in FILE
 planted() {
 	local name=$1 file=$2 line=$3 pattern=$4 what=$5 out rc
-	rm -rf "$tmp/$name"; mkdir -p "$tmp/$name"
-	cp "$src"/*.o "$tmp/$name"/ && cp "$srcroot"/*.c "$srcroot"/*.h "$tmp/$name"/
+	copy "$name"
 	printf '%s\n' "$line" | cat - "$srcroot/$file" >"$tmp/$name/$file"
 	out=$(check "$tmp/$name"); rc=$?
 	if [ $rc -eq 1 ] && grep -qE "$pattern" <<<"$out"; then point ok "refused: $what"
 	else echo "$out"; point bad "refused: $what"; fi
 }
-planted hiredis_src lease.c '#include <hiredis/hiredis.h>' \
-	'lease.c includes hiredis or touches a redisReply outside the Redis layer' \
-	"a lease-layer source including hiredis (a planted #include in lease.c)"
-planted reply_src keepalive.c 'static int lf_probe(const struct redisReply *r) { return r != 0; }' \
-	'keepalive.c includes hiredis or touches a redisReply' \
-	"a lease-layer source touching a redisReply (keepalive.c)"
-planted reply_type_src fence_trigger.c '#define LF_PROBE REDIS_REPLY_INTEGER' \
-	'fence_trigger.c includes hiredis or touches a redisReply' \
+planted hiredis_src lease/lease.c '#include <hiredis/hiredis.h>' \
+	'lease/lease.c includes hiredis or touches a redisReply outside the Redis layer' \
+	"a lease-layer source including hiredis (a planted #include in lease/lease.c)"
+planted reply_src lease/keepalive.c 'static int lf_probe(const struct redisReply *r) { return r != 0; }' \
+	'lease/keepalive.c includes hiredis or touches a redisReply' \
+	"a lease-layer source touching a redisReply (lease/keepalive.c)"
+planted reply_type_src fence/fence_trigger.c '#define LF_PROBE REDIS_REPLY_INTEGER' \
+	'fence/fence_trigger.c includes hiredis or touches a redisReply' \
 	"a fence source naming REDIS_REPLY_INTEGER"
-# the Redis layer's own files may: a planted include in redis_script.c passes
-out=$(rm -rf "$tmp/redis_own"; mkdir -p "$tmp/redis_own"; cp "$src"/*.o "$tmp/redis_own"/;
-	cp "$srcroot"/*.c "$srcroot"/*.h "$tmp/redis_own"/;
-	printf '#include <hiredis/hiredis.h>\n' | cat - "$srcroot/redis_reply.c" >"$tmp/redis_own/redis_reply.c";
-	check "$tmp/redis_own"); rc=$?
-[ $rc -eq 0 ] && point ok "allowed: hiredis in the Redis layer's own files (src/redis_*)" ||
-	{ echo "$out"; point bad "allowed: hiredis in the Redis layer's own files (src/redis_*)"; }
-
-# an object file nobody placed
-out=$(rm -rf "$tmp/unplaced"; mkdir -p "$tmp/unplaced"; cp "$src"/*.o "$tmp/unplaced"/;
-	echo 'int lf_unplaced_probe;' >"$tmp/unplaced/stray.c"; cc -c -o "$tmp/unplaced/stray.o" "$tmp/unplaced/stray.c";
-	rm "$tmp/unplaced/stray.c"; check "$tmp/unplaced"); rc=$?
-[ $rc -eq 1 ] && grep -q 'stray.o: not placed in any layer' <<<"$out" && point ok "refused: an object file in no layer" ||
-	{ echo "$out"; point bad "refused: an object file in no layer"; }
+planted internal_src lease/lease.c '#include "redis/internal.h"' \
+	'lease/lease.c includes redis/internal.h' \
+	"a lease-layer source including the Redis layer's internal header"
+# the Redis layer's own files may
+copy redis_own
+printf '#include <hiredis/hiredis.h>\n#include "redis/internal.h"\n' | cat - "$srcroot/redis/redis_reply.c" >"$tmp/redis_own/redis/redis_reply.c"
+out=$(check "$tmp/redis_own"); rc=$?
+[ $rc -eq 0 ] && point ok "allowed: hiredis and the internal header in the Redis layer's own files (src/redis/)" ||
+	{ echo "$out"; point bad "allowed: hiredis and the internal header in the Redis layer's own files (src/redis/)"; }
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -371,10 +371,10 @@ redis_rps() {	# clients, then the command: requests per second
 }
 # the scripts' SHA1s as the extension sends them (the header the build made
 # from scripts/*.lua); one cycle loads both
-sha_of() { sed -n "s/^#define LF_LUA_${1^^}_SHA1 \"\([0-9a-f]\{40\}\)\"\$/\1/p" "$LF_SRC/src/lua_scripts.h"; }
+sha_of() { sed -n "s/^#define LF_LUA_${1^^}_SHA1 \"\([0-9a-f]\{40\}\)\"\$/\1/p" "$LF_SRC/src/redis/lua_scripts.h"; }
 acq_sha=$(sha_of acquire)
 rel_sha=$(sha_of release)
-[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/lua_scripts.h"
+[ -n "$acq_sha" ] && [ -n "$rel_sha" ] || die "no script SHA1s in src/redis/lua_scripts.h"
 psql_u -c "SELECT lease_fence.release('bench-load', (lease_fence.acquire('bench-load', 1000)).identity)" >/dev/null ||
 	die "a cycle to load the scripts failed"
 [ "$(lf_redis_cli SCRIPT EXISTS "$acq_sha" "$rel_sha" | tr -d '\n')" = 11 ] || die "the scripts are not loaded"

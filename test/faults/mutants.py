@@ -15,7 +15,7 @@
 # "not ok" too: the self-test must be mended, not skipped.
 #
 # The mutants:
-#   fence-accepts-lower   src/fence_trigger.c: the stale comparisons made
+#   fence-accepts-lower   src/fence/fence_trigger.c: the stale comparisons made
 #                         false, so the row trigger accepts a generation
 #                         lower than the stored one -> "stale writes refused"
 #   acquire-without-nx    scripts/acquire.lua: no check that the key is
@@ -39,7 +39,7 @@ import time
 MUTANTS = [
     # name, file, [(text, replacement)] (each text must occur exactly once),
     # the property whose test point must fail
-    ('fence-accepts-lower', 'src/fence_trigger.c',
+    ('fence-accepts-lower', 'src/fence/fence_trigger.c',
      [('if (!s_null && lf_generation < s)', 'if (!s_null && lf_generation < s && false)'),
       ('if (!s_null && supplied < s)', 'if (!s_null && supplied < s && false)')],
      'stale writes refused'),

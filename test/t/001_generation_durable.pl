@@ -29,7 +29,7 @@
 # writes past that.  The values of (ii) and (iii) repeat too unless the WAL
 # writer's timer fires before the crash; the test notes which did.  (i)
 # commits synchronously, which flushes: there a plain sequence is enough.
-# Checked by hand: with the XLogFlush() removed from src/generation.c, every
+# Checked by hand: with the XLogFlush() removed from src/fence/generation.c, every
 # cycle below fails for (ii), (iii) and (iv).
 #
 # fsync is off (Cluster.pm's default): an immediate stop loses what is still

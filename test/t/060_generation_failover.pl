@@ -14,7 +14,7 @@
 # standby B (timeline 3).  B is cut off before A's first draw on timeline 2,
 # so B never sees A start its epoch: B must still end up above it.
 #
-# Checked by hand with lease_fence 1.1's src/generation.c (no epochs): the
+# Checked by hand with lease_fence 1.1's src/fence/generation.c (no epochs): the
 # promoted A started again at 100, where the primary had reached 270, and
 # 171 of the 200 values it drew repeated values of timeline 1; all 100 that
 # B drew on timeline 3 repeated earlier ones.  Every point below but the

@@ -14,7 +14,7 @@
 # so that draw must wait.  The harness sees the wait as wait_event SyncRep in
 # pg_stat_activity.
 #
-# Checked by hand with lease_fence 1.1's src/generation.c: the draw in the
+# Checked by hand with lease_fence 1.1's src/fence/generation.c: the draw in the
 # open transaction returns at once, and the first point fails.
 
 use strict;

@@ -9,7 +9,7 @@
 # a new timeline, which starts a new epoch (docs/guides/failover-and-generations.md, "Generations across a
 # failover"), so the restored server draws above everything.
 #
-# Checked by hand with lease_fence 1.1's src/generation.c: the original drew
+# Checked by hand with lease_fence 1.1's src/fence/generation.c: the original drew
 # 1 to 100 before the target and 101 to 300 after it; the restored server
 # drew 133 to 232, all 100 of them repeats, and all three points fail.
 

@@ -114,7 +114,7 @@ sub connections
 }
 
 # --- the scripts are the files scripts/*.lua (scripts/README.md), embedded
-# by the build (scripts/embed.sh -> src/lua_scripts.h): the header carries
+# by the build (scripts/embed.sh -> src/redis/lua_scripts.h): the header carries
 # each file byte for byte and its SHA1, which is the SHA1 Redis computes
 # (SCRIPT LOAD); and what the extension sends is these texts: after SCRIPT
 # FLUSH, each of the seven goes once with EVAL, and then Redis knows each
@@ -130,7 +130,7 @@ sub connections
 		close $fh;
 		return $text;
 	};
-	my $header = $bytes->("$top/src/lua_scripts.h");
+	my $header = $bytes->("$top/src/redis/lua_scripts.h");
 	my %sha;
 	for my $name (@names)
 	{
@@ -145,7 +145,7 @@ sub connections
 			  map { (my $l = $_) =~ s/\\(.)/$1 eq 'n' ? "\n" : $1/ge; $l }
 			  $literal =~ /"((?:[^"\\]|\\.)*)"/g;
 		}
-		is($embedded, $text, "$name: src/lua_scripts.h carries scripts/$name.lua byte for byte");
+		is($embedded, $text, "$name: src/redis/lua_scripts.h carries scripts/$name.lua byte for byte");
 		my ($embedded_sha) = $header =~ /^#define \Q$macro\E_SHA1 "([0-9a-f]{40})"$/m;
 		$sha{$name} = Digest::SHA::sha1_hex($text);
 		is($embedded_sha, $sha{$name}, "$name: the embedded SHA1 is the file's");

@@ -127,7 +127,7 @@ LeaseFenceTopology::wait_for('the sentinels to settle again', \&settled);
 
 # Whether every sentinel names the master on $port, none reporting a
 # failover under way or a server down: the agreement the Sentinel watch
-# waits for before it names a master to the backends (src/redis_watch.c)
+# waits for before it names a master to the backends (src/redis/redis_watch.c)
 sub sentinels_agree_on
 {
 	my ($port) = @_;

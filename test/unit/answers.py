@@ -5,7 +5,7 @@ table, row by row, through the test binary test/unit/lf_unit.c.
 
 Standard library only.  Each row's reply is written as RESP bytes, read by
 hiredis's reader inside the binary (whole, in two pieces at every cut, and
-byte by byte) and decoded by src/redis_reply.c; the answer must be the
+byte by byte) and decoded by src/redis/redis_reply.c; the answer must be the
 row's: its outcome, and the fields the row names (generation, stored,
 pttl_ms, value).  Error rows are checked for every script.  Prints TAP
 lines "ok - ..." / "not ok - ..." (test/unit/c.sh numbers them).
@@ -117,7 +117,7 @@ def main():
     # the statuses a library must handle are the ones the extension answers
     ours = set(b.ask("statuses").split())
     listed = {"%s:%s" % (r.get("operation"), r.get("status")) for r in table.get("statuses", [])}
-    point(ours == listed, "the table's statuses are those acquire, renew and release answer (src/stats.h)",
+    point(ours == listed, "the table's statuses are those acquire, renew and release answer (src/base/stats.h)",
           ["only in the table: %s" % sorted(listed - ours),
            "only in the extension: %s" % sorted(ours - listed)] if ours != listed else [])
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test/unit/c.sh — the extension's server-less unit tests: no PostgreSQL
 # server, no Redis.  Builds a small test binary (test/unit/lf_unit.c) with
-# the project's own src/redis_reply.c (the one decoder of script replies),
-# src/generation_math.h and src/lease.h, against pg_config's server headers,
+# the project's own src/redis/redis_reply.c (the one decoder of script replies),
+# src/fence/generation_math.h and src/lease/lease.h, against pg_config's server headers,
 # hiredis and libpgport, with the project's warnings as errors, then checks
 #   - the decoder against every row of the answer table (replies; errors,
 #     for every script; transport), each reply read by hiredis's reader
@@ -67,7 +67,7 @@ fi
 # the project's warnings (the Makefile's PG_CFLAGS with WERROR=1)
 flags="-std=gnu99 -O1 -g -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -Werror -fwrapv -fno-strict-aliasing"
 if ! $cc $flags -I"$root/src" -I"$incdir" -o "$work/lf_unit" \
-		"$root/test/unit/lf_unit.c" "$root/src/redis_reply.c" \
+		"$root/test/unit/lf_unit.c" "$root/src/redis/redis_reply.c" \
 		${libpgport:+"$libpgport"} -lhiredis -lm >"$work/build.log" 2>&1; then
 	sed 's/^/# /' "$work/build.log"
 	echo "not ok 1 - c: build the test binary (cc, server headers, hiredis)"
@@ -75,7 +75,7 @@ if ! $cc $flags -I"$root/src" -I"$incdir" -o "$work/lf_unit" \
 	exit 1
 fi
 n=1; passed=1
-echo "ok 1 - c: build the test binary with the project's src/redis_reply.c (-Wall -Wextra -Werror)"
+echo "ok 1 - c: build the test binary with the project's src/redis/redis_reply.c (-Wall -Wextra -Werror)"
 
 emit < <("$work/lf_unit" --arith; [ $? -le 1 ] || echo "not ok - the arithmetic checks ran to their end")
 emit < <("$python" "$root/test/unit/answers.py" "$work/lf_unit" "$answers" 2>&1; rc=$?;

@@ -1,8 +1,8 @@
 /*
  * test/unit/lf_unit.c: the server-less test binary of test/unit/c.sh.
  *
- * Linked with the project's own src/redis_reply.c (the decoder of script
- * replies) and hiredis; includes src/generation_math.h and src/lease.h's
+ * Linked with the project's own src/redis/redis_reply.c (the decoder of script
+ * replies) and hiredis; includes src/fence/generation_math.h and src/lease/lease.h's
  * arithmetic.  No server, no backend: test/unit/answers.py drives it.
  *
  *   lf_unit --arith          the generation / epoch / heal / validity
@@ -21,7 +21,7 @@
  *                            table names them
  *     scripts                the scripts' names
  *     statuses               every status acquire, renew and release can
- *                            answer, as src/stats.h names them:
+ *                            answer, as src/base/stats.h names them:
  *                            "acquire:acquired acquire:busy ..."
  */
 #include "postgres.h"
@@ -31,10 +31,10 @@
 
 #include <hiredis/hiredis.h>
 
-#include "generation_math.h"
-#include "lease.h"
-#include "redis.h"
-#include "stats.h"
+#include "fence/generation_math.h"
+#include "lease/lease.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 
 static int	failures = 0;
 

@@ -23,7 +23,7 @@
  * Layer 3, the leases (docs/design.md, "The layers").
  *
  * IDENTIFICATION
- *	  src/keepalive_worker.c
+ *	  src/lease/keepalive_worker.c
  *
  *-------------------------------------------------------------------------
  */
@@ -31,14 +31,14 @@
 
 #include <signal.h>
 
-#include "fence.h"
-#include "lease.h"
+#include "fence/fence.h"
+#include "lease/lease.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "redis.h"
+#include "redis/redis.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"

@@ -28,7 +28,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_reply.c
+ *	  src/redis/redis_reply.c
  *
  *-------------------------------------------------------------------------
  */
@@ -36,7 +36,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis.h"
+#include "redis/redis.h"
 
 /* the outcomes' names: those of scripts/answers.json, and the transport's */
 static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {

@@ -49,7 +49,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/generation.c
+ *	  src/fence/generation.c
  *
  *-------------------------------------------------------------------------
  */
@@ -61,10 +61,10 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/sequence.h"
-#include "compat.h"
-#include "fence.h"
+#include "base/compat.h"
+#include "fence/fence.h"
 #include "fmgr.h"
-#include "generation_math.h"
+#include "fence/generation_math.h"
 #include "miscadmin.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"

@@ -24,7 +24,7 @@
  * (lf_set_lease_generation), a call downward.
  *
  * IDENTIFICATION
- *	  src/current_generation.c
+ *	  src/fence/current_generation.c
  *
  *-------------------------------------------------------------------------
  */
@@ -36,9 +36,9 @@
 
 #include "access/parallel.h"
 #include "access/xact.h"
-#include "compat.h"
+#include "base/compat.h"
 #include "executor/executor.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"

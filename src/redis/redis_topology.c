@@ -28,7 +28,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_topology.c
+ *	  src/redis/redis_topology.c
  *
  *-------------------------------------------------------------------------
  */
@@ -40,8 +40,8 @@
 #include <hiredis/hiredis.h>
 
 #include "miscadmin.h"
-#include "redis.h"
-#include "stats.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"

@@ -6,7 +6,7 @@
  *	  registry, and the SQL functions of the lease helper.
  *
  * IDENTIFICATION
- *	  src/lease.h
+ *	  src/lease/lease.h
  *
  *-------------------------------------------------------------------------
  */
@@ -22,8 +22,8 @@
 #include "utils/backend_status.h"
 #include "utils/relcache.h"
 
-#include "compat.h"
-#include "fence.h"				/* LF_MAX_RESOURCE */
+#include "base/compat.h"
+#include "fence/fence.h"				/* LF_MAX_RESOURCE */
 
 typedef enum LeaseScope
 {

@@ -24,7 +24,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/extension.c
+ *	  src/fence/extension.c
  *
  *-------------------------------------------------------------------------
  */
@@ -38,7 +38,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"

@@ -19,7 +19,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/lease_registry.c
+ *	  src/lease/lease_registry.c
  *
  *-------------------------------------------------------------------------
  */
@@ -29,12 +29,12 @@
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "funcapi.h"
-#include "lease.h"
+#include "lease/lease.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
-#include "redis.h"
+#include "redis/redis.h"
 #include "storage/ipc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"

@@ -33,7 +33,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/lease_table.c
+ *	  src/lease/lease_table.c
  *
  *-------------------------------------------------------------------------
  */
@@ -41,11 +41,11 @@
 
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
-#include "fence.h"
-#include "lease.h"
+#include "fence/fence.h"
+#include "lease/lease.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"

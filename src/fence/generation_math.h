@@ -11,7 +11,7 @@
  * of their calls): generation.c's.
  *
  * IDENTIFICATION
- *	  src/generation_math.h
+ *	  src/fence/generation_math.h
  *
  *-------------------------------------------------------------------------
  */

@@ -20,7 +20,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/lease.c
+ *	  src/lease/lease.c
  *
  *-------------------------------------------------------------------------
  */
@@ -33,11 +33,11 @@
 #include "access/xlog.h"
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "funcapi.h"
-#include "lease.h"
+#include "lease/lease.h"
 #include "miscadmin.h"
-#include "redis.h"
+#include "redis/redis.h"
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"

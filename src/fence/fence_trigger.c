@@ -32,7 +32,7 @@
  * lf_write_check_hook.
  *
  * IDENTIFICATION
- *	  src/fence_trigger.c
+ *	  src/fence/fence_trigger.c
  *
  *-------------------------------------------------------------------------
  */
@@ -46,7 +46,7 @@
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "replication/logicalworker.h"

@@ -20,7 +20,7 @@
  *
  * The texts are the files scripts/<name>.lua, which the client libraries run
  * too; the build embeds them with their SHA1s (scripts/embed.sh makes
- * src/lua_scripts.h).  A script is sent as EVALSHA of its SHA1, a constant
+ * src/redis/lua_scripts.h).  A script is sent as EVALSHA of its SHA1, a constant
  * below; Redis answers NOSCRIPT when it has not seen the script since it
  * started (or SCRIPT FLUSH), a definite "not run", and the script is then
  * sent once with EVAL, which also loads it.  Builds with assertions check
@@ -30,7 +30,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_script.c
+ *	  src/redis/redis_script.c
  *
  *-------------------------------------------------------------------------
  */
@@ -42,12 +42,12 @@
 #endif
 
 #include "lib/stringinfo.h"
-#include "redis.h"
-#include "stats.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 #include "utils/builtins.h"
 
 /* generated from scripts/<name>.lua: LF_LUA_<NAME> and LF_LUA_<NAME>_SHA1 */
-#include "lua_scripts.h"
+#include "redis/lua_scripts.h"
 
 /*
  * Generations are compared as decimal strings (shorter is smaller), so no

@@ -9,7 +9,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/repair.c
+ *	  src/fence/repair.c
  *
  *-------------------------------------------------------------------------
  */
@@ -23,7 +23,7 @@
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"

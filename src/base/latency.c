@@ -17,7 +17,7 @@
  * the order of their calls).
  *
  * IDENTIFICATION
- *	  src/latency.c
+ *	  src/base/latency.c
  *
  *-------------------------------------------------------------------------
  */
@@ -27,7 +27,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"

@@ -27,7 +27,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_tls.c
+ *	  src/redis/redis_tls.c
  *
  *-------------------------------------------------------------------------
  */
@@ -41,7 +41,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "redis.h"
+#include "redis/redis.h"
 
 /* the largest key file we read */
 #define LF_MAX_KEY_FILE 65536

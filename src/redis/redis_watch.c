@@ -33,7 +33,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_watch.c
+ *	  src/redis/redis_watch.c
  *
  *-------------------------------------------------------------------------
  */
@@ -47,8 +47,8 @@
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "redis.h"
-#include "stats.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"

@@ -15,7 +15,7 @@
  * choice, within bounds.
  *
  * IDENTIFICATION
- *	  src/redis_settings.c
+ *	  src/redis/redis_settings.c
  *
  *-------------------------------------------------------------------------
  */
@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "redis.h"
+#include "redis/redis.h"
 #include "storage/fd.h"
 #include "utils/guc.h"
 

@@ -38,7 +38,7 @@
  * Layer 3, the leases (docs/design.md, "The layers").
  *
  * IDENTIFICATION
- *	  src/keepalive.c
+ *	  src/lease/keepalive.c
  *
  *-------------------------------------------------------------------------
  */
@@ -47,14 +47,14 @@
 #include <limits.h>
 #include <signal.h>
 
-#include "fence.h"
-#include "lease.h"
+#include "fence/fence.h"
+#include "lease/lease.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "redis.h"
+#include "redis/redis.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"

@@ -20,7 +20,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/stats.c
+ *	  src/base/stats.c
  *
  *-------------------------------------------------------------------------
  */
@@ -31,7 +31,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "stats.h"
+#include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"

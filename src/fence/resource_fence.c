@@ -34,7 +34,7 @@
  * comes through lf_write_check_hook.
  *
  * IDENTIFICATION
- *	  src/resource_fence.c
+ *	  src/fence/resource_fence.c
  *
  *-------------------------------------------------------------------------
  */
@@ -54,7 +54,7 @@
 #include "catalog/pg_index.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
-#include "fence.h"
+#include "fence/fence.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/execnodes.h"

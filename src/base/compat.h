@@ -8,7 +8,7 @@
  *	  include it; it holds no code of lease_fence's.
  *
  * IDENTIFICATION
- *	  src/compat.h
+ *	  src/base/compat.h
  *
  *-------------------------------------------------------------------------
  */

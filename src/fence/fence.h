@@ -9,7 +9,7 @@
  *	  lf_write_check_hook.
  *
  * IDENTIFICATION
- *	  src/fence.h
+ *	  src/fence/fence.h
  *
  *-------------------------------------------------------------------------
  */
@@ -21,8 +21,8 @@
 #include "utils/elog.h"
 #include "utils/relcache.h"
 
-#include "compat.h"
-#include "stats.h"
+#include "base/compat.h"
+#include "base/stats.h"
 
 /* SQLSTATEs of class LF: docs/reference.md, "SQLSTATEs", says when and what to do */
 #define ERRCODE_LF_STALE_GENERATION			MAKE_SQLSTATE('L','F','0','0','1')

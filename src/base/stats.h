@@ -5,7 +5,7 @@
  *	  every other file may call and which calls none of them.
  *
  * IDENTIFICATION
- *	  src/stats.h
+ *	  src/base/stats.h
  *
  *-------------------------------------------------------------------------
  */

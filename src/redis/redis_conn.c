@@ -39,7 +39,7 @@
  * of their calls).
  *
  * IDENTIFICATION
- *	  src/redis_conn.c
+ *	  src/redis/redis_conn.c
  *
  *-------------------------------------------------------------------------
  */
@@ -56,11 +56,11 @@
 
 #include <hiredis/hiredis.h>
 
-#include "compat.h"
+#include "base/compat.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "redis.h"
-#include "stats.h"
+#include "redis/redis.h"
+#include "base/stats.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
