@@ -23,6 +23,12 @@ LANGUAGE sql AS $$
 	SELECT count FROM lease_fence.stats WHERE operation = 'resource_fence' AND outcome = $1
 $$;
 
+-- The generations below are small numbers: draw them first, so that they
+-- were issued (a generation this database never issued is LF004: see
+-- unissued.sql).
+SELECT max(g) >= 80 AS issued_through_80
+FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 80)) s;
+
 SELECT lease_fence.stats_reset();
 
 ------------------------------------------------------------------------------

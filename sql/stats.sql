@@ -1,7 +1,7 @@
 -- stats: lease_fence.stats without shared_preload_libraries counts per
 -- backend (scope 'backend', with a NOTICE saying so); rejected writes count
 -- although their transaction rolls back.  The cluster-wide counters, and the
--- statuses that need a Redis server, are in test/t/020_stats.pl.
+-- statuses that need a Redis server, are in test/t/ops_stats.pl.
 
 -- The generations below are small numbers: draw them first, so that they
 -- were issued (a generation this database never issued is LF004: see

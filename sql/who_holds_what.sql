@@ -2,7 +2,7 @@
 -- shared_preload_libraries and without a Redis server — their columns, who
 -- may read and call them, bad input before anything is sent, and a Redis
 -- that is not there.  With a Redis server and the library preloaded:
--- test/t/105_who_holds_what.pl.
+-- test/t/ops_who_holds_what.pl.
 
 \set ECHO none
 \i sql/include/try.sql

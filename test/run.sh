@@ -42,7 +42,7 @@
 #   LF_SUITES="regress tap"        run only these suites (of: layers docs
 #                                  regress isolation server readme tap portable
 #                                  clients demo valgrind faults logs)
-#   LF_TAP="test/t/010_*.pl"       run only these TAP files
+#   LF_TAP="test/t/redis_*.pl"     run only these TAP files (an area)
 #   LF_TAP_JOBS=1                  TAP files one at a time (default 2:
 #                                  prove -j2; each file has its own servers)
 #   LF_REGRESS="fence protect"     run only these pg_regress files

@@ -1,7 +1,7 @@
 # LeaseFenceFakeRedis.pm — a server on loopback that speaks enough of
 # Redis's protocol to be taken for one, and then answers a lease script with
 # a reply no Redis would send: for the TAP test of replies beyond their bound
-# (test/t/107_oversized_reply.pl).
+# (test/t/redis_oversized_reply.pl).
 #
 # It answers PING with PONG, AUTH and SELECT with OK, and the key_prefix
 # check (the claim script: an EVALSHA or EVAL whose key is

@@ -1,6 +1,7 @@
 # LeaseFenceInject.pm — a TCP proxy in front of a real redis-server that
 # misbehaves after the release lease_fence sends after COMMIT, for the TAP
-# tests of the deferred release (test/t/101_*.pl .. 103_*.pl).
+# tests of the deferred release (test/t/redis_stray_reply.pl,
+# test/t/redis_deferred_release_report.pl).
 #
 # That release is the one request lease_fence sends as EVAL (every other
 # script goes as EVALSHA), so the proxy recognises it by its first bytes.

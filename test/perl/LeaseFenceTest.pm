@@ -1,8 +1,8 @@
 # LeaseFenceTest.pm — helpers shared by the TAP files of the Redis lease
-# helper (test/t/010_*.pl .. 019_*.pl): run SQL and read errors, call
-# acquire / renew / release and get their row back, read this session's
-# lease_fence.leases row, pause Redis, repoint the server at another Redis
-# endpoint.
+# helper (test/t/lease_*.pl, redis_*.pl and others): run SQL and read
+# errors, call acquire / renew / release and get their row back, read
+# this session's lease_fence.leases row, pause Redis, repoint the server at
+# another Redis endpoint.
 #
 #   use LeaseFenceRedis;
 #   use LeaseFenceTest;
