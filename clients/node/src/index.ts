@@ -31,7 +31,7 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  LeaseDataCorrupted, TransactionRolledBack, translateError,
+  DataCorrupted, LeaseDataCorrupted, TransactionRolledBack, translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
 export { RedisLeases, clientSideScripts } from './client-side.js';
