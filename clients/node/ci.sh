@@ -10,9 +10,10 @@
 #   1. npm ci (from package-lock.json), npm run build (tsc), npm pack
 #   2. an empty app in $LF_CLIENT_WORK/app: npm init -y, then
 #      npm install <the tarball> pg knex ioredis typescript @types/node
-#   3. test/ copied into the app and run there with node --test (TAP), one
-#      file at a time (a test pauses Redis: nothing may run beside it), so
-#      that they load the installed lease-fence
+#   3. test/ copied into the app and run there with npm test (the
+#      package's scripts/test.js: node --test, TAP, one file at a time — a
+#      test pauses Redis: nothing may run beside it), so that they load the
+#      installed lease-fence
 #   4. examples/node copied, installed with the tarball; two-holders.js and
 #      job.js run against appdb, client-side.js against the portable
 #      edition's server (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2,
@@ -75,8 +76,11 @@ step "npm install $(basename "$tgz") pg knex ioredis typescript @types/node" "$w
 log "installed: $(node -p 'const v = (p) => require(p + "/package.json").version;
 	["lease-fence", "pg", "knex", "ioredis", "typescript"].map((p) => p + "@" + v(p)).join(" ")')"
 
-# 3. the tests, against the installed package (not ../src: no source here)
-rm -rf "$app/test" && cp -R "$here/test" "$app/test" || exit 1
+# 3. the tests, against the installed package (not ../src: no source here):
+#    npm test, the package's runner (scripts/test.js) as the app's test script
+rm -rf "$app/test" "$app/scripts" && cp -R "$here/test" "$app/test" &&
+	mkdir -p "$app/scripts" && cp "$here/scripts/test.js" "$app/scripts/test.js" || exit 1
+(cd "$app" && npm pkg set scripts.test="node scripts/test.js") || exit 1
 count_tap() {	# name, tap output, exit code
 	local name=$1 out=$2 rc=$3 ok fail cancelled bad
 	ok=$(sed -nE 's/^# pass ([0-9]+)$/\1/p' "$out" | tail -n 1)
@@ -91,15 +95,18 @@ count_tap() {	# name, tap output, exit code
 	passed=$((passed + ok)); failed=$((failed + bad))
 	log "$name: $ok passed, $bad failed"
 }
-for t in test/client.test.js test/job.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs \
-	test/types.test.js test/client-side.test.js; do
-	out=$work/$(basename "$t").tap
-	log "node --test $t"
-	(cd "$app" && LF_EXPECT_INSTALLED=1 timeout -k 5 300 \
-		node --test --test-reporter=tap "$t") >"$out" 2>&1
-	rc=$?
-	cat "$out"
-	count_tap "$t" "$out" $rc
+tests=(test/client.test.js test/job.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs
+	test/types.test.js test/client-side.test.js)
+tap=$work/tap
+rm -rf "$tap" && mkdir -p "$tap" || exit 1
+log "npm test -- ${tests[*]}"
+(cd "$app" && LF_EXPECT_INSTALLED=1 LF_TAP_DIR="$tap" npm test -- "${tests[@]}")
+log "npm test: exit $?"
+for t in "${tests[@]}"; do
+	out=$tap/$(basename "$t").tap
+	rc=$(cat "$tap/$(basename "$t").rc" 2>/dev/null || echo 1)
+	[ -f "$out" ] || : >"$out"
+	count_tap "$t" "$out" "$rc"
 done
 
 # 4. the example programs, installed from the tarball, each counted as one:

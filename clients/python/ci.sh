@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # clients/python/ci.sh — build the lease-fence package the way Debian's
-# tools do (no network), install the wheel into a fresh venv, run the tests
-# against the harness's servers (test/clients/run.sh) and the example
-# programs, and end with "python: N passed, N failed" (test cases, the
-# examples and the check that a build without the repository's scripts/
-# fails; skipped tests are reported on the line before, not counted).
+# tools do (no network), install the wheel into a fresh venv, run the test
+# command (python3 -m pytest) against the harness's servers
+# (test/clients/run.sh), mypy and the example programs, and end with
+# "python: N passed, N failed" (test cases, mypy, the examples and the check
+# that a build without the repository's scripts/ fails; skipped tests are
+# reported on the line before, not counted).
 #
 # Run with cwd = clients/python (a copy); writes only into $LF_CLIENT_WORK.
 set -uo pipefail
@@ -60,14 +61,15 @@ VPY=$work/venv/bin/python
 	{ cat "$work/install.log"; echo "== python: pip install failed"; finish 0 1; }
 "$VPY" -c 'import lease_fence, sys; print("== python: lease_fence", lease_fence.__version__, "from", lease_fence.__file__)'
 
-# 3. the tests, from a copy outside the source tree (src/ is never on sys.path)
-rm -rf "$work/tests"
-cp -r "$here/tests" "$work/tests" || finish 0 1
-printf '[pytest]\nasyncio_mode = strict\n' >"$work/tests/pytest.ini"
+# 3. the test command, python3 -m pytest with pyproject.toml's configuration,
+#    in a copy of tests/ and pyproject.toml without src/ (src/ is never on
+#    sys.path: the installed wheel is tested)
+rm -rf "$work/run"
+mkdir -p "$work/run" && cp -r "$here/tests" "$here/pyproject.toml" "$work/run/" || finish 0 1
 junit=$work/junit.xml
 rm -f "$junit"
-(cd "$work/tests" && LF_EXPECT_INSTALLED=1 "$VPY" -m pytest -p no:cacheprovider -v -rs \
-	--junitxml="$junit" .)
+(cd "$work/run" && LF_EXPECT_INSTALLED=1 "$VPY" -m pytest -p no:cacheprovider -v \
+	--junitxml="$junit")
 prc=$?
 echo "== python: pytest exit $prc"
 
@@ -106,7 +108,18 @@ if [ "$passed" -eq 0 ] && [ "$failed" -eq 0 ]; then
 	failed=1
 fi
 
-# 4. the example programs, with the installed package (client_side.py: on
+# 4. python3 -m mypy: pyproject.toml's [tool.mypy] on the package, in the
+#    build's copy (its cache in $work); one case
+echo "== python: mypy ($("$PY" -m mypy --version 2>&1))"
+if (cd "$bdir" && "$PY" -m mypy --cache-dir "$work/mypy-cache"); then
+	passed=$((passed + 1))
+	echo "== python: mypy passed"
+else
+	failed=$((failed + 1))
+	echo "== python: mypy failed"
+fi
+
+# 5. the example programs, with the installed package (client_side.py: on
 #    the portable edition's database, LF_PORTABLE_PGPORT / LF_PORTABLE_DB;
 #    job.py: the fenced job)
 for name in two_holders.py client_side.py job.py; do
@@ -121,7 +134,7 @@ for name in two_holders.py client_side.py job.py; do
 	fi
 done
 
-# 5. a build without the repository's scripts/ fails, and says why
+# 6. a build without the repository's scripts/ fails, and says why
 #    (two levels down: its ../../scripts is $work/noscripts/scripts, absent)
 rm -rf "$work/noscripts"
 nsdir=$work/noscripts/clients/python

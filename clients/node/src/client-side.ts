@@ -26,7 +26,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ClientBase } from 'pg';
-import { LeaseDataCorrupted } from './errors.js';
+import { DataCorrupted } from './errors.js';
 import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import { decode, decodeRejection, decodeTransport } from './protocol.js';
 import type { Answer, ScriptName as ProtocolScript } from './protocol.js';
@@ -129,13 +129,13 @@ export function clientSideScripts(): Record<ScriptName, ShippedScript> {
   return out;
 }
 
-// the C edition's limits (src/lease.c, src/lease.h)
+// the C edition's limits: LF_MAX_RESOURCE, the acquire's TTL bound, INT_MAX, LF_WAIT_MAX_STALE
 const MAX_RESOURCE_BYTES = 1024;
 const MAX_TTL_MS = 1000 * 60 * 60 * 24 * 365 * 100;
 const MAX_WAIT_MS = 2147483647;
 const MAX_STALE = 3;
 
-/** Validity left after a request that took elapsed ms: ttl - elapsed - drift (src/lease.h). */
+/** Validity left after a request that took elapsed ms: ttl - elapsed - drift (the C edition's lf_validity_after). */
 function validityAfter(ttl: number, elapsed: number): number {
   return ttl - elapsed - (Math.floor(ttl / 100) + 2);
 }
@@ -513,7 +513,7 @@ export class RedisLeases {
         continue;
       }
       if (r.outcome === 'corrupt') {
-        throw new LeaseDataCorrupted(`lease_fence: data corrupted: the generation key of resource ` +
+        throw new DataCorrupted(`lease_fence: data corrupted: the generation key of resource ` +
           `${JSON.stringify(resource)} (${this.generationKey(resource)}) ` +
           (r.value !== undefined ? `does not hold a generation (${JSON.stringify(r.value)})`
             : `holds more than 256 bytes (${r.reason})`) +
@@ -540,7 +540,7 @@ export class RedisLeases {
    * whether the release that followed was confirmed). A stale answer is
    * healed and tried again, up to 3 times. Rejects for bad arguments
    * (before anything is drawn or sent), with the database's error when a
-   * generation cannot be drawn, and with LeaseDataCorrupted (code XX001)
+   * generation cannot be drawn, and with DataCorrupted (code XX001)
    * when the generation key holds something lease_fence never wrote.
    */
   async acquireOutcome(db: Queryable, resource: string,

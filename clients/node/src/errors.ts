@@ -184,10 +184,11 @@ export class LeaseUnknown extends LeaseError {}
 /**
  * Client-side mode: a Redis key holds data lease_fence never wrote (a
  * generation key that holds no generation). `code` is 'XX001'
- * (data_corrupted), as the C edition's error. Not a LeaseError: no outcome,
- * no retry; a person must look at the key and delete it.
+ * (data_corrupted), as the C edition's error; the same name as in the other
+ * libraries. Not a LeaseError: no outcome, no retry; a person must look at
+ * the key and delete it.
  */
-export class LeaseDataCorrupted extends Error {
+export class DataCorrupted extends Error {
   readonly code: string = 'XX001';
 
   constructor(message: string) {
@@ -195,6 +196,14 @@ export class LeaseDataCorrupted extends Error {
     this.name = new.target.name;
   }
 }
+
+/**
+ * The old name of DataCorrupted (the same class).
+ * @deprecated Use DataCorrupted; LeaseDataCorrupted goes in the next release.
+ */
+export const LeaseDataCorrupted = DataCorrupted;
+/** @deprecated Use DataCorrupted. */
+export type LeaseDataCorrupted = DataCorrupted;
 
 const LEASE_ERRORS: Readonly<Record<string, new (
   status: string, lease: Lease, message: string, reason?: string | null) => LeaseError>> = {

@@ -31,7 +31,7 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  LeaseDataCorrupted, TransactionRolledBack, translateError,
+  DataCorrupted, LeaseDataCorrupted, TransactionRolledBack, translateError,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
 export { RedisLeases, clientSideScripts } from './client-side.js';
@@ -355,8 +355,13 @@ function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minVal
     `CAST(${sqlInteger('waitMs', waitMs)} AS bigint), false)`;
 }
 
+/** The work of a job: fn(lease, client). */
+export type JobFn<C extends Queryable, T> = (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T;
+
 /**
  * A fenced job: transactionLease's guarantees in the fewest round trips.
+ *
+ *   job(db, resource, fn, { ttlMs, minValidityMs = 0, waitMs = 0 })
  *
  * fn(lease, client) runs in one transaction holding a transaction-scoped
  * lease on `resource`: its generation fences every write fn makes through
@@ -382,16 +387,46 @@ function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minVal
  * it; it is destroyed instead when the job failed otherwise than by a
  * definite no (LeaseDenied) that rolled back cleanly.
  */
-export async function job<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
-  fn: (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T,
-  options: JobOptions = {}): Promise<T> {
+export function job<C extends Queryable, T>(db: C, resource: string, fn: JobFn<C, T>,
+  options: AcquireOptions): Promise<T>;
+/**
+ * job with ttlMs by position, the options after fn.
+ * @deprecated Use job(db, resource, fn, { ttlMs, ... }); this form goes in the next release.
+ */
+export function job<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
+  fn: JobFn<C, T>, options?: JobOptions): Promise<T>;
+export async function job<C extends Queryable, T>(db: C, resource: string,
+  fnOrTtlMs: JobFn<C, T> | number, optionsOrFn?: AcquireOptions | JobFn<C, T>,
+  oldOptions?: JobOptions): Promise<T> {
   if (typeof resource !== 'string') throw new TypeError(`a resource is a string, got ${typeof resource}`);
-  if (typeof fn !== 'function') throw new TypeError('job needs a function to run');
-  const { minValidityMs = 0, waitMs = 0 } = options || {};
+  let fn: unknown;
+  let ttlMs: unknown;
+  let minValidityMs: unknown;
+  let waitMs: unknown;
+  if (typeof fnOrTtlMs === 'function') {
+    fn = fnOrTtlMs;
+    if (optionsOrFn === null || typeof optionsOrFn !== 'object') {
+      throw new TypeError('job needs its options after the function: { ttlMs, minValidityMs, waitMs }');
+    }
+    ({ ttlMs, minValidityMs = 0, waitMs = 0 } = optionsOrFn);
+  } else {
+    // the deprecated form: job(db, resource, ttlMs, fn, { minValidityMs, waitMs })
+    ttlMs = fnOrTtlMs;
+    fn = optionsOrFn;
+    if (typeof fn !== 'function') throw new TypeError('job needs a function to run');
+    ({ minValidityMs = 0, waitMs = 0 } = oldOptions || {});
+  }
   // validated before a client is checked out: nothing is sent for bad input
   sqlInteger('ttlMs', ttlMs);
   sqlInteger('minValidityMs', minValidityMs);
   sqlInteger('waitMs', waitMs);
+  return runJob(db, resource, ttlMs as number, minValidityMs as number, waitMs as number,
+    fn as JobFn<C, T>);
+}
+
+/** job, its arguments checked. */
+async function runJob<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
+  minValidityMs: number, waitMs: number, fn: JobFn<C, T>): Promise<T> {
   const pooled = isPool(db);
   const client = (pooled ? await (db as Pool).connect() : db) as unknown as ClientOf<C>;
   const c = client as unknown as ClientBase;

@@ -81,7 +81,10 @@ export interface TransactionLeaseOptions extends AcquireCheckedOptions {
   keepalive?: boolean;
 }
 
-/** The options of job (its ttlMs is an argument of its own). */
+/**
+ * The options after fn of the deprecated job(db, resource, ttlMs, fn, options);
+ * job(db, resource, fn, options) takes AcquireOptions (ttlMs among them).
+ */
 export interface JobOptions {
   /** Deny (insufficient_validity) when less than this is left once granted. Default 0. */
   minValidityMs?: number;

@@ -19,10 +19,10 @@ const API = [
   'renew', 'release', 'releaseOutcome', 'keepaliveState', 'translateError', 'isPool',
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',
-  'LeaseUnknown', 'RedisLeases', 'clientSideScripts', 'acquireOutcome', 'LeaseDataCorrupted',
+  'LeaseUnknown', 'RedisLeases', 'clientSideScripts', 'acquireOutcome', 'DataCorrupted',
   'TransactionRolledBack',
   // the old names, deprecated aliases for one release
-  'withFence', 'withTransactionLease', 'withKeptAliveLease',
+  'withFence', 'withTransactionLease', 'withKeptAliveLease', 'LeaseDataCorrupted',
 ];
 
 describe('package entry points', () => {

@@ -1,6 +1,7 @@
 'use strict';
-// lf.job(db, resource, ttlMs, fn, options): the fenced job — a
-// transaction-scoped lease with BEGIN and the acquire sent as one
+// lf.job(db, resource, fn, { ttlMs, ... }) — and its deprecated form
+// lf.job(db, resource, ttlMs, fn, options), which most tests here use: the
+// fenced job — a transaction-scoped lease with BEGIN and the acquire sent as one
 // simple-query string (one round trip). Each test pins one outcome: the
 // write committed under the lease's generation and the lease released;
 // busy (fn never runs, nothing written, the client outside any
@@ -335,6 +336,63 @@ describe('job: the fenced job', () => {
       assert.deepEqual(await readRow(app, id), { owner: 'one trip', balance: 100, fence: lease.generation });
     });
   }
+
+  it('job(db, resource, fn, { ttlMs, minValidityMs }): the options object; commits under the lease and releases it', async () => {
+    const client = await connect();
+    const id = await newRow(app);
+    const res = resourceName('job-options');
+    const lease = await lf.job(client, res, async (l, c) => {
+      assert.equal(c, client);
+      assert.equal(redis('GET', leaseKey(res)), l.identity);
+      await c.query("UPDATE account SET owner = 'options', balance = balance + 1 WHERE id = $1", [id]);
+      return l;
+    }, { ttlMs: 10000, minValidityMs: 500 });
+    assert.equal(lease.acquired, true);
+    assert.equal(lease.resource, res);
+    assert.ok(lease.validityMs >= 500);
+    assert.deepEqual(await readRow(app, id), { owner: 'options', balance: 101, fence: lease.generation });
+    assert.equal(redis('EXISTS', leaseKey(res)), '0', 'released at COMMIT');
+    assert.equal(await inTransaction(client), false);
+  });
+
+  it('both forms send the same statement: job(db, r, fn, { ttlMs, minValidityMs, waitMs }) and the deprecated job(db, r, ttlMs, fn, { ... })', async () => {
+    const client = await connect();
+    const res = resourceName('job-forms');
+    const sent = [];
+    for (const form of ['options', 'positional']) {
+      const spy = wireSpy(client);
+      try {
+        const fn = (l) => l;
+        const lease = form === 'options'
+          ? await lf.job(client, res, fn, { ttlMs: 9000, minValidityMs: 700, waitMs: 30 })
+          : await lf.job(client, res, 9000, fn, { minValidityMs: 700, waitMs: 30 });
+        assert.equal(lease.acquired, true, form);
+      } finally {
+        spy.stop();
+      }
+      sent.push(spy.messages()[0].text);
+    }
+    assert.match(sent[0], /CAST\(9000 AS bigint\), CAST\(700 AS bigint\), 'transaction', CAST\(30 AS bigint\)/);
+    assert.equal(sent[1], sent[0]);
+    assert.equal(redis('EXISTS', leaseKey(res)), '0');
+  });
+
+  it('the options form: bad options reject (TypeError) before anything is sent, fn not run', async () => {
+    const client = await connect();
+    const spy = wireSpy(client);
+    try {
+      for (const opts of [undefined, null, 1000, {}, { ttlMs: '1000' }, { ttlMs: 1.5 },
+        { ttlMs: 1000, waitMs: NaN }, { ttlMs: 1000, minValidityMs: '0; DROP TABLE account' }]) {
+        let ran = false;
+        await assert.rejects(lf.job(client, resourceName('job-bad-options'), () => { ran = true; }, opts),
+          TypeError, JSON.stringify(opts));
+        assert.equal(ran, false);
+      }
+    } finally {
+      spy.stop();
+    }
+    assert.deepEqual(spy.messages(), []);
+  });
 
   it('a pool: one client for the job, given back after it (also after busy), destroyed after a failure', async () => {
     const pool = new pg.Pool({ ...config, max: 2 });

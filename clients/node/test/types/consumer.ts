@@ -6,9 +6,9 @@ import {
   acquire, tryAcquire, acquireOutcome, fenced, transactionLease, job, keptAliveLease, renew, release,
   releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
-  TransactionRolledBack,
+  TransactionRolledBack, DataCorrupted, LeaseDataCorrupted,
 } from 'lease-fence';
-import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions } from 'lease-fence';
+import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions, AcquireOptions } from 'lease-fence';
 
 export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   let lease: AcquiredLease;
@@ -61,7 +61,26 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     });
   void total;
 
-  // job: ttlMs an argument, the options last; given a pool, fn gets the PoolClient
+  // job: fn, then the options (ttlMs among them); given a pool, fn gets the PoolClient
+  const jobOpts: AcquireOptions = { ttlMs: 5000, minValidityMs: 500, waitMs: 100 };
+  const done: bigint = await job(pool, 'invoice:44', async (l, c) => {
+    const pc: pg.PoolClient = c;
+    await pc.query('SELECT 1');
+    return l.generation;
+  }, jobOpts);
+  void done;
+  await job(client, 'invoice:45', (l, c) => {
+    const same: pg.Client = c;
+    void same;
+  }, { ttlMs: 5000 });
+  // @ts-expect-error the options object needs ttlMs
+  await job(pool, 'x', async () => 1, { waitMs: 10 });
+  // @ts-expect-error keepalive is transactionLease's, not the job's
+  await job(pool, 'x', async () => 1, { ttlMs: 1000, keepalive: true });
+  // @ts-expect-error the options come after the function
+  await job(pool, 'x', async () => 1);
+
+  // the deprecated form: ttlMs an argument, the options last
   const jobOptions: JobOptions = { minValidityMs: 500, waitMs: 100 };
   const sent: bigint = await job(pool, 'invoice:42', 5000, async (l, c) => {
     const pc: pg.PoolClient = c;
@@ -73,7 +92,7 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     const same: pg.Client = c;
     void same;
   });
-  // @ts-expect-error the options come last: ttlMs is a number argument
+  // @ts-expect-error the options come after the function, not before it
   await job(pool, 'x', { ttlMs: 1000 }, async () => 1);
   // @ts-expect-error keepalive is transactionLease's, not the job's
   await job(pool, 'x', 1000, async () => 1, { keepalive: true });
@@ -180,4 +199,17 @@ export async function clientSide(pool: pg.Pool): Promise<void> {
   await leases.acquire(pool, 'x', {});
   // @ts-expect-error publish is PUBLISH or SPUBLISH
   new RedisLeases(new Redis(), { publish: 'DEL' });
+}
+
+// DataCorrupted (XX001), the one name in every library; LeaseDataCorrupted,
+// its deprecated alias, is the same class
+export function corruptCode(err: unknown): string | null {
+  const same: typeof DataCorrupted = LeaseDataCorrupted;
+  void same;
+  if (err instanceof DataCorrupted) return err.code;
+  if (err instanceof LeaseDataCorrupted) {
+    const e: DataCorrupted = err;
+    return e.code;
+  }
+  return null;
 }

@@ -63,6 +63,8 @@ async function acquireWith(reply, generation, ...more) {
 function checkAcquire(row, { redis, lease, error }, sentGeneration) {
   if (row.outcome === 'corrupt') {
     assert.ok(error instanceof lf.LeaseDataCorrupted, String(error));
+    assert.ok(error instanceof lf.DataCorrupted, String(error));
+    assert.equal(error.name, 'DataCorrupted');
     assert.equal(error.code, 'XX001');
     assert.match(error.message, /data corrupted/);
     return;

@@ -22,10 +22,11 @@ error's fields ``sqlstate``, ``schema``, ``table``, ``column``,
 ``insufficient_validity``) and ``LeaseUnknown`` (maybe applied; *not* a
 LeaseDenied).
 
-The verbs, as in the Node and Java clients: ``acquire`` (the Lease, or a
-LeaseError), ``try_acquire`` (the Lease, **None** when busy, acquire's
-exceptions otherwise), ``job``, ``transaction_lease``, ``kept_alive_lease``,
-``fenced``, ``renew``, ``release``. ``acquire``, ``try_acquire``, ``renew``
+The verbs, as in the other libraries (Node, Java, Go, Ruby): ``acquire``
+(the Lease, or a LeaseError), ``try_acquire`` (the Lease, **None** when
+busy, acquire's exceptions otherwise), ``job``, ``transaction_lease``,
+``kept_alive_lease``, ``fenced``, ``renew``, ``release``; every argument
+after ``ttl_ms`` is keyword-only. ``acquire``, ``try_acquire``, ``renew``
 and ``release`` send one statement: alone under autocommit, in a
 transaction of its own otherwise.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, Optional, Type
+from typing import Any, Dict, Iterator, Optional, Type, TypeVar
 
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
@@ -298,7 +298,10 @@ class DataCorrupted(RuntimeError):
 # client-side leases
 # --------------------------------------------------------------------------
 
-def _acquired(lease: Lease) -> Lease:
+L = TypeVar("L", bound=Lease)
+
+
+def _acquired(lease: L) -> L:
     """acquire: the lease when acquired; else its LeaseError (acquired NULL
     is LeaseUnknown whatever the status says)."""
     if lease.acquired is True:
@@ -307,7 +310,7 @@ def _acquired(lease: Lease) -> Lease:
     raise _lease_error(status, lease, "acquire", lease.resource, lease.reason)
 
 
-def _try_acquired(lease: Lease) -> Optional[Lease]:
+def _try_acquired(lease: L) -> Optional[L]:
     """try_acquire: None when busy, else as acquire."""
     if lease.acquired is False and lease.status == "busy":
         return None

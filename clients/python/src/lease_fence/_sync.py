@@ -322,7 +322,8 @@ class _Django(_Adapter):
         if self.conn.in_atomic_block:
             raise RuntimeError("lease_fence needs a Django connection outside "
                                "transaction.atomic() (its own transaction)")
-        return transaction.atomic(using=self.conn.alias)
+        atomic: ContextManager[Any] = transaction.atomic(using=self.conn.alias)
+        return atomic
 
     def query_one(self, sql: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         with self.conn.cursor() as cur:
@@ -402,7 +403,7 @@ def _acquire_alone(db: _Adapter, params: Mapping[str, Any], retry_stale: bool) -
     return lease
 
 
-def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+def try_acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                 wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
     """``acquire``, but **None** when the lease is busy.
 
@@ -417,7 +418,7 @@ def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
         resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
-def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+def acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
             retry_stale: bool = True, wait_ms: int = 0) -> Lease:
     """Take an explicit-scope lease and return it.
 
@@ -438,7 +439,7 @@ def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
 
 
 @contextmanager
-def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+def transaction_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                       retry_stale: bool = True, wait_ms: int = 0,
                       keepalive: bool = False) -> Iterator[Lease]:
     """Run the block in one transaction holding a transaction-scoped lease.
@@ -464,7 +465,7 @@ def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: in
 
 
 @contextmanager
-def job(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
         wait_ms: int = 0) -> Iterator[Lease]:
     """A fenced job: ``transaction_lease``'s guarantees in the fewest round trips.
 
@@ -551,7 +552,7 @@ def _one_server_session(conn: Any) -> None:
 
 
 @contextmanager
-def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                      wait_ms: int = 0, watch: Any = None,
                      retry_stale: bool = True) -> Iterator[KeptAliveLease]:
     """Hold a session-scoped lease that the server keeps alive while the block runs.
@@ -628,7 +629,7 @@ def fenced(conn: C, generation: Union[Lease, int],
             yield conn
 
 
-def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+def renew(conn: Any, lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0) -> int:
     """Extend an explicit lease to ``ttl_ms``; returns the validity in ms.
 
     Raises LeaseLost (key gone or someone else's: never recreated),

@@ -285,7 +285,7 @@ async def _acquire_alone(db: _AsyncAdapter, params: Mapping[str, Any],
     return lease
 
 
-async def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+async def try_acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                       wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
     """``lease_fence.try_acquire``, awaited: the Lease, **None** when busy, and
     the exceptions of ``acquire`` for everything else."""
@@ -294,7 +294,7 @@ async def try_acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: in
         resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
 
 
-async def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+async def acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                   retry_stale: bool = True, wait_ms: int = 0) -> Lease:
     """``lease_fence.acquire``, awaited: LeaseBusy / LeaseUnavailable / LeaseDenied
     for a definite no, LeaseUnknown when Redis may have granted it. One
@@ -305,7 +305,7 @@ async def acquire(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 
 
 
 @asynccontextmanager
-async def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+async def transaction_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                             retry_stale: bool = True, wait_ms: int = 0,
                             keepalive: bool = False) -> AsyncIterator[Lease]:
     """``async with``: the block in one transaction holding a transaction-scoped
@@ -319,7 +319,7 @@ async def transaction_lease(conn: Any, resource: str, ttl_ms: int, min_validity_
 
 
 @asynccontextmanager
-async def job(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+async def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
               wait_ms: int = 0) -> AsyncIterator[Lease]:
     """``async with``: ``lease_fence.job`` for async connections (see there).
 
@@ -372,7 +372,7 @@ class AsyncKeptAliveLease(Lease):
 
 
 @asynccontextmanager
-async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                            wait_ms: int = 0, watch: Any = None,
                            retry_stale: bool = True) -> AsyncIterator[AsyncKeptAliveLease]:
     """``lease_fence.kept_alive_lease`` for async connections (see there)."""
@@ -427,7 +427,7 @@ async def fenced(conn: C, generation: Union[Lease, int],
             yield conn
 
 
-async def renew(conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+async def renew(conn: Any, lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0) -> int:
     """``lease_fence.renew``, awaited: the validity in ms, or a LeaseError."""
     db = _adapter(conn)
     row = await db.alone(RENEW_SQL, {"resource": lease.resource, "identity": lease.identity,

@@ -96,7 +96,7 @@ SCRIPTS: Dict[str, Script] = _load_scripts()
 
 
 # --------------------------------------------------------------------------
-# Keys (src/redis_script.c resource_key())
+# Keys (as the C library's resource_key() names them)
 # --------------------------------------------------------------------------
 
 def _key(prefix: str, resource: str, gen: bool) -> str:
@@ -585,7 +585,7 @@ class ClientSideLeases(_Settings):
         finally:
             plan.close()
 
-    def try_acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+    def try_acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                     wait_ms: int = 0,
                     retry_stale: bool = True) -> Optional[ClientSideLease]:
         """``acquire``, but **None** when the lease is busy (``wait_ms`` > 0:
@@ -595,7 +595,7 @@ class ClientSideLeases(_Settings):
         return _try_acquired(self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
                                            MAX_STALE_RETRIES if retry_stale else 0))
 
-    def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+    def acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                 retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
         """Take the lease and return it, or raise: LeaseBusy, LeaseUnavailable,
         LeaseDenied (stale, insufficient_validity), LeaseUnknown (``e.lease``
@@ -612,7 +612,7 @@ class ClientSideLeases(_Settings):
 
     # ---------------------------------------------------------------- renew, release
 
-    def renew(self, conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+    def renew(self, conn: Any, lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0) -> int:
         """Extend the lease to ``ttl_ms`` if it still holds its identity (renew.lua);
         returns the validity in ms. LeaseLost (gone or someone else's: never
         recreated), LeaseDenied (insufficient_validity), LeaseUnavailable,
@@ -725,7 +725,7 @@ class AsyncClientSideLeases(_Settings):
         finally:
             plan.close()
 
-    async def try_acquire(self, conn: Any, resource: str, ttl_ms: int,
+    async def try_acquire(self, conn: Any, resource: str, ttl_ms: int, *,
                           min_validity_ms: int = 0, wait_ms: int = 0,
                           retry_stale: bool = True) -> Optional[ClientSideLease]:
         """As ``ClientSideLeases.try_acquire``: None when busy."""
@@ -733,13 +733,13 @@ class AsyncClientSideLeases(_Settings):
                                                  wait_ms,
                                                  MAX_STALE_RETRIES if retry_stale else 0))
 
-    async def acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int = 0,
+    async def acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                       retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
         """As ``ClientSideLeases.acquire``."""
         return _acquired(await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
                                              MAX_STALE_RETRIES if retry_stale else 0))
 
-    async def renew(self, conn: Any, lease: Lease, ttl_ms: int, min_validity_ms: int = 0) -> int:
+    async def renew(self, conn: Any, lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0) -> int:
         """As ``ClientSideLeases.renew``."""
         resource, identity = _check_lease(lease)
         ttl = _check_ttl(ttl_ms)
