@@ -361,7 +361,7 @@ export type JobFn<C extends Queryable, T> = (lease: AcquiredLease, client: Clien
 /**
  * A fenced job: transactionLease's guarantees in the fewest round trips.
  *
- *   job(db, resource, fn, { ttlMs, minValidityMs = 0, waitMs = 0 })
+ *   job(db, resource, { ttlMs, minValidityMs = 0, waitMs = 0 }, fn)
  *
  * fn(lease, client) runs in one transaction holding a transaction-scoped
  * lease on `resource`: its generation fences every write fn makes through
@@ -387,41 +387,39 @@ export type JobFn<C extends Queryable, T> = (lease: AcquiredLease, client: Clien
  * it; it is destroyed instead when the job failed otherwise than by a
  * definite no (LeaseDenied) that rolled back cleanly.
  */
-export function job<C extends Queryable, T>(db: C, resource: string, fn: JobFn<C, T>,
-  options: AcquireOptions): Promise<T>;
+export function job<C extends Queryable, T>(db: C, resource: string, options: AcquireOptions,
+  fn: JobFn<C, T>): Promise<T>;
 /**
  * job with ttlMs by position, the options after fn.
- * @deprecated Use job(db, resource, fn, { ttlMs, ... }); this form goes in the next release.
+ * @deprecated Use job(db, resource, { ttlMs, ... }, fn); this form goes in the next release.
  */
 export function job<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
   fn: JobFn<C, T>, options?: JobOptions): Promise<T>;
 export async function job<C extends Queryable, T>(db: C, resource: string,
-  fnOrTtlMs: JobFn<C, T> | number, optionsOrFn?: AcquireOptions | JobFn<C, T>,
-  oldOptions?: JobOptions): Promise<T> {
+  optionsOrTtlMs: AcquireOptions | number, fn: JobFn<C, T>, oldOptions?: JobOptions): Promise<T> {
   if (typeof resource !== 'string') throw new TypeError(`a resource is a string, got ${typeof resource}`);
-  let fn: unknown;
   let ttlMs: unknown;
   let minValidityMs: unknown;
   let waitMs: unknown;
-  if (typeof fnOrTtlMs === 'function') {
-    fn = fnOrTtlMs;
-    if (optionsOrFn === null || typeof optionsOrFn !== 'object') {
-      throw new TypeError('job needs its options after the function: { ttlMs, minValidityMs, waitMs }');
-    }
-    ({ ttlMs, minValidityMs = 0, waitMs = 0 } = optionsOrFn);
-  } else {
+  if (typeof optionsOrTtlMs === 'number') {
     // the deprecated form: job(db, resource, ttlMs, fn, { minValidityMs, waitMs })
-    ttlMs = fnOrTtlMs;
-    fn = optionsOrFn;
-    if (typeof fn !== 'function') throw new TypeError('job needs a function to run');
+    ttlMs = optionsOrTtlMs;
     ({ minValidityMs = 0, waitMs = 0 } = oldOptions || {});
+  } else if (optionsOrTtlMs !== null && typeof optionsOrTtlMs === 'object') {
+    if (oldOptions !== undefined) {
+      throw new TypeError('job(db, resource, options, fn) takes every option in its options object');
+    }
+    ({ ttlMs, minValidityMs = 0, waitMs = 0 } = optionsOrTtlMs);
+  } else {
+    throw new TypeError('job takes its options as an object before the function: ' +
+      `job(db, resource, { ttlMs, minValidityMs, waitMs }, fn); got ${typeof optionsOrTtlMs}`);
   }
+  if (typeof fn !== 'function') throw new TypeError('job needs a function to run');
   // validated before a client is checked out: nothing is sent for bad input
   sqlInteger('ttlMs', ttlMs);
   sqlInteger('minValidityMs', minValidityMs);
   sqlInteger('waitMs', waitMs);
-  return runJob(db, resource, ttlMs as number, minValidityMs as number, waitMs as number,
-    fn as JobFn<C, T>);
+  return runJob(db, resource, ttlMs as number, minValidityMs as number, waitMs as number, fn);
 }
 
 /** job, its arguments checked. */

@@ -83,7 +83,7 @@ export interface TransactionLeaseOptions extends AcquireCheckedOptions {
 
 /**
  * The options after fn of the deprecated job(db, resource, ttlMs, fn, options);
- * job(db, resource, fn, options) takes AcquireOptions (ttlMs among them).
+ * job(db, resource, options, fn) takes AcquireOptions (ttlMs among them).
  */
 export interface JobOptions {
   /** Deny (insufficient_validity) when less than this is left once granted. Default 0. */

@@ -1,5 +1,5 @@
 'use strict';
-// lf.job(db, resource, fn, { ttlMs, ... }) — and its deprecated form
+// lf.job(db, resource, { ttlMs, ... }, fn) — and its deprecated form
 // lf.job(db, resource, ttlMs, fn, options), which most tests here use: the
 // fenced job — a transaction-scoped lease with BEGIN and the acquire sent as one
 // simple-query string (one round trip). Each test pins one outcome: the
@@ -337,16 +337,16 @@ describe('job: the fenced job', () => {
     });
   }
 
-  it('job(db, resource, fn, { ttlMs, minValidityMs }): the options object; commits under the lease and releases it', async () => {
+  it('job(db, resource, { ttlMs, minValidityMs }, fn): the options object before fn; commits under the lease and releases it', async () => {
     const client = await connect();
     const id = await newRow(app);
     const res = resourceName('job-options');
-    const lease = await lf.job(client, res, async (l, c) => {
+    const lease = await lf.job(client, res, { ttlMs: 10000, minValidityMs: 500 }, async (l, c) => {
       assert.equal(c, client);
       assert.equal(redis('GET', leaseKey(res)), l.identity);
       await c.query("UPDATE account SET owner = 'options', balance = balance + 1 WHERE id = $1", [id]);
       return l;
-    }, { ttlMs: 10000, minValidityMs: 500 });
+    });
     assert.equal(lease.acquired, true);
     assert.equal(lease.resource, res);
     assert.ok(lease.validityMs >= 500);
@@ -355,7 +355,7 @@ describe('job: the fenced job', () => {
     assert.equal(await inTransaction(client), false);
   });
 
-  it('both forms send the same statement: job(db, r, fn, { ttlMs, minValidityMs, waitMs }) and the deprecated job(db, r, ttlMs, fn, { ... })', async () => {
+  it('both forms send the same statement: job(db, r, { ttlMs, minValidityMs, waitMs }, fn) and the deprecated job(db, r, ttlMs, fn, { ... })', async () => {
     const client = await connect();
     const res = resourceName('job-forms');
     const sent = [];
@@ -364,7 +364,7 @@ describe('job: the fenced job', () => {
       try {
         const fn = (l) => l;
         const lease = form === 'options'
-          ? await lf.job(client, res, fn, { ttlMs: 9000, minValidityMs: 700, waitMs: 30 })
+          ? await lf.job(client, res, { ttlMs: 9000, minValidityMs: 700, waitMs: 30 }, fn)
           : await lf.job(client, res, 9000, fn, { minValidityMs: 700, waitMs: 30 });
         assert.equal(lease.acquired, true, form);
       } finally {
@@ -381,13 +381,40 @@ describe('job: the fenced job', () => {
     const client = await connect();
     const spy = wireSpy(client);
     try {
-      for (const opts of [undefined, null, 1000, {}, { ttlMs: '1000' }, { ttlMs: 1.5 },
+      for (const opts of [{}, { ttlMs: '1000' }, { ttlMs: 1.5 },
         { ttlMs: 1000, waitMs: NaN }, { ttlMs: 1000, minValidityMs: '0; DROP TABLE account' }]) {
         let ran = false;
-        await assert.rejects(lf.job(client, resourceName('job-bad-options'), () => { ran = true; }, opts),
+        await assert.rejects(lf.job(client, resourceName('job-bad-options'), opts, () => { ran = true; }),
           TypeError, JSON.stringify(opts));
         assert.equal(ran, false);
       }
+    } finally {
+      spy.stop();
+    }
+    assert.deepEqual(spy.messages(), []);
+  });
+
+  it('a third argument neither a number (deprecated) nor an options object, fn missing, or options after fn: TypeError before anything is sent, fn not run', async () => {
+    const client = await connect();
+    const spy = wireSpy(client);
+    try {
+      const res = resourceName('job-bad-form');
+      for (const third of [undefined, null, '1000', true, 1000n]) {
+        let ran = false;
+        await assert.rejects(lf.job(client, res, third, () => { ran = true; }), TypeError, String(third));
+        assert.equal(ran, false);
+      }
+      // fn before the options (a form never released) and fn alone
+      let ran = false;
+      await assert.rejects(lf.job(client, res, () => { ran = true; }, { ttlMs: 1000 }), TypeError);
+      await assert.rejects(lf.job(client, res, () => { ran = true; }), TypeError);
+      assert.equal(ran, false);
+      // the options object with no fn after it, or a second options object after fn
+      await assert.rejects(lf.job(client, res, { ttlMs: 1000 }), TypeError);
+      await assert.rejects(lf.job(client, res, { ttlMs: 1000 }, { waitMs: 10 }), TypeError);
+      await assert.rejects(lf.job(client, res, { ttlMs: 1000 }, () => { ran = true; }, { waitMs: 10 }),
+        TypeError);
+      assert.equal(ran, false);
     } finally {
       spy.stop();
     }

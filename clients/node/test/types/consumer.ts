@@ -61,24 +61,31 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     });
   void total;
 
-  // job: fn, then the options (ttlMs among them); given a pool, fn gets the PoolClient
+  // job: the options (ttlMs among them), then fn, as transactionLease and
+  // keptAliveLease; given a pool, fn gets the PoolClient
   const jobOpts: AcquireOptions = { ttlMs: 5000, minValidityMs: 500, waitMs: 100 };
-  const done: bigint = await job(pool, 'invoice:44', async (l, c) => {
+  const done: bigint = await job(pool, 'invoice:44', jobOpts, async (l, c) => {
     const pc: pg.PoolClient = c;
     await pc.query('SELECT 1');
     return l.generation;
-  }, jobOpts);
+  });
   void done;
-  await job(client, 'invoice:45', (l, c) => {
+  await job(client, 'invoice:45', { ttlMs: 5000 }, (l, c) => {
     const same: pg.Client = c;
     void same;
-  }, { ttlMs: 5000 });
+  });
   // @ts-expect-error the options object needs ttlMs
-  await job(pool, 'x', async () => 1, { waitMs: 10 });
+  await job(pool, 'x', { waitMs: 10 }, async () => 1);
   // @ts-expect-error keepalive is transactionLease's, not the job's
-  await job(pool, 'x', async () => 1, { ttlMs: 1000, keepalive: true });
-  // @ts-expect-error the options come after the function
-  await job(pool, 'x', async () => 1);
+  await job(pool, 'x', { ttlMs: 1000, keepalive: true }, async () => 1);
+  // @ts-expect-error the function comes after the options, not before them
+  await job(pool, 'x', async () => 1, { ttlMs: 1000 });
+  // @ts-expect-error the function is needed
+  await job(pool, 'x', { ttlMs: 1000 });
+  // @ts-expect-error every option goes in the options object
+  await job(pool, 'x', { ttlMs: 1000 }, async () => 1, { waitMs: 10 });
+  // @ts-expect-error ttlMs is a number or the options object, never a string
+  await job(pool, 'x', '1000', async () => 1);
 
   // the deprecated form: ttlMs an argument, the options last
   const jobOptions: JobOptions = { minValidityMs: 500, waitMs: 100 };
@@ -92,8 +99,8 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
     const same: pg.Client = c;
     void same;
   });
-  // @ts-expect-error the options come after the function, not before it
-  await job(pool, 'x', { ttlMs: 1000 }, async () => 1);
+  // @ts-expect-error the deprecated form has the function after ttlMs
+  await job(pool, 'x', 1000, { waitMs: 10 }, async () => 1);
   // @ts-expect-error keepalive is transactionLease's, not the job's
   await job(pool, 'x', 1000, async () => 1, { keepalive: true });
 
