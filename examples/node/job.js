@@ -24,24 +24,24 @@ async function main() {
       "INSERT INTO account (owner, balance) VALUES ('nobody', 0) RETURNING id");
     const id = rows[0].id;
     let bRefused = false;
-    const leaseA = await lf.job(pool, resource, async (lease, client) => {
+    const leaseA = await lf.job(pool, resource, { ttlMs: 5000 }, async (lease, client) => {
       await client.query("UPDATE account SET owner = 'A' WHERE id = $1", [id]);
       try {
-        await lf.job(pool, resource, () => console.log("B's job ran while A held the lease"),
-          { ttlMs: 5000 });
+        await lf.job(pool, resource, { ttlMs: 5000 },
+          () => console.log("B's job ran while A held the lease"));
       } catch (err) {
         if (!(err instanceof lf.LeaseBusy)) throw err;
         bRefused = true;
         console.log(`B's job refused while A holds ${resource}: LeaseBusy`);
       }
       return lease;
-    }, { ttlMs: 5000 });
+    });
     console.log(`A's job committed under generation ${leaseA.generation}`);
 
-    const leaseB = await lf.job(pool, resource, async (lease, client) => {  // released by A's COMMIT
+    const leaseB = await lf.job(pool, resource, { ttlMs: 5000 }, async (lease, client) => {  // released by A's COMMIT
       await client.query("UPDATE account SET owner = 'B' WHERE id = $1", [id]);
       return lease;
-    }, { ttlMs: 5000 });
+    });
     const row = (await pool.query('SELECT owner, fence FROM account WHERE id = $1', [id])).rows[0];
     console.log(`B's job committed: row ${id} owner ${row.owner}, fence ${row.fence}`);
     if (bRefused && row.owner === 'B' && BigInt(row.fence) === leaseB.generation &&
