@@ -59,7 +59,7 @@
 #include "base/compat.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"

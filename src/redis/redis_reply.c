@@ -36,7 +36,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis/redis.h"
+#include "redis/internal.h"
 
 /* the outcomes' names: those of scripts/answers.json, and the transport's */
 static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {

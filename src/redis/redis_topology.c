@@ -40,7 +40,7 @@
 #include <hiredis/hiredis.h>
 
 #include "miscadmin.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"

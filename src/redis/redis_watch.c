@@ -47,7 +47,7 @@
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
