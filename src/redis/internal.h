@@ -156,6 +156,91 @@ extern const char *lf_answer_table_name(LfAnswerOutcome o);
 extern const char *lf_script_name(LfScript script);
 
 /* ---------------------------------------------------------------------
+ * What the connection files share: redis_conn.c (the cache and set-up),
+ * redis_io.c (socket I/O, the RESP exchange), redis_deferred.c (the
+ * replies read later), redis_subscriber.c (a waiting acquire's
+ * subscription); each calls only the ones after it in this list
+ * ---------------------------------------------------------------------
+ */
+
+/* requests sent with LF_DEFER and not yet answered, at most, per connection */
+#define LF_MAX_DEFERRED 16
+
+/* the key of a cached connection: every setting that decides the server */
+#define LF_CONN_KEYLEN (MAXPGPATH * 6)
+
+/*
+ * A connection that answered this recently is used without looking at its
+ * socket first (lf_connection_looks_alive): the look is a system call on
+ * every command, and what it finds (a Redis that closed the connection,
+ * after a restart or a stop) is found as well by the command itself, as
+ * "unknown" instead of "unavailable" -- never as a success.
+ */
+#define LF_RECENT_ANSWER_MS 1000
+
+/* one connection: a cached one, or the subscription */
+typedef struct LfConn
+{
+	char		key[LF_CONN_KEYLEN];	/* hash key: must be first */
+	pgsocket	fd;				/* PGINVALID_SOCKET: none */
+	void	   *tls;			/* SSL *, or NULL on a plain connection */
+	struct redisReader *reader; /* hiredis's reply parser, malloc'd */
+	uint64		serial;			/* lf_conn_serial(); 0 while closed */
+	uint64		role_epoch;		/* the endpoint's role_epoch at its last ROLE */
+	int64		role_checked_at;	/* lf_now_ms() of its last ROLE */
+	int64		answered_at;	/* lf_now_ms() of its last reply, 0: none */
+	/* for lf_redis_connections(): set when it is opened */
+	int64		opened_at;		/* lf_now_ms() when it was opened */
+	uint64		requests;		/* commands sent on it since */
+	const char *kind;			/* LF_KIND_* */
+	char		endpoint[MAXPGPATH];	/* host:port, [v6]:port or a socket path */
+	/* requests sent with LF_DEFER whose replies are still to be read */
+	int			ndeferred;
+	char	   *deferred_key[LF_MAX_DEFERRED];	/* their keys (TopMemoryContext) */
+	/*
+	 * The last read took less than it could: the socket held nothing more
+	 * at that moment (set by a read of a reply, cleared by every send).
+	 */
+	bool		read_all;
+	/* the bound of the reply being read: the reader's privdata */
+	LfReplyBound bound;
+	/* its wait event set, kept while its socket lives (redis_io.c) */
+	struct WaitEventSet *wait_set;	/* NULL: none */
+	int			wait_pos;		/* the socket's event in it */
+	uint32		wait_events;	/* what it waits for now */
+} LfConn;
+
+/* redis_io.c */
+extern void lf_close_socket(LfConn *c);
+extern void lf_report_oversized(LfConn *c, char *err);
+extern int	lf_wait_over(int64 deadline, bool interruptible);
+extern int	lf_wait_socket(LfConn *c, int want, int64 deadline, bool interruptible);
+extern ssize_t lf_conn_read(LfConn *c, char *buf, size_t len, int *want, char *err);
+extern LfSendResult lf_exchange_argv(LfConn *c, int argc, const char **argv,
+									 const size_t *argvlen, int64 deadline,
+									 bool interruptible, struct redisReply **out,
+									 char *err);
+extern LfSendResult lf_read_deferred_reply(LfConn *c, int64 deadline, bool interruptible,
+										   struct redisReply **out, char *err);
+extern LfConn *lf_abandoned_conn(void);
+extern void lf_forget_abandoned(void);
+extern bool lf_holds_stray_bytes(LfConn *c, bool just_read_all);
+extern bool lf_connection_looks_alive(LfConn *c);
+extern bool lf_answered_recently(const LfConn *c);
+
+/* redis_deferred.c */
+extern void lf_deferred_sent(LfConn *c, const char *key, size_t keylen);
+extern int	lf_deferred_total(void);
+extern void lf_deferred_at_exit(void);
+extern void lf_conn_close(LfConn *c);
+extern void lf_close_abandoned(void);
+extern bool lf_drain_deferred_by(LfConn *c, int64 deadline, bool interruptible,
+								 bool *interrupted);
+
+/* redis_subscriber.c */
+extern LfConn *lf_subscriber_conn(void);
+
+/* ---------------------------------------------------------------------
  * redis_watch.c: the Sentinel watch's answer (a background worker)
  * ---------------------------------------------------------------------
  */
