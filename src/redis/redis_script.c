@@ -1,33 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * redis_script.c
- *	  The Lua scripts of the lease protocol, the Redis keys they work on, and
- *	  running a script to a typed answer (what each reply means is
- *	  redis_reply.c's, after scripts/answers.json).
+ *	  The Lua scripts of the lease protocol, the Redis keys they work on,
+ *	  and one typed function per script that runs it to a typed answer
+ *	  (what each reply means is redis_reply.c's, after scripts/answers.json;
+ *	  each script's KEYS, ARGV and replies: scripts/README.md).
  *
- * Every operation is one script, so each compare-and-act happens atomically
- * inside Redis:
+ * Invariants: every lease operation is one script, so each compare-and-act
+ * is atomic inside Redis; the texts are scripts/<name>.lua byte for byte,
+ * embedded with their SHA1s (scripts/embed.sh makes src/redis/lua_scripts.h;
+ * builds with assertions check the SHA1s at load time); a script goes as
+ * EVALSHA, and once more as EVAL only on NOSCRIPT (a definite "not run"),
+ * within the same deadline (a deferred release goes as EVAL at once: it
+ * cannot be sent again); a reply never outlives the call that read it.
  *
- *	acquire: busy if the lease key exists; stale if our generation is not
- *			 above the highest generation ever granted for the resource;
- *			 otherwise SET key identity PX ttl and store the generation.
- *	renew:	 PEXPIRE only if the key still holds our identity (never
- *			 recreates a lost key).
- *	release: DEL only if the key still holds our identity.
- *	check:	 PTTL if the key holds our identity (transaction scope, at
- *			 PRE_COMMIT).
- *	claim, takeover: the owner of key_prefix (lease.c).
- *
- * The texts are the files scripts/<name>.lua, which the client libraries run
- * too; the build embeds them with their SHA1s (scripts/embed.sh makes
- * src/redis/lua_scripts.h).  A script is sent as EVALSHA of its SHA1, a constant
- * below; Redis answers NOSCRIPT when it has not seen the script since it
- * started (or SCRIPT FLUSH), a definite "not run", and the script is then
- * sent once with EVAL, which also loads it.  Builds with assertions check
- * the constants against the texts at load time.
- *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
+ * Layer 2, Redis (docs/design.md, "The layers").
  *
  * IDENTIFICATION
  *	  src/redis/redis_script.c
