@@ -156,10 +156,11 @@ extern const char *lf_answer_table_name(LfAnswerOutcome o);
 extern const char *lf_script_name(LfScript script);
 
 /* ---------------------------------------------------------------------
- * What the connection files share: redis_conn.c (the cache and set-up),
- * redis_io.c (socket I/O, the RESP exchange), redis_deferred.c (the
- * replies read later), redis_subscriber.c (a waiting acquire's
- * subscription); each calls only the ones after it in this list
+ * What the connection files share: redis_conn.c (the cache and set-up)
+ * calls the other three; redis_subscriber.c (a waiting acquire's
+ * subscription) calls redis_deferred.c (the replies read later, and
+ * closing) and redis_io.c (socket I/O, the RESP exchange), which calls
+ * none of them (no loop: test/layers.sh)
  * ---------------------------------------------------------------------
  */
 
