@@ -228,7 +228,7 @@ in_keepalive_worker(void)
 
 /*
  * The generic script runner: a script's KEYS and ARGV as they go on the
- * wire.  The typed functions below are built on it.
+ * wire (internal.h).  The typed functions below share run_timed with it.
  */
 LfAnswerOutcome
 lf_run_script(LfScript script, int nkeys, const char **keys,
