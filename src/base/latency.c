@@ -60,8 +60,6 @@ typedef struct LfLatencyLocal
 
 static LfLatencyOp *shared = NULL;
 
-/* set by the keep-alive worker at its start: its renews are keepalive_renew */
-bool		lf_latency_keepalive_worker = false;
 static LfLatencyLocal local[LF_NUM_LATENCY_OPS];
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;

@@ -100,7 +100,6 @@ typedef enum LfLatencyOp_t
 	LF_NUM_LATENCY_OPS
 } LfLatencyOp_t;
 
-extern bool lf_latency_keepalive_worker;
 extern void lf_latency_add(LfLatencyOp_t op, uint64 us);
 extern void lf_latency_reset(void);
 extern void lf_latency_init(void);

@@ -357,7 +357,6 @@ lf_keepalive_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	lf_latency_keepalive_worker = true;
 
 	cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence keepalive",
 								ALLOCSET_DEFAULT_SIZES);

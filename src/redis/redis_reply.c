@@ -36,7 +36,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redis/redis.h"
+#include "redis/internal.h"
 
 /* the outcomes' names: those of scripts/answers.json, and the transport's */
 static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {
@@ -247,8 +247,8 @@ const LfReplyLimits lf_large_reply = {16 * 1024 * 1024, 1024 * 1024};
  * calls it out of memory; bound->oversized says what it was), and hiredis
  * frees what it had built of the reply.
  */
-static redisReplyObjectFunctions *hiredis_functions = NULL;
-static redisReplyObjectFunctions bounded_functions;
+static redisReplyObjectFunctions *hiredis_functions = NULL;	/* file-scope: built once */
+static redisReplyObjectFunctions bounded_functions; /* (their addresses outlive every reader) */
 
 /* an array's announced size: int in hiredis 0.14 (Debian 12), size_t from 1.0 */
 #if HIREDIS_MAJOR >= 1

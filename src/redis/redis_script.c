@@ -1,33 +1,20 @@
 /*-------------------------------------------------------------------------
  *
  * redis_script.c
- *	  The Lua scripts of the lease protocol, the Redis keys they work on, and
- *	  running a script to a typed answer (what each reply means is
- *	  redis_reply.c's, after scripts/answers.json).
+ *	  The Lua scripts of the lease protocol, the Redis keys they work on,
+ *	  and one typed function per script that runs it to a typed answer
+ *	  (what each reply means is redis_reply.c's, after scripts/answers.json;
+ *	  each script's KEYS, ARGV and replies: scripts/README.md).
  *
- * Every operation is one script, so each compare-and-act happens atomically
- * inside Redis:
+ * Invariants: every lease operation is one script, so each compare-and-act
+ * is atomic inside Redis; the texts are scripts/<name>.lua byte for byte,
+ * embedded with their SHA1s (scripts/embed.sh makes src/redis/lua_scripts.h;
+ * builds with assertions check the SHA1s at load time); a script goes as
+ * EVALSHA, and once more as EVAL only on NOSCRIPT (a definite "not run"),
+ * within the same deadline (a deferred release goes as EVAL at once: it
+ * cannot be sent again); a reply never outlives the call that read it.
  *
- *	acquire: busy if the lease key exists; stale if our generation is not
- *			 above the highest generation ever granted for the resource;
- *			 otherwise SET key identity PX ttl and store the generation.
- *	renew:	 PEXPIRE only if the key still holds our identity (never
- *			 recreates a lost key).
- *	release: DEL only if the key still holds our identity.
- *	check:	 PTTL if the key holds our identity (transaction scope, at
- *			 PRE_COMMIT).
- *	claim, takeover: the owner of key_prefix (lease.c).
- *
- * The texts are the files scripts/<name>.lua, which the client libraries run
- * too; the build embeds them with their SHA1s (scripts/embed.sh makes
- * src/redis/lua_scripts.h).  A script is sent as EVALSHA of its SHA1, a constant
- * below; Redis answers NOSCRIPT when it has not seen the script since it
- * started (or SCRIPT FLUSH), a definite "not run", and the script is then
- * sent once with EVAL, which also loads it.  Builds with assertions check
- * the constants against the texts at load time.
- *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
+ * Layer 2, Redis (docs/design.md, "The layers").
  *
  * IDENTIFICATION
  *	  src/redis/redis_script.c
@@ -42,7 +29,7 @@
 #endif
 
 #include "lib/stringinfo.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "utils/builtins.h"
 
@@ -188,18 +175,18 @@ run_script(LfScript script, int nkeys, const char **keys,
 
 /*
  * The histogram (lease_fence.latency) each script's round trips go to: a
- * renew in the keep-alive worker is a keep-alive renew (a renew in any other
- * background worker, a scheduler's job say, is a renew).
+ * renew of the keep-alive worker's is a keep-alive renew (a renew in any
+ * other background worker, a scheduler's job say, is a renew).
  */
 static int
-latency_op(LfScript script)
+latency_op(LfScript script, bool keepalive_worker)
 {
 	switch (script)
 	{
 		case LF_SCRIPT_ACQUIRE:
 			return LF_LAT_ACQUIRE;
 		case LF_SCRIPT_RENEW:
-			return lf_latency_keepalive_worker ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
+			return keepalive_worker ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
 		case LF_SCRIPT_RELEASE:
 			return LF_LAT_RELEASE;
 		case LF_SCRIPT_CHECK:
@@ -210,25 +197,196 @@ latency_op(LfScript script)
 }
 
 /*
- * Run a script (run_script), timing its round trip for lease_fence.latency
- * when a reply came.
+ * Run a script (run_script) as call says, timing its round trip for
+ * lease_fence.latency when a reply came.
+ */
+static LfAnswerOutcome
+run_timed(LfScript script, int nkeys, const char **keys, int nargs, const char **args,
+		  const LfCall *call, LfAnswer *answer)
+{
+	uint64		start = lf_now_us();
+	int			op;
+
+	/* (start in ms is lf_now_ms() then: the same clock) */
+	(void) run_script(script, nkeys, keys, nargs, args, call->timeout_ms, call->flags,
+					  answer, (int64) (start / 1000));
+	op = latency_op(script, call->keepalive_worker);
+	if (op >= 0 && answer->replied)
+		lf_latency_add((LfLatencyOp_t) op, lf_now_us() - start);
+	return answer->outcome;
+}
+
+/* until the lease layer calls the typed functions: removed at the merge */
+#include "postmaster/bgworker.h"
+static bool
+in_keepalive_worker(void)
+{
+	return MyBgworkerEntry != NULL &&
+		strcmp(MyBgworkerEntry->bgw_function_name, "lf_keepalive_main") == 0;
+}
+/* (end of the temporary block) */
+
+/*
+ * The generic script runner: a script's KEYS and ARGV as they go on the
+ * wire (internal.h).  The typed functions below share run_timed with it.
  */
 LfAnswerOutcome
 lf_run_script(LfScript script, int nkeys, const char **keys,
 			  int nargs, const char **args, int timeout_ms, int flags,
 			  LfAnswer *answer)
 {
-	uint64		start = lf_now_us();
-	int			op;
+	LfCall		call = {timeout_ms, flags, in_keepalive_worker()};
 
-	/* (start in ms is lf_now_ms() then: the same clock) */
-	(void) run_script(script, nkeys, keys, nargs, args, timeout_ms, flags, answer,
-					  (int64) (start / 1000));
-	op = latency_op(script);
-	if (op >= 0 && answer->replied)
-		lf_latency_add((LfLatencyOp_t) op, lf_now_us() - start);
+	return run_timed(script, nkeys, keys, nargs, args, &call, answer);
+}
+
+/* ---------------------------------------------------------------------
+ * The typed functions: one per script, each naming its keys and
+ * formatting its numbers (KEYS and ARGV: the LfScript comments, redis.h)
+ * ---------------------------------------------------------------------
+ */
+
+LfAnswerOutcome
+lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
+				  int64 generation, int gen_key_ttl_s, const LfCall *call,
+				  LfAnswer *answer)
+{
+	char		ttlbuf[MAXINT8LEN + 1];
+	char		genbuf[MAXINT8LEN + 1];
+	char		genttl[12];
+	const char *keys[2];
+	const char *args[4];
+
+	/* (pg_lltoa: printf-style formatting cost more than the rest of the args) */
+	pg_lltoa(generation, genbuf);
+	pg_lltoa(ttl_ms, ttlbuf);
+	pg_ltoa(gen_key_ttl_s, genttl);
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	args[0] = identity;
+	args[1] = ttlbuf;
+	args[2] = genbuf;
+	args[3] = genttl;
+	(void) run_timed(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, call, answer);
+	pfree((char *) keys[0]);
+	pfree((char *) keys[1]);
 	return answer->outcome;
 }
+
+LfAnswerOutcome
+lf_script_renew(const char *resource, const char *identity, int64 ttl_ms,
+				const LfCall *call, LfAnswer *answer)
+{
+	char		ttlbuf[MAXINT8LEN + 1];
+	const char *keys[1];
+	const char *args[2];
+
+	pg_lltoa(ttl_ms, ttlbuf);
+	keys[0] = lf_lease_key(resource);
+	args[0] = identity;
+	args[1] = ttlbuf;
+	(void) run_timed(LF_SCRIPT_RENEW, 1, keys, 2, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+/* The release publishes on the resource's channel: PUBLISH, or SPUBLISH. */
+LfAnswerOutcome
+lf_script_release(const char *resource, const char *identity, const LfCall *call,
+				  LfAnswer *answer)
+{
+	const char *keys[1];
+	const char *args[2];
+
+	keys[0] = lf_lease_key(resource);
+	args[0] = identity;
+	args[1] = lf_release_publish();
+	(void) run_timed(LF_SCRIPT_RELEASE, 1, keys, 2, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_check(const char *resource, const char *identity, const LfCall *call,
+				LfAnswer *answer)
+{
+	const char *keys[1];
+	const char *args[1];
+
+	keys[0] = lf_lease_key(resource);
+	args[0] = identity;
+	(void) run_timed(LF_SCRIPT_CHECK, 1, keys, 1, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_holder(const char *resource, const LfCall *call, LfAnswer *answer)
+{
+	const char *keys[2];
+
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	(void) run_timed(LF_SCRIPT_HOLDER, 2, keys, 0, NULL, call, answer);
+	pfree((char *) keys[0]);
+	pfree((char *) keys[1]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_claim(const char *owner_id, const char *claim_value, const LfCall *call,
+				LfAnswer *answer)
+{
+	const char *keys[1];
+	const char *args[2];
+
+	keys[0] = lf_owner_key();
+	args[0] = owner_id;
+	args[1] = claim_value;
+	(void) run_timed(LF_SCRIPT_CLAIM, 1, keys, 2, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_takeover(const char *claim_value, const LfCall *call, LfAnswer *answer)
+{
+	const char *keys[1];
+	const char *args[1];
+
+	keys[0] = lf_owner_key();
+	args[0] = claim_value;
+	(void) run_timed(LF_SCRIPT_TAKEOVER, 1, keys, 1, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+/* The serial number of the connection the owner key's requests go on. */
+uint64
+lf_owner_connection_serial(void)
+{
+	char	   *key = lf_owner_key();
+	uint64		serial = lf_redis_connection_serial(key);
+
+	pfree(key);
+	return serial;
+}
+
+/* Subscribe to the channel a release of resource publishes on. */
+bool
+lf_subscribe_release(const char *resource, int timeout_ms, char *err)
+{
+	char	   *channel = lf_release_channel(resource);
+	bool		ok = lf_redis_subscribe(channel, timeout_ms, err);
+
+	pfree(channel);
+	return ok;
+}
+
+/* ---------------------------------------------------------------------
+ * The key names (internal.h)
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * The two keys of a resource: <key_prefix>{<resource>} and

@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "storage/fd.h"
 #include "utils/guc.h"
 

@@ -41,7 +41,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include "redis/redis.h"
+#include "redis/internal.h"
 
 /* the largest key file we read */
 #define LF_MAX_KEY_FILE 65536

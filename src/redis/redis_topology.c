@@ -40,7 +40,7 @@
 #include <hiredis/hiredis.h>
 
 #include "miscadmin.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
@@ -62,7 +62,10 @@
 #define LF_MAX_NODES 1024
 #define LF_SLOTS 16384
 
-/* the master the sentinels named last */
+/*
+ * The master the sentinels named last.  File-scope: the backend's, kept
+ * between commands until it is older than LF_SENTINEL_RECHECK_MS or fails.
+ */
 static struct
 {
 	bool		known;
@@ -72,12 +75,19 @@ static struct
 	uint64		version;		/* lf_redis_settings_version() when asked */
 }			master;
 
-/* the cluster: nodes seen, and which serves each slot (index + 1; 0: none) */
-static LfNode *nodes = NULL;
-static int	nnodes = 0;
-static uint16 *slot_node = NULL;
-static bool map_valid = false;
-static uint64 map_version = 0;
+/*
+ * The cluster: nodes seen, and which serves each slot (index + 1; 0:
+ * none).  File-scope: the backend's slot map, kept between commands and
+ * refreshed on MOVED or a changed setting.
+ */
+static struct
+{
+	LfNode	   *nodes;			/* LF_MAX_NODES of them, in TopMemoryContext */
+	int			nnodes;
+	uint16	   *slot_node;		/* LF_SLOTS of them */
+	bool		map_valid;
+	uint64		map_version;	/* lf_redis_settings_version() of the map */
+}			cluster;
 
 /* ---------------------------------------------------------------------
  * Sentinel
@@ -347,19 +357,19 @@ node_index(const char *host, int port)
 {
 	int			i;
 
-	if (nodes == NULL)
+	if (cluster.nodes == NULL)
 	{
-		nodes = MemoryContextAlloc(TopMemoryContext, sizeof(LfNode) * LF_MAX_NODES);
-		slot_node = MemoryContextAllocZero(TopMemoryContext, sizeof(uint16) * LF_SLOTS);
+		cluster.nodes = MemoryContextAlloc(TopMemoryContext, sizeof(LfNode) * LF_MAX_NODES);
+		cluster.slot_node = MemoryContextAllocZero(TopMemoryContext, sizeof(uint16) * LF_SLOTS);
 	}
-	for (i = 0; i < nnodes; i++)
-		if (nodes[i].port == port && strcmp(nodes[i].host, host) == 0)
+	for (i = 0; i < cluster.nnodes; i++)
+		if (cluster.nodes[i].port == port && strcmp(cluster.nodes[i].host, host) == 0)
 			return i + 1;
-	if (nnodes == LF_MAX_NODES || strlen(host) >= sizeof(nodes[0].host))
+	if (cluster.nnodes == LF_MAX_NODES || strlen(host) >= sizeof(cluster.nodes[0].host))
 		return 0;
-	strlcpy(nodes[nnodes].host, host, sizeof(nodes[nnodes].host));
-	nodes[nnodes].port = port;
-	return ++nnodes;
+	strlcpy(cluster.nodes[cluster.nnodes].host, host, sizeof(cluster.nodes[cluster.nnodes].host));
+	cluster.nodes[cluster.nnodes].port = port;
+	return ++cluster.nnodes;
 }
 
 /*
@@ -373,7 +383,7 @@ load_slot_map(const redisReply *reply, const LfNode *asked)
 
 	if (reply->type != REDIS_REPLY_ARRAY)
 		return false;
-	memset(slot_node, 0, sizeof(uint16) * LF_SLOTS);
+	memset(cluster.slot_node, 0, sizeof(uint16) * LF_SLOTS);
 	for (i = 0; i < reply->elements; i++)
 	{
 		const redisReply *range = reply->element[i];
@@ -408,7 +418,7 @@ load_slot_map(const redisReply *reply, const LfNode *asked)
 		if (idx == 0)
 			return false;
 		for (s = lo; s <= hi; s++)
-			slot_node[s] = (uint16) idx;
+			cluster.slot_node[s] = (uint16) idx;
 	}
 	return true;
 }
@@ -426,7 +436,7 @@ refresh_slot_map(int flags, int64 deadline, char *err)
 	int			seed_idx;
 	int			k;
 
-	map_valid = false;
+	cluster.map_valid = false;
 	seed_idx = node_index(seed, lf_redis_port);
 	if (seed_idx == 0)
 	{
@@ -434,11 +444,11 @@ refresh_slot_map(int flags, int64 deadline, char *err)
 		return false;
 	}
 	snprintf(why, sizeof(why), "no time left");
-	for (k = 0; k < nnodes; k++)
+	for (k = 0; k < cluster.nnodes; k++)
 	{
 		/* the seed first, then the others in the order they were seen */
 		int			i = k == 0 ? seed_idx - 1 : k <= seed_idx - 1 ? k - 1 : k;
-		LfNode		asked = nodes[i];
+		LfNode		asked = cluster.nodes[i];
 		LfEndpoint	ep = {LF_EP_NODE, asked.host, asked.port, false};
 		const char *argv[2] = {"CLUSTER", "SLOTS"};
 		size_t		lens[2] = {7, 5};
@@ -466,8 +476,8 @@ refresh_slot_map(int flags, int64 deadline, char *err)
 		freeReplyObject(reply);
 		if (ok)
 		{
-			map_valid = true;
-			map_version = lf_redis_settings_version();
+			cluster.map_valid = true;
+			cluster.map_version = lf_redis_settings_version();
 			return true;
 		}
 	}
@@ -522,22 +532,22 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 	int			tries = 0;
 
 	*reply = NULL;
-	if (!map_valid || map_version != lf_redis_settings_version())
+	if (!cluster.map_valid || cluster.map_version != lf_redis_settings_version())
 	{
 		if (!refresh_slot_map(flags, discovery_deadline(flags, deadline), err))
 			return LF_NOT_SENT;
 	}
-	idx = slot_node[slot];
+	idx = cluster.slot_node[slot];
 	if (idx == 0)
 	{
-		map_valid = false;
+		cluster.map_valid = false;
 		snprintf(err, LF_ERRLEN, "no Redis Cluster node serves hash slot %d", slot);
 		return LF_NOT_SENT;
 	}
 
 	for (;;)
 	{
-		LfEndpoint	ep = {LF_EP_NODE, nodes[idx - 1].host, nodes[idx - 1].port, false};
+		LfEndpoint	ep = {LF_EP_NODE, cluster.nodes[idx - 1].host, cluster.nodes[idx - 1].port, false};
 		int			left = (int) (deadline - lf_now_ms());
 		int			cflags = flags;
 		LfSendResult r;
@@ -583,7 +593,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		if (r != LF_REPLY)
 		{
 			/* a node gone or silent: learn the map again next time */
-			map_valid = false;
+			cluster.map_valid = false;
 			return r;
 		}
 		if ((*reply)->type != REDIS_REPLY_ERROR)
@@ -602,8 +612,8 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 			if (!asking)
 			{
 				/* the slot has moved for good: the map is out of date */
-				slot_node[slot] = (uint16) target;
-				map_valid = false;
+				cluster.slot_node[slot] = (uint16) target;
+				cluster.map_valid = false;
 			}
 			idx = target;
 			freeReplyObject(*reply);
@@ -634,6 +644,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
  * ---------------------------------------------------------------------
  */
 
+/* the server the settings name (a constant: not state) */
 static const LfEndpoint settings_endpoint = {LF_EP_SETTINGS, NULL, 0, false};
 
 /*
@@ -676,13 +687,13 @@ lf_redis_connection_serial(const char *route_key)
 	{
 		int			idx;
 
-		if (!map_valid || map_version != lf_redis_settings_version())
+		if (!cluster.map_valid || cluster.map_version != lf_redis_settings_version())
 			return 0;
-		idx = slot_node[key_slot(route_key)];
+		idx = cluster.slot_node[key_slot(route_key)];
 		if (idx == 0)
 			return 0;
 		{
-			LfEndpoint	ep = {LF_EP_NODE, nodes[idx - 1].host, nodes[idx - 1].port, false};
+			LfEndpoint	ep = {LF_EP_NODE, cluster.nodes[idx - 1].host, cluster.nodes[idx - 1].port, false};
 
 			return lf_conn_serial(&ep);
 		}

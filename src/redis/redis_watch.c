@@ -6,28 +6,13 @@
  *	  failover is under way, and publishes one answer in shared memory for
  *	  every backend (and the keep-alive worker) to use before each request.
  *
- * A backend that asked the sentinels itself kept the address for seconds,
- * and during a failover one sentinel may still name the old master (the
- * leader names it until it has reconfigured every replica) while the others
- * name the new one, and the old master stays writable for about ten seconds
- * after the switch: a grant or a release could land on a server that is no
- * longer the master, and be lost when it becomes a replica.  So the watch
- * publishes the master only while it is *settled*: every sentinel that
- * answered names the same address, and none reports the master down
- * (o_down) or a failover in progress.  Anything else is *unsettled*, and a
- * request is not sent at all ("unavailable") until it settles.  Each change
- * of the answer (settled or not, and the address) bumps an epoch: a request
- * whose reply arrives under another epoch than it was sent under is
- * "unknown" (redis_topology.c), and a connection is asked ROLE again before
- * the first request under a new epoch (redis_conn.c).
- *
- * The worker uses the server's settings (postgresql.conf, ALTER SYSTEM), as
- * the keep-alive worker does, and publishes a fingerprint of them with its
- * answer: a session whose Sentinel settings differ, or a server without
- * the worker (not preloaded), or a worker that has not answered for
- * LF_WATCH_STALE_MS, asks the sentinels itself and asks ROLE on a connection
- * whose last check is older than LF_ROLE_MAX_AGE_MS (docs/guides/redis-deployments.md,
- * "Sentinel").
+ * Invariants: the master is published only while it is settled (every
+ * sentinel that answered names the same address, none reports it down or
+ * a failover under way); each change of the answer bumps its epoch; a
+ * session whose Sentinel settings differ from the worker's (the published
+ * fingerprint), or that finds no fresh answer (LF_WATCH_STALE_MS), asks the
+ * sentinels itself.  Why, and what each request does with the epoch:
+ * docs/guides/redis-deployments.md, "Sentinel".
  *
  * Layer 2, Redis (docs/design.md, "The layers": its files and the order
  * of their calls).
@@ -47,7 +32,7 @@
 #include "port/atomics.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -80,7 +65,10 @@ typedef struct WatchShared
 	char		why[LF_ERRLEN];	/* when not settled: why not */
 } WatchShared;
 
+/* the answer in shared memory.  File-scope: attached once per process */
 static WatchShared *watch = NULL;
+
+/* the hooks chained before ours.  File-scope: PostgreSQL's hook protocol */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -230,7 +218,11 @@ ask_one(const LfNode *s, SentinelView *v)
 	freeReplyObject(reply);
 }
 
-/* what each sentinel (by its place in the list) said last, and when */
+/*
+ * What each sentinel (by its place in the list) said last, and when.
+ * File-scope: the worker's memory between polls (a sentinel that missed a
+ * poll counts with what it said last).
+ */
 static SentinelView last[LF_MAX_SENTINELS];
 static int64 last_at[LF_MAX_SENTINELS];
 

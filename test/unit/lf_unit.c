@@ -34,6 +34,7 @@
 #include "fence/generation_math.h"
 #include "lease/lease.h"
 #include "redis/redis.h"
+#include "redis/internal.h"
 #include "base/stats.h"
 
 static int	failures = 0;
