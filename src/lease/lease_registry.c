@@ -31,7 +31,7 @@
 #include "catalog/pg_authid.h"
 #include "fence/fence.h"
 #include "funcapi.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "redis/redis.h"
@@ -317,9 +317,7 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 {
 	const char *resource = e->resource;
 	const char *identity = e->identity;
-	char	   *key;
-	const char *keys[1];
-	const char *args[2];
+	LfCall		call;
 	LfAnswer	ans;
 	bool		confirmed;
 	int64		left;
@@ -344,18 +342,13 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 		return false;
 	}
 	e->cleanup_counted = true;
-	key = lf_lease_key(resource);
-	keys[0] = key;
-	args[0] = identity;
-	args[1] = lf_release_publish();
-	lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
-				  (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN, &ans);
+	call.timeout_ms = (int) Min(left, INT_MAX);
+	call.flags = (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN;
+	call.keepalive_worker = false;
+	lf_script_release(resource, identity, &call, &ans);
+	/* its reply is read (and counted) before the connection's next command */
 	if (ans.outcome == LF_ANS_SENT_DEFERRED)
-	{
-		/* its reply is read (and counted) before the connection's next command */
-		pfree(key);
 		return true;
-	}
 	/* the key no longer holds the identity: only the script's own two answers say so */
 	confirmed = ans.outcome == LF_ANS_RELEASED || ans.outcome == LF_ANS_NOT_HELD;
 	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
@@ -369,7 +362,6 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 				errdetail_log("%s", ans.err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
 	}
-	pfree(key);
 	return confirmed;
 }
 
@@ -871,9 +863,7 @@ verify_at_commit(void)
 	foreach(lc, leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
-		char	   *key;
-		const char *keys[1];
-		const char *args[1];
+		LfCall		call = {lf_command_timeout_ms, LF_INTERRUPTIBLE, false};
 		LfAnswer	ans;
 		int64		start;
 
@@ -918,13 +908,8 @@ verify_at_commit(void)
 			lf_count(LF_C_COMMIT_CHECK_LOCAL_VALIDITY);
 			continue;
 		}
-		key = lf_lease_key(e->resource);
-		keys[0] = key;
-		args[0] = e->identity;
 		start = lf_now_ms();
-		lf_run_script(LF_SCRIPT_CHECK, 1, keys, 1, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &ans);
-		pfree(key);
+		lf_script_check(e->resource, e->identity, &call, &ans);
 		if (ans.outcome == LF_ANS_INTERRUPTED)
 			lf_lease_interrupted(e->resource, e->identity, e->generation, e->scope, e->ttl_ms, e->min_validity_ms);
 
