@@ -56,30 +56,42 @@ PG_FUNCTION_INFO_V1(lf_all_leases);
 #define LF_KEEP_HELD_EXPLICIT 1000
 #define LF_KEEP_UNCONFIRMED 1000
 
+/* constants: what lease_fence.leases shows for each scope and state */
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
 static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 /*
- * The session's leases, oldest first, and everything they use, in a memory
- * context of their own ("lease_fence leases", a child of TopMemoryContext):
- * its size shows in pg_backend_memory_contexts.
+ * The session's registry.  File-scope: it outlives every call, and the
+ * transaction and exit callbacks find it here.
  */
-static List *leases = NIL;
-static MemoryContext lease_cxt = NULL;
+static struct
+{
+	/*
+	 * The session's leases, oldest first, and everything they use, in a
+	 * memory context of their own ("lease_fence leases", a child of
+	 * TopMemoryContext): its size shows in pg_backend_memory_contexts.
+	 */
+	List	   *leases;
+	MemoryContext cxt;
 
-/*
- * The session- and transaction-scoped entries of leases that a renew found
- * lost (STATE_LOST), and the transaction-scoped ones their transaction gave
- * up (doomed_why): fenced writes under their generations are refused
- * (check_write).  Entries that have left both since are dropped by
- * lf_update_write_check, which runs before trim_entries frees anything.
- */
-static List *lost_leases = NIL;
-static bool exit_hook_registered = false;
+	/*
+	 * The session- and transaction-scoped entries of leases that a renew
+	 * found lost (STATE_LOST), and the transaction-scoped ones their
+	 * transaction gave up (doomed_why): fenced writes under their
+	 * generations are refused (check_write).  Entries that have left both
+	 * since are dropped by lf_update_write_check, which runs before
+	 * trim_entries frees anything.
+	 */
+	List	   *lost;
+	bool		exit_hook_registered;
 
-/* the highest generation of a transaction-scoped lease of this transaction */
-static bool xact_generation_set = false;
-static int64 xact_generation = 0;
+	/* the highest generation of a transaction-scoped lease of this transaction */
+	bool		xact_generation_set;
+	int64		xact_generation;
+
+	int			added_since_trim;	/* additions since the last trim (maybe_trim) */
+	int64		exit_deadline;	/* of the cleanups at this backend's exit, once known */
+} reg;
 
 static void release_at_exit(int code, Datum arg);
 
@@ -97,9 +109,9 @@ lf_find_lease(const char *resource, const char *identity)
 	 * one it took last.  An identity is unique, so the order does not change
 	 * the answer; it is compared first, as it differs soonest.
 	 */
-	for (i = list_length(leases) - 1; i >= 0; i--)
+	for (i = list_length(reg.leases) - 1; i >= 0; i--)
 	{
-		LeaseEntry *e = (LeaseEntry *) list_nth(leases, i);
+		LeaseEntry *e = (LeaseEntry *) list_nth(reg.leases, i);
 
 		if (strcmp(e->identity, identity) == 0 && strcmp(e->resource, resource) == 0)
 			return e;
@@ -134,7 +146,6 @@ lf_find_lease(const char *resource, const char *identity)
  */
 #define LF_TRIM_EVERY 32
 
-static int	added_since_trim = 0;
 
 static void
 trim_entries(LeaseEntry *keep)
@@ -145,12 +156,12 @@ trim_entries(LeaseEntry *keep)
 	TimestampTz now;
 	ListCell   *lc;
 
-	added_since_trim = 0;
+	reg.added_since_trim = 0;
 	lf_update_write_check();	/* before any entry is freed */
-	if (leases == NIL)
+	if (reg.leases == NIL)
 		return;
 	now = GetCurrentTimestamp();
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -161,7 +172,7 @@ trim_entries(LeaseEntry *keep)
 		else if (e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT))
 			released++;
 	}
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		bool		drop = false;
@@ -193,7 +204,7 @@ trim_entries(LeaseEntry *keep)
 		if (drop)
 		{
 			lf_table_forget(e);
-			leases = foreach_delete_current(leases, lc);
+			reg.leases = foreach_delete_current(reg.leases, lc);
 			pfree(e->resource);
 			pfree(e);
 		}
@@ -204,7 +215,7 @@ trim_entries(LeaseEntry *keep)
 static void
 maybe_trim(LeaseEntry *keep)
 {
-	if (added_since_trim >= LF_TRIM_EVERY)
+	if (reg.added_since_trim >= LF_TRIM_EVERY)
 		trim_entries(keep);
 }
 
@@ -244,16 +255,16 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	MemoryContext old;
 	LeaseEntry *e;
 
-	if (!exit_hook_registered)
+	if (!reg.exit_hook_registered)
 	{
 		/* runs before redis_conn.c frees the connection at on_proc_exit */
 		before_shmem_exit(release_at_exit, (Datum) 0);
-		exit_hook_registered = true;
+		reg.exit_hook_registered = true;
 	}
-	if (lease_cxt == NULL)
-		lease_cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
+	if (reg.cxt == NULL)
+		reg.cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
 										  ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(lease_cxt);
+	old = MemoryContextSwitchTo(reg.cxt);
 	e = palloc0(sizeof(LeaseEntry));
 	e->table_slot = -1;			/* (lf_lease_validity_set writes it when set) */
 
@@ -268,10 +279,10 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->min_validity_ms = minv;
 	e->keepalive_slot = -1;
 	e->role = GetUserId();
-	leases = lappend(leases, e);
+	reg.leases = lappend(reg.leases, e);
 	MemoryContextSwitchTo(old);
 	lf_table_register(e);
-	added_since_trim++;
+	reg.added_since_trim++;
 	maybe_trim(e);
 	return e;
 }
@@ -296,8 +307,6 @@ static const struct config_enum_entry commit_check_options[] = {
 	{NULL, 0, false}
 };
 
-/* the deadline of the cleanups at this backend's exit, once it is known */
-static int64 exit_deadline = 0;
 
 static int64 exit_cleanup_deadline(void);
 
@@ -440,9 +449,9 @@ server_stopping(void)
 static int64
 exit_cleanup_deadline(void)
 {
-	if (exit_deadline == 0)
-		exit_deadline = lf_now_ms() + Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms);
-	return exit_deadline;
+	if (reg.exit_deadline == 0)
+		reg.exit_deadline = lf_now_ms() + Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms);
+	return reg.exit_deadline;
 }
 
 /* Say once for a batch how many cleanups its deadline left untried. */
@@ -507,8 +516,8 @@ lf_mark_lease_lost(LeaseEntry *e, const char *why)
 	e->lost_why = why;
 	if (e->scope == SCOPE_EXPLICIT)
 		return;
-	old = MemoryContextSwitchTo(lease_cxt);
-	lost_leases = lappend(lost_leases, e);
+	old = MemoryContextSwitchTo(reg.cxt);
+	reg.lost = lappend(reg.lost, e);
 	MemoryContextSwitchTo(old);
 	lf_update_write_check();
 }
@@ -530,9 +539,9 @@ lf_doom_transaction(LeaseEntry *e, const char *why)
 	if (e->doomed_why != NULL)
 		return;
 	e->doomed_why = why;
-	old = MemoryContextSwitchTo(lease_cxt);
-	if (!list_member_ptr(lost_leases, e))
-		lost_leases = lappend(lost_leases, e);
+	old = MemoryContextSwitchTo(reg.cxt);
+	if (!list_member_ptr(reg.lost, e))
+		reg.lost = lappend(reg.lost, e);
 	MemoryContextSwitchTo(old);
 	lf_update_write_check();
 }
@@ -574,7 +583,7 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	ListCell   *lc;
 
-	foreach(lc, lost_leases)
+	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -597,14 +606,14 @@ lf_update_write_check(void)
 {
 	ListCell   *lc;
 
-	foreach(lc, lost_leases)
+	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
 		if (e->state != STATE_LOST && e->doomed_why == NULL)
-			lost_leases = foreach_delete_current(lost_leases, lc);
+			reg.lost = foreach_delete_current(reg.lost, lc);
 	}
-	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
+	lf_write_check_hook = (reg.lost != NIL || lf_keepalive_any()) ? check_write : NULL;
 }
 
 /*
@@ -623,10 +632,10 @@ void
 lf_hold_in_transaction(LeaseEntry *e)
 {
 	Assert(e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD);
-	if (!xact_generation_set || e->generation > xact_generation)
-		xact_generation = e->generation;
-	xact_generation_set = true;
-	lf_set_lease_generation(true, xact_generation);
+	if (!reg.xact_generation_set || e->generation > reg.xact_generation)
+		reg.xact_generation = e->generation;
+	reg.xact_generation_set = true;
+	lf_set_lease_generation(true, reg.xact_generation);
 
 	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
 	(void) lf_fence_resource_at(e->resource, e->generation);
@@ -641,7 +650,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	trim_entries(NULL);			/* no expired explicit lease is shown */
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		Datum		values[7];
@@ -681,7 +690,7 @@ lf_all_leases(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 	trim_entries(NULL);			/* no expired explicit lease is shown */
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -728,7 +737,7 @@ verify_at_commit(void)
 {
 	ListCell   *lc;
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		LfCall		call = {lf_command_timeout_ms, LF_INTERRUPTIBLE, false};
@@ -842,7 +851,7 @@ release_at_xact_end(bool committed)
 	int			skipped = 0;
 	bool		dying;
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -865,15 +874,15 @@ release_at_xact_end(bool committed)
 static void
 lease_xact_callback(XactEvent event, void *arg)
 {
-	if (xact_generation_set &&
+	if (reg.xact_generation_set &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		 event == XACT_EVENT_PREPARE))
 	{
-		xact_generation_set = false;
-		xact_generation = 0;
+		reg.xact_generation_set = false;
+		reg.xact_generation = 0;
 		lf_set_lease_generation(false, 0);
 	}
-	if (leases == NIL)
+	if (reg.leases == NIL)
 		return;
 	switch (event)
 	{
@@ -885,7 +894,7 @@ lease_xact_callback(XactEvent event, void *arg)
 			{
 				ListCell   *lc;
 
-				foreach(lc, leases)
+				foreach(lc, reg.leases)
 				{
 					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -930,7 +939,7 @@ release_at_exit(int code, Datum arg)
 	if (!shutting_down)
 		lf_redis_read_deferred(exit_cleanup_deadline());
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -943,8 +952,8 @@ release_at_exit(int code, Datum arg)
 		return;
 
 	if (shutting_down)
-		exit_deadline = lf_now_ms();	/* nothing is tried */
-	foreach(lc, leases)
+		reg.exit_deadline = lf_now_ms();	/* nothing is tried */
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
