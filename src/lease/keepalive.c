@@ -84,6 +84,7 @@ const char *const lf_keepalive_loss_reasons[] = {
 	"the keep-alive worker uses other Redis settings than the session that acquired the lease"
 };
 
+/* the hooks this module chained (once per process, _PG_init) */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -96,6 +97,7 @@ typedef struct MyKeepalive
 	char	   *resource;
 } MyKeepalive;
 
+/* this backend's kept-alive leases: the session's, across calls and transactions */
 static MyKeepalive mine[LF_KEEPALIVE_SLOTS];
 static int	held = 0;
 
