@@ -4,19 +4,15 @@
  *	  This session's leases: what it holds, what it must release at the end
  *	  of a transaction or of the session, and what it could not settle.
  *
- * Each acquire, renew and release records its outcome here (lease.c).  The
- * registry keeps the promises of the scopes: a transaction-scoped lease is
- * verified at PRE_COMMIT (LF010 if lost) and released at the transaction's
- * end; a session-scoped one at backend exit.  A renew that finds a
- * session- or transaction-scoped lease lost marks it so, and this file then
- * refuses fenced writes under its generation and its transaction's COMMIT
- * (LF010), through the fence's write-check hook.  A lease whose outcome is
- * unknown is released conditionally, bounded by cleanup_timeout_ms, and
- * recorded as "unconfirmed" when that is not confirmed either.  The list
- * is the view lease_fence.leases.
- *
- * Layer 3, the leases (docs/design.md, "The layers": its files and the order
- * of their calls).
+ * Each acquire, renew and release records its outcome here (lease.c,
+ * acquire.c); the list is the view lease_fence.leases.  Invariants: a
+ * transaction-scoped lease is verified at PRE_COMMIT (LF010 if lost) and
+ * released at its transaction's end, a session-scoped one at backend exit;
+ * while a session- or transaction-scoped lease is lost, fenced writes
+ * under its generation and its transaction's COMMIT fail with LF010 (the
+ * fence's write-check hook); a lease whose outcome is unknown is released
+ * conditionally, bounded, and recorded as "unconfirmed" when that is not
+ * confirmed either.
  *
  * IDENTIFICATION
  *	  src/lease/lease_registry.c
@@ -94,6 +90,11 @@ static struct
 } reg;
 
 static void release_at_exit(int code, Datum arg);
+
+/* ---------------------------------------------------------------------
+ * The session's list
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * The session's entry for resource and identity, or NULL.  A linear search,
@@ -286,6 +287,11 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	maybe_trim(e);
 	return e;
 }
+
+/* ---------------------------------------------------------------------
+ * Settling a lease: the bounded conditional release
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * The longest a backend's exit spends releasing its leases, all together
@@ -495,6 +501,11 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 			errmsg("lease_fence: Redis request interrupted"));
 }
 
+/* ---------------------------------------------------------------------
+ * Lost leases and the write check
+ * ---------------------------------------------------------------------
+ */
+
 /*
  * A renew found e lost (the key gone or another's) or left it too little
  * validity.  A session- or transaction-scoped lease is then as good as lost
@@ -640,6 +651,11 @@ lf_hold_in_transaction(LeaseEntry *e)
 	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
 	(void) lf_fence_resource_at(e->resource, e->generation);
 }
+
+/* ---------------------------------------------------------------------
+ * Views
+ * ---------------------------------------------------------------------
+ */
 
 /* lease_fence.session_leases(): the rows of lease_fence.leases */
 Datum
