@@ -30,7 +30,7 @@
 #include <signal.h>
 
 #include "fence/fence.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"

@@ -42,7 +42,7 @@
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fence/fence.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "base/stats.h"

@@ -18,7 +18,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "redis/redis.h"
 #include "utils/acl.h"
