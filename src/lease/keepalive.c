@@ -7,35 +7,17 @@
  *	  keepalive_worker.c; the table they share is here.
  *
  * acquire(..., keepalive => true) puts the lease in a table in shared
- * memory (LF_KEEPALIVE_SLOTS entries, under one LWLock).  The worker, one
- * per cluster, started with the server when lease_fence is in
- * shared_preload_libraries, renews each lease (compare-identity, as
- * renew()) at a third of its TTL while
- *	- its owner is alive and active: running a statement, or idle (in a
- *	  transaction or not) for less than the lease's TTL, as the owner's
- *	  pg_stat_activity entry says;
- *	- and keepalive_max_ms has not passed since the acquire: a renewal never
- *	  extends the lease past that point, and when it is reached the lease
- *	  is released.
- * A renewal that finds the key gone or someone else's, or that cannot be
- * confirmed before the lease would expire, marks the lease lost; so does
- * the end of an idle owner's lease (its TTL ran out) and keepalive_max_ms.
- * The owner checks the mark, and the lease's local expiry, on every fenced
- * write under the lease's generation and at COMMIT of a transaction that
- * made one: both fail with LF010 (lf_keepalive_check_write, which the
- * registry's lf_write_check_hook calls while the session keeps a lease
- * alive, and lf_keepalive_check_commit), before the write reaches a row.
- *
- * The worker connects to no database, so it uses the server's settings
- * (postgresql.conf, ALTER SYSTEM): each entry carries a fingerprint of the
- * acquiring session's Redis settings, and an acquire whose settings differ
- * from the worker's is refused (or, if the worker learns it first, the
- * lease is marked lost).
- *
- * A keep-alive extends a lease; it does not make a paused holder harmless.
- * Only the fence does.
- *
- * Layer 3, the leases (docs/design.md, "The layers").
+ * memory (LF_KEEPALIVE_SLOTS entries, under one LWLock); the worker renews
+ * it while its owner is active and keepalive_max_ms has not passed, and
+ * marks it lost when it cannot (docs/guides/keepalive-and-waiting.md).
+ * Invariants: every fenced write under a kept-alive lease's generation, and
+ * the COMMIT of a transaction that made one, fail with LF010 once the lease
+ * is marked lost or its local expiry has passed, before the write reaches
+ * a row (lf_keepalive_check_write, through the registry's write-check hook,
+ * and lf_keepalive_check_commit); an acquire whose Redis settings differ
+ * from the worker's (their fingerprint) is refused, or its lease marked
+ * lost if the worker learns it first.  A keep-alive extends a lease; it
+ * does not make a paused holder harmless: only the fence does.
  *
  * IDENTIFICATION
  *	  src/lease/keepalive.c
@@ -48,7 +30,7 @@
 #include <signal.h>
 
 #include "fence/fence.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -84,6 +66,7 @@ const char *const lf_keepalive_loss_reasons[] = {
 	"the keep-alive worker uses other Redis settings than the session that acquired the lease"
 };
 
+/* the hooks this module chained (once per process, _PG_init) */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -96,6 +79,7 @@ typedef struct MyKeepalive
 	char	   *resource;
 } MyKeepalive;
 
+/* this backend's kept-alive leases: the session's, across calls and transactions */
 static MyKeepalive mine[LF_KEEPALIVE_SLOTS];
 static int	held = 0;
 

@@ -32,7 +32,7 @@
 #include <signal.h>
 
 #include "fence/fence.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -154,20 +154,13 @@ static void
 renew_one(SlotCopy *c, int64 now)
 {
 	int64		ttl = Min(c->ttl_ms, c->max_until - now);
-	char		ttlbuf[32];
-	const char *keys[1];
-	const char *args[2];
+	LfCall		call = {lf_command_timeout_ms, LF_INTERRUPTIBLE, true};
 	LfAnswer	ans;
 	int64		start = lf_now_ms();
 
 	if (ttl < 1)
 		ttl = 1;
-	pg_lltoa(ttl, ttlbuf);
-	keys[0] = lf_lease_key(c->resource);
-	args[0] = c->identity;
-	args[1] = ttlbuf;
-	lf_run_script(LF_SCRIPT_RENEW, 1, keys, 2, args, lf_command_timeout_ms,
-				  LF_INTERRUPTIBLE, &ans);
+	lf_script_renew(c->resource, c->identity, ttl, &call, &ans);
 	if (ans.outcome == LF_ANS_INTERRUPTED)
 		CHECK_FOR_INTERRUPTS();
 
@@ -241,15 +234,10 @@ release_at(const SlotCopy *c)
 static void
 release_at_max(const SlotCopy *c)
 {
-	const char *keys[1];
-	const char *args[2];
+	LfCall		call = {lf_cleanup_timeout_ms, LF_INTERRUPTIBLE, true};
 	LfAnswer	ans;
 
-	keys[0] = lf_lease_key(c->resource);
-	args[0] = c->identity;
-	args[1] = lf_release_publish();
-	lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, lf_cleanup_timeout_ms,
-				  LF_INTERRUPTIBLE, &ans);
+	lf_script_release(c->resource, c->identity, &call, &ans);
 	if (ans.outcome != LF_ANS_RELEASED && ans.outcome != LF_ANS_NOT_HELD)
 		ereport(WARNING,
 				errmsg("lease_fence: could not confirm the release of resource \"%s\" at keepalive_max_ms", c->resource),

@@ -4,19 +4,15 @@
  *	  This session's leases: what it holds, what it must release at the end
  *	  of a transaction or of the session, and what it could not settle.
  *
- * Each acquire, renew and release records its outcome here (lease.c).  The
- * registry keeps the promises of the scopes: a transaction-scoped lease is
- * verified at PRE_COMMIT (LF010 if lost) and released at the transaction's
- * end; a session-scoped one at backend exit.  A renew that finds a
- * session- or transaction-scoped lease lost marks it so, and this file then
- * refuses fenced writes under its generation and its transaction's COMMIT
- * (LF010), through the fence's write-check hook.  A lease whose outcome is
- * unknown is released conditionally, bounded by cleanup_timeout_ms, and
- * recorded as "unconfirmed" when that is not confirmed either.  The list
- * is the view lease_fence.leases.
- *
- * Layer 3, the leases (docs/design.md, "The layers": its files and the order
- * of their calls).
+ * Each acquire, renew and release records its outcome here (lease.c,
+ * acquire.c); the list is the view lease_fence.leases.  Invariants: a
+ * transaction-scoped lease is verified at PRE_COMMIT (LF010 if lost) and
+ * released at its transaction's end, a session-scoped one at backend exit;
+ * while a session- or transaction-scoped lease is lost, fenced writes
+ * under its generation and its transaction's COMMIT fail with LF010 (the
+ * fence's write-check hook); a lease whose outcome is unknown is released
+ * conditionally, bounded, and recorded as "unconfirmed" when that is not
+ * confirmed either.
  *
  * IDENTIFICATION
  *	  src/lease/lease_registry.c
@@ -31,7 +27,7 @@
 #include "catalog/pg_authid.h"
 #include "fence/fence.h"
 #include "funcapi.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "redis/redis.h"
@@ -56,32 +52,49 @@ PG_FUNCTION_INFO_V1(lf_all_leases);
 #define LF_KEEP_HELD_EXPLICIT 1000
 #define LF_KEEP_UNCONFIRMED 1000
 
+/* constants: what lease_fence.leases shows for each scope and state */
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
 static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 /*
- * The session's leases, oldest first, and everything they use, in a memory
- * context of their own ("lease_fence leases", a child of TopMemoryContext):
- * its size shows in pg_backend_memory_contexts.
+ * The session's registry.  File-scope: it outlives every call, and the
+ * transaction and exit callbacks find it here.
  */
-static List *leases = NIL;
-static MemoryContext lease_cxt = NULL;
+static struct
+{
+	/*
+	 * The session's leases, oldest first, and everything they use, in a
+	 * memory context of their own ("lease_fence leases", a child of
+	 * TopMemoryContext): its size shows in pg_backend_memory_contexts.
+	 */
+	List	   *leases;
+	MemoryContext cxt;
 
-/*
- * The session- and transaction-scoped entries of leases that a renew found
- * lost (STATE_LOST), and the transaction-scoped ones their transaction gave
- * up (doomed_why): fenced writes under their generations are refused
- * (check_write).  Entries that have left both since are dropped by
- * lf_update_write_check, which runs before trim_entries frees anything.
- */
-static List *lost_leases = NIL;
-static bool exit_hook_registered = false;
+	/*
+	 * The session- and transaction-scoped entries of leases that a renew
+	 * found lost (STATE_LOST), and the transaction-scoped ones their
+	 * transaction gave up (doomed_why): fenced writes under their
+	 * generations are refused (check_write).  Entries that have left both
+	 * since are dropped by lf_update_write_check, which runs before
+	 * trim_entries frees anything.
+	 */
+	List	   *lost;
+	bool		exit_hook_registered;
 
-/* the highest generation of a transaction-scoped lease of this transaction */
-static bool xact_generation_set = false;
-static int64 xact_generation = 0;
+	/* the highest generation of a transaction-scoped lease of this transaction */
+	bool		xact_generation_set;
+	int64		xact_generation;
+
+	int			added_since_trim;	/* additions since the last trim (maybe_trim) */
+	int64		exit_deadline;	/* of the cleanups at this backend's exit, once known */
+} reg;
 
 static void release_at_exit(int code, Datum arg);
+
+/* ---------------------------------------------------------------------
+ * The session's list
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * The session's entry for resource and identity, or NULL.  A linear search,
@@ -97,9 +110,9 @@ lf_find_lease(const char *resource, const char *identity)
 	 * one it took last.  An identity is unique, so the order does not change
 	 * the answer; it is compared first, as it differs soonest.
 	 */
-	for (i = list_length(leases) - 1; i >= 0; i--)
+	for (i = list_length(reg.leases) - 1; i >= 0; i--)
 	{
-		LeaseEntry *e = (LeaseEntry *) list_nth(leases, i);
+		LeaseEntry *e = (LeaseEntry *) list_nth(reg.leases, i);
 
 		if (strcmp(e->identity, identity) == 0 && strcmp(e->resource, resource) == 0)
 			return e;
@@ -134,7 +147,6 @@ lf_find_lease(const char *resource, const char *identity)
  */
 #define LF_TRIM_EVERY 32
 
-static int	added_since_trim = 0;
 
 static void
 trim_entries(LeaseEntry *keep)
@@ -145,12 +157,12 @@ trim_entries(LeaseEntry *keep)
 	TimestampTz now;
 	ListCell   *lc;
 
-	added_since_trim = 0;
+	reg.added_since_trim = 0;
 	lf_update_write_check();	/* before any entry is freed */
-	if (leases == NIL)
+	if (reg.leases == NIL)
 		return;
 	now = GetCurrentTimestamp();
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -161,7 +173,7 @@ trim_entries(LeaseEntry *keep)
 		else if (e->state == STATE_RELEASED || (e->state == STATE_LOST && e->scope == SCOPE_EXPLICIT))
 			released++;
 	}
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		bool		drop = false;
@@ -193,7 +205,7 @@ trim_entries(LeaseEntry *keep)
 		if (drop)
 		{
 			lf_table_forget(e);
-			leases = foreach_delete_current(leases, lc);
+			reg.leases = foreach_delete_current(reg.leases, lc);
 			pfree(e->resource);
 			pfree(e);
 		}
@@ -204,7 +216,7 @@ trim_entries(LeaseEntry *keep)
 static void
 maybe_trim(LeaseEntry *keep)
 {
-	if (added_since_trim >= LF_TRIM_EVERY)
+	if (reg.added_since_trim >= LF_TRIM_EVERY)
 		trim_entries(keep);
 }
 
@@ -244,16 +256,16 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	MemoryContext old;
 	LeaseEntry *e;
 
-	if (!exit_hook_registered)
+	if (!reg.exit_hook_registered)
 	{
 		/* runs before redis_conn.c frees the connection at on_proc_exit */
 		before_shmem_exit(release_at_exit, (Datum) 0);
-		exit_hook_registered = true;
+		reg.exit_hook_registered = true;
 	}
-	if (lease_cxt == NULL)
-		lease_cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
+	if (reg.cxt == NULL)
+		reg.cxt = AllocSetContextCreate(TopMemoryContext, "lease_fence leases",
 										  ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(lease_cxt);
+	old = MemoryContextSwitchTo(reg.cxt);
 	e = palloc0(sizeof(LeaseEntry));
 	e->table_slot = -1;			/* (lf_lease_validity_set writes it when set) */
 
@@ -268,13 +280,18 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	e->min_validity_ms = minv;
 	e->keepalive_slot = -1;
 	e->role = GetUserId();
-	leases = lappend(leases, e);
+	reg.leases = lappend(reg.leases, e);
 	MemoryContextSwitchTo(old);
 	lf_table_register(e);
-	added_since_trim++;
+	reg.added_since_trim++;
 	maybe_trim(e);
 	return e;
 }
+
+/* ---------------------------------------------------------------------
+ * Settling a lease: the bounded conditional release
+ * ---------------------------------------------------------------------
+ */
 
 /*
  * The longest a backend's exit spends releasing its leases, all together
@@ -296,8 +313,6 @@ static const struct config_enum_entry commit_check_options[] = {
 	{NULL, 0, false}
 };
 
-/* the deadline of the cleanups at this backend's exit, once it is known */
-static int64 exit_deadline = 0;
 
 static int64 exit_cleanup_deadline(void);
 
@@ -317,9 +332,7 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 {
 	const char *resource = e->resource;
 	const char *identity = e->identity;
-	char	   *key;
-	const char *keys[1];
-	const char *args[2];
+	LfCall		call;
 	LfAnswer	ans;
 	bool		confirmed;
 	int64		left;
@@ -344,18 +357,13 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 		return false;
 	}
 	e->cleanup_counted = true;
-	key = lf_lease_key(resource);
-	keys[0] = key;
-	args[0] = identity;
-	args[1] = lf_release_publish();
-	lf_run_script(LF_SCRIPT_RELEASE, 1, keys, 2, args, (int) Min(left, INT_MAX),
-				  (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN, &ans);
+	call.timeout_ms = (int) Min(left, INT_MAX);
+	call.flags = (fresh ? LF_FRESH : 0) | (defer ? LF_DEFER : 0) | LF_WITHIN;
+	call.keepalive_worker = false;
+	lf_script_release(resource, identity, &call, &ans);
+	/* its reply is read (and counted) before the connection's next command */
 	if (ans.outcome == LF_ANS_SENT_DEFERRED)
-	{
-		/* its reply is read (and counted) before the connection's next command */
-		pfree(key);
 		return true;
-	}
 	/* the key no longer holds the identity: only the script's own two answers say so */
 	confirmed = ans.outcome == LF_ANS_RELEASED || ans.outcome == LF_ANS_NOT_HELD;
 	lf_count(confirmed ? LF_C_CLEANUP_CONFIRMED : LF_C_CLEANUP_UNCONFIRMED);
@@ -369,7 +377,6 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 				errdetail_log("%s", ans.err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
 	}
-	pfree(key);
 	return confirmed;
 }
 
@@ -448,9 +455,9 @@ server_stopping(void)
 static int64
 exit_cleanup_deadline(void)
 {
-	if (exit_deadline == 0)
-		exit_deadline = lf_now_ms() + Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms);
-	return exit_deadline;
+	if (reg.exit_deadline == 0)
+		reg.exit_deadline = lf_now_ms() + Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms);
+	return reg.exit_deadline;
 }
 
 /* Say once for a batch how many cleanups its deadline left untried. */
@@ -494,137 +501,10 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 			errmsg("lease_fence: Redis request interrupted"));
 }
 
-/*
- * May the current user see where Redis is?  The rule of the where-to-connect
- * settings (GUC_SUPERUSER_ONLY): superusers and members of
- * pg_read_all_settings.  Outside a valid transaction (the cleanups after
- * COMMIT or ROLLBACK, and at backend exit) the catalogs cannot be read, so
- * the answer is no: the server log has the full text anyway.
+/* ---------------------------------------------------------------------
+ * Lost leases and the write check
+ * ---------------------------------------------------------------------
  */
-bool
-lf_may_see_settings(void)
-{
-	if (!IsTransactionState())
-		return false;
-	return superuser() || has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS);
-}
-
-/* Is tok (len bytes) an endpoint: host:port, [v6]:port, or a socket path? */
-static bool
-looks_like_endpoint(const char *tok, size_t len)
-{
-	size_t		digits = 0;
-
-	/* a colon or full stop that ends a sentence is not part of it */
-	while (len > 0 && (tok[len - 1] == ':' || tok[len - 1] == '.'))
-		len--;
-	if (len == 0)
-		return false;
-	if (tok[0] == '/')
-		return true;
-	while (digits < len && tok[len - 1 - digits] >= '0' && tok[len - 1 - digits] <= '9')
-		digits++;
-	if (digits > 0 && digits < len - 1 && tok[len - 1 - digits] == ':')
-		return true;
-	/* the configured host, also where it is named without a port */
-	return lf_redis_host != NULL && lf_redis_host[0] != '\0' &&
-		strlen(lf_redis_host) == len && strncmp(tok, lf_redis_host, len) == 0;
-}
-
-/*
- * How long the configured socket path (lease_fence.redis_socket) is where
- * it starts at p, as a whole: followed by the end of the text, a separator,
- * or a colon or full stop; 0 when it does not start there.  A path may hold
- * any byte but NUL, a blank or a parenthesis included, so it is found by
- * comparing the whole string, never by splitting the text into words.
- */
-static size_t
-configured_socket_at(const char *p, const char *seps)
-{
-	size_t		len;
-
-	if (lf_redis_socket == NULL || lf_redis_socket[0] == '\0')
-		return 0;
-	len = strlen(lf_redis_socket);
-	if (strncmp(p, lf_redis_socket, len) != 0)
-		return 0;
-	if (p[len] != '\0' && p[len] != ':' && p[len] != '.' && strchr(seps, p[len]) == NULL)
-		return 0;
-	return len;
-}
-
-/*
- * err as the current user may see it: unchanged for those who may see the
- * where-to-connect settings (lf_may_see_settings), else with every endpoint
- * in it (the configured socket path, host:port, any other socket path, the
- * configured host) written as <hidden>, in buf.  The configured socket path
- * is looked for first, as a whole string, at the start of each word: a path
- * with a blank in it is two words, and the second must not show.  The
- * Redis layer's texts name the server they concern; the server log keeps
- * them whole (the callers' errdetail_log).
- */
-const char *
-lf_visible_error(const char *err, char *buf, size_t buflen)
-{
-	static const char seps[] = " \t\n\"'(),;";
-	const char *p = err;
-	size_t		n = 0;
-
-	if (lf_may_see_settings())
-		return err;
-	while (*p != '\0' && n + 1 < buflen)
-	{
-		size_t		len = strcspn(p, seps);
-		size_t		sock = (p == err || strchr(seps, p[-1]) != NULL) ?
-			configured_socket_at(p, seps) : 0;
-
-		if (sock > 0)
-		{
-			n += strlcpy(buf + n, "<hidden>", buflen - n);
-			if (n >= buflen)
-				n = buflen - 1;
-			p += sock;
-		}
-		else if (len == 0)
-			buf[n++] = *p++;
-		else if (looks_like_endpoint(p, len))
-		{
-			size_t		keep = len;
-
-			while (keep > 0 && (p[keep - 1] == ':' || p[keep - 1] == '.'))
-				keep--;
-			n += strlcpy(buf + n, "<hidden>", buflen - n);
-			if (n >= buflen)
-				n = buflen - 1;
-			p += keep;
-		}
-		else
-		{
-			size_t		m = Min(len, buflen - 1 - n);
-
-			memcpy(buf + n, p, m);
-			n += m;
-			p += len;
-		}
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
-/*
- * Say why Redis was unavailable or the outcome unknown, without secrets:
- * endpoints only to those who may see them (the server log has them).
- */
-void
-lf_report_redis_problem(const char *what, const char *resource, const char *err)
-{
-	char		buf[LF_ERRLEN];
-	const char *shown = lf_visible_error(err, buf, sizeof(buf));
-
-	ereport(WARNING,
-			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, shown),
-			shown != err ? errdetail_log("The full text: %s", err) : 0);
-}
 
 /*
  * A renew found e lost (the key gone or another's) or left it too little
@@ -647,8 +527,8 @@ lf_mark_lease_lost(LeaseEntry *e, const char *why)
 	e->lost_why = why;
 	if (e->scope == SCOPE_EXPLICIT)
 		return;
-	old = MemoryContextSwitchTo(lease_cxt);
-	lost_leases = lappend(lost_leases, e);
+	old = MemoryContextSwitchTo(reg.cxt);
+	reg.lost = lappend(reg.lost, e);
 	MemoryContextSwitchTo(old);
 	lf_update_write_check();
 }
@@ -670,9 +550,9 @@ lf_doom_transaction(LeaseEntry *e, const char *why)
 	if (e->doomed_why != NULL)
 		return;
 	e->doomed_why = why;
-	old = MemoryContextSwitchTo(lease_cxt);
-	if (!list_member_ptr(lost_leases, e))
-		lost_leases = lappend(lost_leases, e);
+	old = MemoryContextSwitchTo(reg.cxt);
+	if (!list_member_ptr(reg.lost, e))
+		reg.lost = lappend(reg.lost, e);
 	MemoryContextSwitchTo(old);
 	lf_update_write_check();
 }
@@ -714,7 +594,7 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	ListCell   *lc;
 
-	foreach(lc, lost_leases)
+	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -737,14 +617,14 @@ lf_update_write_check(void)
 {
 	ListCell   *lc;
 
-	foreach(lc, lost_leases)
+	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
 		if (e->state != STATE_LOST && e->doomed_why == NULL)
-			lost_leases = foreach_delete_current(lost_leases, lc);
+			reg.lost = foreach_delete_current(reg.lost, lc);
 	}
-	lf_write_check_hook = (lost_leases != NIL || lf_keepalive_any()) ? check_write : NULL;
+	lf_write_check_hook = (reg.lost != NIL || lf_keepalive_any()) ? check_write : NULL;
 }
 
 /*
@@ -763,14 +643,19 @@ void
 lf_hold_in_transaction(LeaseEntry *e)
 {
 	Assert(e->scope == SCOPE_TRANSACTION && e->state == STATE_HELD);
-	if (!xact_generation_set || e->generation > xact_generation)
-		xact_generation = e->generation;
-	xact_generation_set = true;
-	lf_set_lease_generation(true, xact_generation);
+	if (!reg.xact_generation_set || e->generation > reg.xact_generation)
+		reg.xact_generation = e->generation;
+	reg.xact_generation_set = true;
+	lf_set_lease_generation(true, reg.xact_generation);
 
 	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
 	(void) lf_fence_resource_at(e->resource, e->generation);
 }
+
+/* ---------------------------------------------------------------------
+ * Views
+ * ---------------------------------------------------------------------
+ */
 
 /* lease_fence.session_leases(): the rows of lease_fence.leases */
 Datum
@@ -781,7 +666,7 @@ lf_session_leases(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	trim_entries(NULL);			/* no expired explicit lease is shown */
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 		Datum		values[7];
@@ -821,7 +706,7 @@ lf_all_leases(PG_FUNCTION_ARGS)
 		return (Datum) 0;
 	}
 	trim_entries(NULL);			/* no expired explicit lease is shown */
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -868,12 +753,10 @@ verify_at_commit(void)
 {
 	ListCell   *lc;
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
-		char	   *key;
-		const char *keys[1];
-		const char *args[1];
+		LfCall		call = {lf_command_timeout_ms, LF_INTERRUPTIBLE, false};
 		LfAnswer	ans;
 		int64		start;
 
@@ -918,13 +801,8 @@ verify_at_commit(void)
 			lf_count(LF_C_COMMIT_CHECK_LOCAL_VALIDITY);
 			continue;
 		}
-		key = lf_lease_key(e->resource);
-		keys[0] = key;
-		args[0] = e->identity;
 		start = lf_now_ms();
-		lf_run_script(LF_SCRIPT_CHECK, 1, keys, 1, args, lf_command_timeout_ms,
-					  LF_INTERRUPTIBLE, &ans);
-		pfree(key);
+		lf_script_check(e->resource, e->identity, &call, &ans);
 		if (ans.outcome == LF_ANS_INTERRUPTED)
 			lf_lease_interrupted(e->resource, e->identity, e->generation, e->scope, e->ttl_ms, e->min_validity_ms);
 
@@ -989,7 +867,7 @@ release_at_xact_end(bool committed)
 	int			skipped = 0;
 	bool		dying;
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -1012,15 +890,15 @@ release_at_xact_end(bool committed)
 static void
 lease_xact_callback(XactEvent event, void *arg)
 {
-	if (xact_generation_set &&
+	if (reg.xact_generation_set &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		 event == XACT_EVENT_PREPARE))
 	{
-		xact_generation_set = false;
-		xact_generation = 0;
+		reg.xact_generation_set = false;
+		reg.xact_generation = 0;
 		lf_set_lease_generation(false, 0);
 	}
-	if (leases == NIL)
+	if (reg.leases == NIL)
 		return;
 	switch (event)
 	{
@@ -1032,7 +910,7 @@ lease_xact_callback(XactEvent event, void *arg)
 			{
 				ListCell   *lc;
 
-				foreach(lc, leases)
+				foreach(lc, reg.leases)
 				{
 					LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -1077,7 +955,7 @@ release_at_exit(int code, Datum arg)
 	if (!shutting_down)
 		lf_redis_read_deferred(exit_cleanup_deadline());
 
-	foreach(lc, leases)
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 
@@ -1090,8 +968,8 @@ release_at_exit(int code, Datum arg)
 		return;
 
 	if (shutting_down)
-		exit_deadline = lf_now_ms();	/* nothing is tried */
-	foreach(lc, leases)
+		reg.exit_deadline = lf_now_ms();	/* nothing is tried */
+	foreach(lc, reg.leases)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
 

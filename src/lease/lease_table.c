@@ -42,7 +42,7 @@
 #include "catalog/pg_authid.h"
 #include "commands/dbcommands.h"
 #include "fence/fence.h"
-#include "lease/lease.h"
+#include "lease/internal.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "base/stats.h"
@@ -99,14 +99,26 @@ typedef struct ShareEntry
 	int32		slots;			/* slots held (and shares taken) */
 } ShareEntry;
 
-static LeaseTable *table = NULL;
-static int	table_size = 0;
-static HTAB *shares = NULL;
-static LWLock *shares_lock = NULL;
+/*
+ * The table and its shares in shared memory, as this process attached
+ * them.  File-scope: set up once per process (the shmem startup hook).
+ */
+static struct
+{
+	LeaseTable *table;
+	int			size;
+	HTAB	   *shares;
+	LWLock	   *shares_lock;
+} shm;
+
+/* this backend's exit hook is registered (once per process) */
 static bool exit_hook_registered = false;
+
+/* the hooks this module chained (once per process, _PG_init) */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
+/* constants: what lease_fence.all_leases shows for each scope and state */
 static const char *const scope_names[] = {"explicit", "session", "transaction"};
 static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
@@ -144,28 +156,28 @@ table_shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	table = ShmemInitStruct("lease_fence lease table", table_bytes(), &found);
+	shm.table = ShmemInitStruct("lease_fence lease table", table_bytes(), &found);
 	if (!found)
 	{
-		pg_atomic_init_u32(&table->hint, 0);
-		pg_atomic_init_u32(&table->used, 0);
+		pg_atomic_init_u32(&shm.table->hint, 0);
+		pg_atomic_init_u32(&shm.table->used, 0);
 		for (i = 0; i < lf_max_tracked_leases; i++)
 		{
-			pg_atomic_init_u32(&table->slots[i].owner, 0);
-			pg_atomic_init_u32(&table->slots[i].changecount, 0);
+			pg_atomic_init_u32(&shm.table->slots[i].owner, 0);
+			pg_atomic_init_u32(&shm.table->slots[i].changecount, 0);
 		}
 	}
-	table_size = lf_max_tracked_leases;
+	shm.size = lf_max_tracked_leases;
 	{
 		HASHCTL		info;
 
 		memset(&info, 0, sizeof(info));
 		info.keysize = sizeof(uint64);
 		info.entrysize = sizeof(ShareEntry);
-		shares = ShmemInitHash("lease_fence lease table shares", share_entries(), share_entries(),
+		shm.shares = ShmemInitHash("lease_fence lease table shares", share_entries(), share_entries(),
 							   &info, HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
 	}
-	shares_lock = &(GetNamedLWLockTranche("lease_fence lease table"))->lock;
+	shm.shares_lock = &(GetNamedLWLockTranche("lease_fence lease table"))->lock;
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -176,7 +188,7 @@ table_shmem_startup(void)
 static int32
 share_cap(void)
 {
-	int64		cap = (int64) table_size * lf_max_tracked_leases_share / 100;
+	int64		cap = (int64) shm.size * lf_max_tracked_leases_share / 100;
 
 	return (int32) Max(cap, 1);
 }
@@ -186,7 +198,7 @@ static ShareEntry *
 share_entry(uint64 key, bool enter)
 {
 	bool		found;
-	ShareEntry *se = hash_search(shares, &key, enter ? HASH_ENTER_NULL : HASH_FIND, &found);
+	ShareEntry *se = hash_search(shm.shares, &key, enter ? HASH_ENTER_NULL : HASH_FIND, &found);
 
 	if (se != NULL && !found)
 		se->slots = 0;
@@ -202,7 +214,7 @@ share_put(uint64 key)
 	if (se == NULL)
 		return;
 	if (--se->slots <= 0)
-		hash_search(shares, &key, HASH_REMOVE, NULL);
+		hash_search(shm.shares, &key, HASH_REMOVE, NULL);
 }
 
 /*
@@ -221,7 +233,7 @@ share_take(Oid dboid, Oid roleid)
 	ShareEntry *role;
 	bool		taken = false;
 
-	LWLockAcquire(shares_lock, LW_EXCLUSIVE);
+	LWLockAcquire(shm.shares_lock, LW_EXCLUSIVE);
 	db = share_entry(dbkey, true);
 	role = db != NULL ? share_entry(rolekey, true) : NULL;
 	if (db != NULL && role != NULL && db->slots < cap && role->slots < cap)
@@ -234,11 +246,11 @@ share_take(Oid dboid, Oid roleid)
 	{
 		/* an entry entered just now holds nothing: remove it again */
 		if (role != NULL && role->slots == 0)
-			hash_search(shares, &rolekey, HASH_REMOVE, NULL);
+			hash_search(shm.shares, &rolekey, HASH_REMOVE, NULL);
 		if (db != NULL && db->slots == 0)
-			hash_search(shares, &dbkey, HASH_REMOVE, NULL);
+			hash_search(shm.shares, &dbkey, HASH_REMOVE, NULL);
 	}
-	LWLockRelease(shares_lock);
+	LWLockRelease(shm.shares_lock);
 	return taken;
 }
 
@@ -246,17 +258,17 @@ share_take(Oid dboid, Oid roleid)
 static void
 share_give(Oid dboid, Oid roleid)
 {
-	LWLockAcquire(shares_lock, LW_EXCLUSIVE);
+	LWLockAcquire(shm.shares_lock, LW_EXCLUSIVE);
 	share_put(SHARE_KEY(SHARE_DATABASE, dboid));
 	share_put(SHARE_KEY(SHARE_ROLE, roleid));
-	LWLockRelease(shares_lock);
+	LWLockRelease(shm.shares_lock);
 }
 
 /* Does the cluster-wide table exist (lease_fence preloaded)? */
 bool
 lf_table_active(void)
 {
-	return table != NULL;
+	return shm.table != NULL;
 }
 
 /* Write e's fields into its slot, under the slot's change count. */
@@ -295,11 +307,11 @@ free_own_slots(int code, Datum arg)
 {
 	int			i;
 
-	if (table == NULL)
+	if (shm.table == NULL)
 		return;
-	for (i = 0; i < table_size; i++)
+	for (i = 0; i < shm.size; i++)
 	{
-		LeaseSlot  *s = &table->slots[i];
+		LeaseSlot  *s = &shm.table->slots[i];
 		uint32		pid = (uint32) MyProcPid;
 
 		/* (its database and role: written by this backend, read before it goes) */
@@ -310,7 +322,7 @@ free_own_slots(int code, Datum arg)
 
 			if (pg_atomic_compare_exchange_u32(&s->owner, &pid, 0))
 			{
-				pg_atomic_fetch_sub_u32(&table->used, 1);
+				pg_atomic_fetch_sub_u32(&shm.table->used, 1);
 				share_give(dboid, roleid);
 			}
 		}
@@ -329,9 +341,9 @@ lf_table_register(LeaseEntry *e)
 	int			i;
 
 	e->table_slot = -1;
-	if (table == NULL)
+	if (shm.table == NULL)
 		return;
-	if (pg_atomic_read_u32(&table->used) >= (uint32) table_size)
+	if (pg_atomic_read_u32(&shm.table->used) >= (uint32) shm.size)
 	{
 		lf_count(LF_C_ALL_LEASES_OVERFLOW);
 		return;
@@ -346,17 +358,17 @@ lf_table_register(LeaseEntry *e)
 		lf_count(LF_C_ALL_LEASES_CAPPED);
 		return;
 	}
-	start = pg_atomic_fetch_add_u32(&table->hint, 1);
-	for (i = 0; i < table_size; i++)
+	start = pg_atomic_fetch_add_u32(&shm.table->hint, 1);
+	for (i = 0; i < shm.size; i++)
 	{
-		int			n = (int) ((start + (uint32) i) % (uint32) table_size);
-		LeaseSlot  *s = &table->slots[n];
+		int			n = (int) ((start + (uint32) i) % (uint32) shm.size);
+		LeaseSlot  *s = &shm.table->slots[n];
 		uint32		free_owner = 0;
 
 		if (pg_atomic_read_u32(&s->owner) != 0 ||
 			!pg_atomic_compare_exchange_u32(&s->owner, &free_owner, (uint32) MyProcPid))
 			continue;
-		pg_atomic_fetch_add_u32(&table->used, 1);
+		pg_atomic_fetch_add_u32(&shm.table->used, 1);
 		write_slot(s, e, true);
 		e->table_slot = n;
 		return;
@@ -369,9 +381,9 @@ lf_table_register(LeaseEntry *e)
 void
 lf_table_update(LeaseEntry *e)
 {
-	if (table == NULL || e->table_slot < 0)
+	if (shm.table == NULL || e->table_slot < 0)
 		return;
-	write_slot(&table->slots[e->table_slot], e, false);
+	write_slot(&shm.table->slots[e->table_slot], e, false);
 }
 
 /* e was released or dropped from the registry: its slot is free again. */
@@ -380,12 +392,12 @@ lf_table_forget(LeaseEntry *e)
 {
 	LeaseSlot  *s;
 
-	if (table == NULL || e->table_slot < 0)
+	if (shm.table == NULL || e->table_slot < 0)
 		return;
-	s = &table->slots[e->table_slot];
+	s = &shm.table->slots[e->table_slot];
 	e->table_slot = -1;
 	pg_atomic_write_u32(&s->owner, 0);
-	pg_atomic_fetch_sub_u32(&table->used, 1);
+	pg_atomic_fetch_sub_u32(&shm.table->used, 1);
 	share_give(MyDatabaseId, e->role);
 }
 
@@ -446,7 +458,7 @@ put_row(ReturnSetInfo *rsinfo, const LeaseSlot *s, const char *ka_state)
 static bool
 read_slot(int n, LeaseSlot *out)
 {
-	LeaseSlot  *s = &table->slots[n];
+	LeaseSlot  *s = &shm.table->slots[n];
 
 	for (;;)
 	{
@@ -482,7 +494,7 @@ lf_table_rows(ReturnSetInfo *rsinfo)
 	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
-	for (i = 0; i < table_size; i++)
+	for (i = 0; i < shm.size; i++)
 	{
 		if (!read_slot(i, copy))
 			continue;
@@ -528,14 +540,14 @@ lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid
 	int			i;
 	bool		found = false;
 
-	if (table == NULL)
+	if (shm.table == NULL)
 		return false;
 	copy = palloc(sizeof(LeaseSlot));
-	for (i = 0; i < table_size && !found; i++)
+	for (i = 0; i < shm.size && !found; i++)
 	{
 		/* a first look, unlocked, at the identity only: copy just the candidates */
-		if (pg_atomic_read_u32(&table->slots[i].owner) == 0 ||
-			strncmp(table->slots[i].identity, identity, sizeof(copy->identity) - 1) != 0)
+		if (pg_atomic_read_u32(&shm.table->slots[i].owner) == 0 ||
+			strncmp(shm.table->slots[i].identity, identity, sizeof(copy->identity) - 1) != 0)
 			continue;
 		if (!read_slot(i, copy) || copy->state == STATE_RELEASED ||
 			strcmp(copy->identity, identity) != 0 || strcmp(copy->resource, resource) != 0)

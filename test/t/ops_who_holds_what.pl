@@ -152,7 +152,7 @@ need($lb->{status}, 'acquired', 'B acquires job:43');
 	$redis->cli('SET', gkey('job:garbled'), 'not-a-generation');
 	($err) = (run_sql($node, "SELECT lease_fence.holder('job:garbled')", user => 'lf_a'))[1];
 	is(sqlstate($err), 'XX001', 'holder: a generation key holding no generation is ERROR XX001');
-	like($err, qr/the generation key of resource "job:garbled" holds no generation/,
+	like($err, qr/the generation key of resource "job:garbled" does not hold a generation/,
 		'holder: ... which names the resource');
 	$redis->cli('DEL', gkey('job:garbled'));
 }

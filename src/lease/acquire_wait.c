@@ -1,0 +1,208 @@
+/*-------------------------------------------------------------------------
+ *
+ * acquire_wait.c
+ *	  An acquire that waits while the lease is busy (wait_ms): the
+ *	  subscription to the resource's release channel and the backoff loop.
+ *
+ * Invariants: the wait ends by its deadline, each of its requests by the
+ * wait's hard deadline (one command_timeout_ms later); a release between
+ * a busy answer and the subscription is not missed (another attempt
+ * follows the subscription); the subscription ends with the wait.
+ *
+ * IDENTIFICATION
+ *	  src/lease/acquire_wait.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "lease/internal.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
+
+#define LF_WAIT_POLL_MAX_MS 250
+/* a subscribed waiter looks again at least this often (a lost message) */
+#define LF_WAIT_RECHECK_MS 1000
+/* stale answers retried in one wait (each heals the next generation) */
+#define LF_WAIT_MAX_STALE 3
+
+/* ms in [ms/2, ms]: waiters that polled together do not stay in step */
+static int64
+jittered(int64 ms)
+{
+	uint32		r;
+
+	if (ms < 2 || !pg_strong_random(&r, sizeof(r)))
+		return ms;
+	return ms / 2 + (int64) (r % (uint32) (ms / 2 + 1));
+}
+
+/*
+ * Acquire, waiting until deadline while the lease is busy.  The wait is
+ * woken by the release script's message on the resource's channel (a
+ * subscription made after the first busy answer, and followed by another
+ * attempt, so a release in between is not missed), by the holder's lease
+ * running out (the busy answer's PTTL), and, without a subscription, by a
+ * jittered backoff.  The attempts of one wait share a generation until one
+ * is not busy (see lf_acquire_once).
+ */
+static Datum
+acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, int64 deadline)
+{
+	bool		subscribed = false;
+	bool		no_subscription = false;
+	bool		waited = false;
+	int			stale = 0;
+	int64		poll = 10;
+	int64		spare = 0;
+
+	for (;;)
+	{
+		int64		pttl = -1;
+		Datum		row = (Datum) 0;
+		bool		retry = false;
+		LfCounter	status = lf_acquire_once(fcinfo, req, a, &spare, &pttl, &row, &retry);
+		int64		now;
+		int64		wake;
+		int			w;
+
+		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry)
+			return row;
+		now = lf_now_ms();
+		if (retry)
+		{
+			/*
+			 * Nothing held, but no answer either (Redis unreachable, a
+			 * failover under way, an unknown outcome released again): not
+			 * yet.  Try again after the backoff of an unsubscribed wait;
+			 * at the deadline, this attempt's outcome is the answer.
+			 */
+			int			rc;
+
+			if (now >= deadline)
+				return row;
+			wake = Min(deadline, now + jittered(poll));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), lf_wait_event());
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
+		{
+			if (waited && status == LF_C_ACQUIRE_BUSY)
+				lf_count(LF_C_WAIT_DEADLINE);
+			return lf_status_row(fcinfo, req, status, a->resource);
+		}
+		if (status == LF_C_ACQUIRE_STALE)
+			continue;			/* healed: the next generation is above */
+		if (!waited)
+		{
+			lf_count(LF_C_WAIT_WAITED);
+			waited = true;
+		}
+		if (!subscribed && !no_subscription)
+		{
+			char		err[LF_ERRLEN];
+
+			if (lf_subscribe_release(a->resource, lf_request_timeout(req, lf_connect_timeout_ms), err))
+				subscribed = true;
+			else
+			{
+				char		buf[LF_ERRLEN];
+
+				no_subscription = true;
+				ereport(DEBUG1,
+						errmsg("lease_fence: waiting for resource \"%s\" without a subscription: %s",
+							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
+			}
+			continue;			/* a release before the subscription was missed: ask again */
+		}
+
+		/* until the holder's lease runs out, a release, or the deadline */
+		wake = deadline;
+		if (pttl >= 0)
+			wake = Min(wake, now + pttl + 1);
+		if (subscribed)
+			wake = Min(wake, now + LF_WAIT_RECHECK_MS);
+		else
+		{
+			wake = Min(wake, now + jittered(poll));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+		}
+		if (!subscribed)
+		{
+			int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									   (long) Max(wake - now, 1), lf_wait_event());
+
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		w = lf_subscriber_wait(wake);
+		if (w == 1)
+			lf_count(LF_C_WAIT_WOKEN);
+		else if (w == -1)
+		{
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					errcode(ERRCODE_QUERY_CANCELED),
+					errmsg("lease_fence: wait for resource \"%s\" interrupted", a->resource));
+		}
+		else if (w == -2)
+		{
+			/*
+			 * The subscription is gone: poll from here on.  Its server may
+			 * be going down (killed, failing over) while the connection the
+			 * next attempt would use does not show it yet: drop that one
+			 * too, so that the attempt connects anew ("unavailable", tried
+			 * again) instead of sending into a dying connection (an
+			 * unknown outcome), and wait a poll interval first.
+			 */
+			int			rc;
+
+			subscribed = false;
+			no_subscription = true;
+			(void) lf_redis_disconnect_all();
+			now = lf_now_ms();
+			wake = Min(deadline, now + jittered(poll));
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), lf_wait_event());
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+/*
+ * acquire_waiting until deadline, each of its requests bounded by the
+ * wait's hard deadline (req->hard_deadline, for this call only); the
+ * wait's subscription ends with it, however it ends.
+ */
+Datum
+lf_acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, int64 deadline)
+{
+	volatile Datum result = (Datum) 0;
+
+	req->hard_deadline = deadline + lf_command_timeout_ms;
+	PG_TRY();
+	{
+		result = acquire_waiting(fcinfo, req, a, deadline);
+	}
+	PG_CATCH();
+	{
+		req->hard_deadline = 0;
+		lf_subscriber_close();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	req->hard_deadline = 0;
+	lf_subscriber_close();
+	return result;
+}
+
