@@ -32,7 +32,6 @@
 #include "base/stats.h"
 #include "fence/fence.h"				/* LF_MAX_RESOURCE */
 #include "lease/lease.h"
-#include "lease/script_shim.h"	/* temporary: the typed script calls */
 #include "redis/redis.h"
 
 typedef enum LeaseScope

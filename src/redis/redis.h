@@ -210,8 +210,4 @@ extern uint64 lf_owner_connection_serial(void);
 extern bool lf_subscribe_release(const char *resource, int timeout_ms, char *err);
 extern void lf_scripts_init(void);
 
-/* until the lease layer calls the typed functions: removed at the merge */
-#include "redis/internal.h"
-/* (end of the temporary block) */
-
 #endif							/* LF_REDIS_H */
