@@ -20,8 +20,8 @@
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
 #              then examples/java compiled and run against the jar
-#   - go       builds offline against Debian's Go sources (/usr/share/gocode,
-#              GOPATH mode), runs its go test suite and examples/go
+#   - go       go test ./... offline, Debian's Go sources (/usr/share/gocode)
+#              as vendor/ (clients/go/vendor.sh), and examples/go
 #   - ruby     gem build, gem install --local into a fresh GEM_HOME, its
 #              minitest suite (pg, ActiveRecord 6.1, Sidekiq 6.4) and
 #              examples/ruby run with the installed gem
