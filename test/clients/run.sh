@@ -22,8 +22,8 @@
 #              then examples/java compiled and run against the jar
 #   - go       go test ./... offline, Debian's Go sources (/usr/share/gocode)
 #              as vendor/ (clients/go/vendor.sh), and examples/go
-#   - ruby     gem build, gem install --local into a fresh GEM_HOME, its
-#              minitest suite (pg, ActiveRecord 6.1, Sidekiq 6.4) and
+#   - ruby     gem build, gem install --local into a fresh GEM_HOME, rake test
+#              (minitest: pg, ActiveRecord 6.1, Sidekiq 6.4) and
 #              examples/ruby run with the installed gem
 # stops everything, and prints "N passed, N failed" (one per test case).
 #   LF_CLIENTS="python node java go ruby"   which libraries
@@ -62,7 +62,7 @@ case " $LF_CLIENTS " in
 *" go "*) lf_need_packages golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev || exit 1 ;;
 esac
 case " $LF_CLIENTS " in
-*" ruby "*) lf_need_packages ruby ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1 ;;
+*" ruby "*) lf_need_packages ruby rake ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1 ;;
 esac
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.
