@@ -19,7 +19,8 @@
 #   - node     npm ci, tsc, npm pack; installs the tarball into an empty app,
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
-#              then examples/java compiled and run against the jar
+#              mvn test and mvn package offline, then examples/java
+#              compiled and run against the jar
 #   - go       go test ./... offline, Debian's Go sources (/usr/share/gocode)
 #              as vendor/ (clients/go/vendor.sh), and examples/go
 #   - ruby     gem build, gem install --local into a fresh GEM_HOME, rake test
@@ -52,7 +53,7 @@ esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
 	python3-pytest python3-pytest-asyncio python3-venv python3-pip python3-setuptools \
 	python3-wheel python3-build python3-asyncpg python3-redis \
-	"$jdk" libpostgresql-jdbc-java junit5 \
+	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
