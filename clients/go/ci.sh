@@ -37,7 +37,7 @@ mkdir -p "$mod" "$app" "$work/gocache" &&
 	cp "$here"/*.go "$here"/go.mod "$here"/vendor.sh "$mod/" &&
 	cp "$src"/examples/go/two_holders/*.go "$src"/examples/go/two_holders/go.mod "$app/" &&
 	bash "$here/vendor.sh" "$mod" && bash "$here/vendor.sh" "$app" || { failed=1; finish; }
-export GOCACHE=${LF_GOCACHE:-$work/gocache} GOFLAGS=-mod=vendor GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0
+export GOCACHE=${LF_GOCACHE:-$work/gocache} GOFLAGS="-mod=vendor -trimpath" GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0
 
 echo "== go: go vet ./..."
 if (cd "$mod" && go vet ./...) >"$work/vet.log" 2>&1; then

@@ -47,7 +47,7 @@ command -v go >/dev/null || { echo "not ok 1 - go: go not found (Debian: golang-
 mod=$work/mod
 mkdir -p "$mod" && cp "$here"/*.go "$here"/go.mod "$mod/" && bash "$here/vendor.sh" "$mod" ||
 	{ echo "not ok 1 - go: cannot copy the module into $mod and vendor it"; exit 1; }
-export GOCACHE=${LF_GOCACHE:-$work/gocache} GOFLAGS=-mod=vendor GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0
+export GOCACHE=${LF_GOCACHE:-$work/gocache} GOFLAGS="-mod=vendor -trimpath" GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0
 
 cd "$mod" || exit 1
 LF_ANSWERS=$answers go test -count=1 -v \

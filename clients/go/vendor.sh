@@ -54,13 +54,10 @@ while read -r mod version; do
 	# directories, not a nested module
 	nested=$(cd "$root" && find . -mindepth 2 -name go.mod -printf '%h/\n' | sed 's|^\./||')
 	(cd "$root" && find . \( -name testdata -o -name '[._]?*' -o -name vendor \) -prune -o \
-		-type d -print) | sed 's|^\./\?||' | sort | while read -r sub; do
-		d=$root${sub:+/$sub}
+		-name '*.go' -printf '%h\n') | sed 's|^\.\(/\)\?||' | sort -u | while read -r sub; do
 		inner=0
 		for n in $nested; do [[ "$sub/" == "$n"* ]] && inner=1; done
-		[ "$inner" -eq 0 ] || continue
-		ls "$d"/*.go >/dev/null 2>&1 || continue
-		echo "$mod${sub:+/$sub}"
+		[ "$inner" -eq 0 ] && echo "$mod${sub:+/$sub}"
 	done
 done <<<"$mods" >"$dir/vendor/modules.txt"
 # the replacements themselves, as `go mod vendor` records them
