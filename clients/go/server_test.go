@@ -270,12 +270,19 @@ func TestAcquireBusyIsLeaseBusy(t *testing.T) {
 // A generation key that holds no generation: the server's XX001 is
 // ErrDataCorrupted, for Acquire, TryAcquire and Job alike; neither a
 // denial nor unknown, and still pgx's *pgconn.PgError underneath.
+//
+// The value is longer than any generation: the script compares generations
+// by length first, so a shorter one ("abc") is below a generation of 4
+// digits and would be overwritten, once an earlier test has healed a stale
+// answer and moved the generations past 999.
+const corruptGeneration = "xxxxxxxxxxxxxxxxxxxx"
+
 func TestCorruptGenerationKeyIsDataCorrupted(t *testing.T) {
 	needServers(t)
 	ctx := context.Background()
 	c := connect(t)
 	res := resourceName(t)
-	redisDo(t, "SET", leaseKey(res)+":gen", "abc")
+	redisDo(t, "SET", leaseKey(res)+":gen", corruptGeneration)
 	defer redisDo(t, "DEL", leaseKey(res)+":gen")
 	calls := map[string]func() error{
 		"Acquire":    func() error { _, err := Acquire(ctx, c, res, 10000); return err },

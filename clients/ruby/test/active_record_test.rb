@@ -173,7 +173,7 @@ class ActiveRecordTest < Minitest::Test
   # PG::DataCorrupted) is DataCorrupted too; the connection stays usable
   def test_corrupt_generation_key_on_an_activerecord_connection_is_data_corrupted
     res = LFTest.resource("ar-corrupt")
-    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", "abc")
+    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", LFTest::CORRUPT_GENERATION)
     e = assert_raises(LeaseFence::DataCorrupted) { LeaseFence.acquire(@ar, res, ttl_ms: 10_000) }
     assert_equal "XX001", e.sqlstate
     assert_kind_of ActiveRecord::StatementInvalid, e.cause

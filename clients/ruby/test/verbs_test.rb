@@ -95,7 +95,7 @@ class VerbsTest < Minitest::Test
   # DataCorrupted (still a PG::DataCorrupted), for every verb that acquires
   def test_corrupt_generation_key_is_data_corrupted
     res = LFTest.resource("corrupt")
-    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", "abc")
+    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", LFTest::CORRUPT_GENERATION)
     [-> { LeaseFence.acquire(@conn, res, ttl_ms: 10_000) },
      -> { LeaseFence.try_acquire(@conn, res, ttl_ms: 10_000) },
      -> { LeaseFence.job(@conn, res, ttl_ms: 10_000) { flunk "the job ran under a corrupt generation key" } }]
