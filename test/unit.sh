@@ -38,9 +38,9 @@ case $(. /etc/os-release && echo "$VERSION_ID") in
 *) jdk=default-jdk-headless ;;
 esac
 need=(make gcc libhiredis-dev "postgresql-server-dev-$LF_DEBIAN_MAJOR" python3 python3-pytest python3-redis)
-[[ " $parts " == *" java "* ]] && need+=("$jdk" junit5 libpostgresql-jdbc-java)
+[[ " $parts " == *" java "* ]] && need+=("$jdk" junit5 libpostgresql-jdbc-java libgoogle-gson-java)
 [[ " $parts " == *" go "* ]] && need+=(golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev)
-[[ " $parts " == *" ruby "* ]] && need+=(ruby ruby-pg ruby-minitest)
+[[ " $parts " == *" ruby "* ]] && need+=(ruby rake ruby-pg ruby-minitest)
 if [[ " $parts " == *" node "* ]]; then
 	command -v node >/dev/null 2>&1 || need+=(nodejs)
 	command -v npm >/dev/null 2>&1 || need+=(npm)

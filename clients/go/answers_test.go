@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/jackc/pgconn"
 )
 
 func answersPath(t *testing.T) string {
@@ -185,6 +187,7 @@ func TestReleaseUnexpectedStatus(t *testing.T) {
 
 // Translate maps by SQLSTATE, never by message text.
 func TestTranslateBySQLState(t *testing.T) {
+	var fe0 *FenceError
 	for code, sentinel := range fenceSentinels {
 		pe := &pgconnError{Code: code, Message: "anything", SchemaName: "public", TableName: "account", ColumnName: "fence", ConstraintName: "res"}
 		err := Translate(fmt.Errorf("wrapped: %w", pe.pg()))
@@ -201,6 +204,15 @@ func TestTranslateBySQLState(t *testing.T) {
 				t.Errorf("%s also matches %s", code, other)
 			}
 		}
+	}
+	// XX001 is ErrDataCorrupted, never a fence error; pgx's error stays underneath
+	dc := dataCorrupted(fmt.Errorf("wrapped: %w", (&pgconnError{Code: "XX001", Message: "corrupt"}).pg()))
+	var under *pgconn.PgError
+	if !errors.Is(dc, ErrDataCorrupted) || !errors.As(dc, &under) || under.Code != "XX001" || errors.As(Translate(dc), &fe0) {
+		t.Errorf("XX001: %v (%T)", dc, dc)
+	}
+	if other := (&pgconnError{Code: "XX000"}).pg(); dataCorrupted(other) != error(other) {
+		t.Error("XX000 became DataCorrupted")
 	}
 	// the message of LF001 on another code is not a fence error
 	pe := &pgconnError{Code: "23505", Message: "stale generation"}

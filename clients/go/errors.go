@@ -9,8 +9,9 @@ import (
 
 // Sentinel errors, for errors.Is. The errors this package returns carry
 // details: *FenceError (a write or COMMIT refused, by SQLSTATE),
-// *LeaseError (a lease not granted or not renewed: a definite no) and
-// *LeaseUnknownError (the outcome is unknown).
+// *LeaseError (a lease not granted or not renewed: a definite no),
+// *LeaseUnknownError (the outcome is unknown) and *DataCorruptedError
+// (SQLSTATE XX001).
 var (
 	// ErrStaleGeneration: SQLSTATE LF001, a newer holder's generation is stored.
 	ErrStaleGeneration = errors.New("lease_fence: stale generation (LF001)")
@@ -44,6 +45,14 @@ var (
 	// ErrLeaseUnknown: the request may have been applied; deliberately not
 	// an ErrLeaseDenied. Every *LeaseUnknownError is one.
 	ErrLeaseUnknown = errors.New("lease_fence: lease outcome unknown")
+
+	// ErrDataCorrupted: SQLSTATE XX001, data corrupted: a key in Redis holds
+	// what lease_fence never writes there (a generation key that is not a
+	// generation, one far above what the database issued, an oversized
+	// value). Nothing was acquired; no retry helps: a person must look at
+	// the key. Every *DataCorruptedError is one; the name is the other
+	// libraries' DataCorrupted.
+	ErrDataCorrupted = errors.New("lease_fence: data corrupted (XX001)")
 
 	// ErrInvalidArgument: refused before anything was sent.
 	ErrInvalidArgument = errors.New("lease_fence: invalid argument")
@@ -113,6 +122,42 @@ func Translate(err error) error {
 	return &FenceError{SQLState: pe.Code, Message: pe.Message, Detail: pe.Detail,
 		Schema: pe.SchemaName, Table: pe.TableName, Column: pe.ColumnName,
 		Resource: pe.ConstraintName, Err: pe}
+}
+
+// DataCorruptedError is a lease_fence call that the server refused with
+// SQLSTATE XX001 (data corrupted). errors.Is(err, ErrDataCorrupted) is true;
+// Unwrap gives pgx's *pgconn.PgError, as before the library named it.
+type DataCorruptedError struct {
+	Message string // the server's primary message
+	Detail  string
+	Err     *pgconn.PgError
+}
+
+func (e *DataCorruptedError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("%s (SQLSTATE XX001; %s)", e.Message, e.Detail)
+	}
+	return fmt.Sprintf("%s (SQLSTATE XX001)", e.Message)
+}
+
+// Unwrap returns the driver's error.
+func (e *DataCorruptedError) Unwrap() error { return e.Err }
+
+// Is matches ErrDataCorrupted.
+func (e *DataCorruptedError) Is(target error) bool { return target == ErrDataCorrupted }
+
+// dataCorrupted: err as a *DataCorruptedError when its chain holds a
+// *pgconn.PgError with SQLSTATE XX001, else unchanged.
+func dataCorrupted(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || pe.Code != "XX001" {
+		return err
+	}
+	var dc *DataCorruptedError
+	if errors.As(err, &dc) {
+		return err
+	}
+	return &DataCorruptedError{Message: pe.Message, Detail: pe.Detail, Err: pe}
 }
 
 // LeaseError is a lease that was not granted or not renewed: a definite no.

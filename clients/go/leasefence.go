@@ -188,11 +188,11 @@ func batch(ctx context.Context, c *pgx.Conn, stmts ...stmt) ([]*pgconn.Result, e
 	}
 	res, err := c.PgConn().ExecBatch(ctx, b).ReadAll()
 	if err != nil {
-		return res, err
+		return res, dataCorrupted(err)
 	}
 	for _, r := range res {
 		if r.Err != nil {
-			return res, r.Err
+			return res, dataCorrupted(r.Err)
 		}
 	}
 	return res, nil

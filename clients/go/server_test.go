@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/jackc/pgconn"
 	"github.com/jackc/pgx/v4"
 	"github.com/jackc/pgx/v4/pgxpool"
 )
@@ -263,6 +264,47 @@ func TestAcquireBusyIsLeaseBusy(t *testing.T) {
 	if l != nil || !errors.Is(err, ErrLeaseBusy) || !errors.Is(err, ErrLeaseDenied) || errors.Is(err, ErrLeaseUnknown) ||
 		!errors.As(err, &le) || le.Status != "busy" || le.Lease == nil || le.Lease.Resource != res {
 		t.Fatalf("busy acquire: %+v, %v", l, err)
+	}
+}
+
+// A generation key that holds no generation: the server's XX001 is
+// ErrDataCorrupted, for Acquire, TryAcquire and Job alike; neither a
+// denial nor unknown, and still pgx's *pgconn.PgError underneath.
+//
+// The value is longer than any generation: the script compares generations
+// by length first, so a shorter one ("abc") is below a generation of 4
+// digits and would be overwritten, once an earlier test has healed a stale
+// answer and moved the generations past 999.
+const corruptGeneration = "xxxxxxxxxxxxxxxxxxxx"
+
+func TestCorruptGenerationKeyIsDataCorrupted(t *testing.T) {
+	needServers(t)
+	ctx := context.Background()
+	c := connect(t)
+	res := resourceName(t)
+	redisDo(t, "SET", leaseKey(res)+":gen", corruptGeneration)
+	defer redisDo(t, "DEL", leaseKey(res)+":gen")
+	calls := map[string]func() error{
+		"Acquire":    func() error { _, err := Acquire(ctx, c, res, 10000); return err },
+		"TryAcquire": func() error { _, err := TryAcquire(ctx, c, res, 10000); return err },
+		"Job": func() error {
+			return Job(ctx, c, res, 10000, func(context.Context, *Lease, *pgx.Conn) error {
+				t.Error("Job ran its work under a corrupt generation key")
+				return nil
+			})
+		},
+	}
+	for name, call := range calls {
+		err := call()
+		var dc *DataCorruptedError
+		var pe *pgconn.PgError
+		if !errors.Is(err, ErrDataCorrupted) || !errors.As(err, &dc) || !errors.As(err, &pe) ||
+			pe.Code != "XX001" || errors.Is(err, ErrLeaseDenied) || errors.Is(err, ErrLeaseUnknown) {
+			t.Errorf("%s: %v (%T)", name, err, err)
+		}
+	}
+	if keyExists(t, res) {
+		t.Error("a lease key was set")
 	}
 }
 

@@ -4,20 +4,17 @@
 #   bash clients/go/unit.sh      (from anywhere; test/unit.sh runs it from
 #                                 the repository root)
 #
-# Builds the library offline against Debian's Go sources (golang-go,
-# golang-github-jackc-pgx-v4-dev, golang-github-gomodule-redigo-dev under
-# /usr/share/gocode), as Debian's own Go builds do: GOPATH mode, the module
-# copied to $work/gopath/src/<module path>; then runs only the tests that
-# need no server — TestAnswerTable (every "statuses" row of
-# scripts/answers.json against acquireResult / renewResult / releaseResult),
-# TestReleaseUnexpectedStatus, TestTranslateBySQLState — with `go test -v`,
-# and prints one TAP line per test case ("ok N - ..." / "not ok N - ...").
-# No server, no network.
+# A copy of the module in the work dir, vendor/ made by vendor.sh (Debian's
+# Go sources: no module proxy, no network), then only the tests that need
+# no server — TestAnswerTable (every "statuses" row of scripts/answers.json
+# against acquireResult / renewResult / releaseResult),
+# TestReleaseUnexpectedStatus, TestTranslateBySQLState — with
+# `go test -v ./...`, one TAP line per test case.
 #
 # Environment:
 #   LF_UNIT_WORK   an empty writable directory for the build (default: a new
 #                  mktemp directory, removed at the end); nothing is written
-#                  into the source tree (GOPATH and GOCACHE are there too)
+#                  into the source tree (GOCACHE is there too, or LF_GOCACHE)
 #   LF_ANSWERS     the answer table to test against (default: scripts/answers.json
 #                  of this repository), e.g. an edited copy, to see a changed row fail
 #
@@ -27,7 +24,6 @@ set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-module=github.com/leasefence/lease_fence/clients/go
 
 if [ -n "${LF_UNIT_WORK:-}" ]; then
 	work=$LF_UNIT_WORK/go
@@ -48,12 +44,14 @@ command -v go >/dev/null || { echo "not ok 1 - go: go not found (Debian: golang-
 [ -d /usr/share/gocode/src/github.com/jackc/pgx/v4 ] ||
 	{ echo "not ok 1 - go: no pgx v4 under /usr/share/gocode (Debian: golang-github-jackc-pgx-v4-dev)"; exit 1; }
 
-. "$here/goenv.sh"
-lf_go_env "$work" "$here" || { echo "not ok 1 - go: cannot copy the module into $work"; exit 1; }
+mod=$work/mod
+mkdir -p "$mod" && cp "$here"/*.go "$here"/go.mod "$mod/" && bash "$here/vendor.sh" "$mod" ||
+	{ echo "not ok 1 - go: cannot copy the module into $mod and vendor it"; exit 1; }
+export GOCACHE=${LF_GOCACHE:-$work/gocache} GOFLAGS="-mod=vendor -trimpath" GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0
 
-cd "$work/gopath/src/$module" || exit 1
+cd "$mod" || exit 1
 LF_ANSWERS=$answers go test -count=1 -v \
-	-run '^(TestAnswerTable|TestReleaseUnexpectedStatus|TestTranslateBySQLState)$' . >"$work/unit.log" 2>&1
+	-run '^(TestAnswerTable|TestReleaseUnexpectedStatus|TestTranslateBySQLState)$' ./... >"$work/unit.log" 2>&1
 go_rc=$?
 bash "$here/gotap.sh" <"$work/unit.log" | grep -v '^# counts: '
 tap_rc=${PIPESTATUS[0]}

@@ -7,7 +7,8 @@
 #                         when LF_JDBC_URL is set, run the tests with the
 #                         JUnit console launcher
 #
-# Only Debian's jars: pgjdbc (libpostgresql-jdbc-java) and JUnit 5 (junit5),
+# Only Debian's jars: pgjdbc (libpostgresql-jdbc-java), and for the tests
+# JUnit 5 (junit5) and Gson (libgoogle-gson-java: the answer table's JSON),
 # found under /usr/share/java (or LF_JAVA_LIB) by name, whatever their version.
 # No Maven (pom.xml is there for Maven users; ci.sh checks it), no Gradle, no
 # network.
@@ -54,6 +55,7 @@ command -v jar >/dev/null || { log "jar not found (a JDK, not a JRE)"; exit 1; }
 
 PGJDBC=$(need_jar postgresql libpostgresql-jdbc-java)
 JUPITER_API=$(need_jar junit-jupiter-api junit5)
+GSON=$(need_jar gson libgoogle-gson-java)
 OPENTEST4J=$(find_jar opentest4j || true)
 APIGUARDIAN=$(find_jar apiguardian-api || true)
 COMMONS=$(find_jar junit-platform-commons || true)
@@ -82,7 +84,7 @@ jar --create --file "$BUILD/lease-fence.jar" --manifest "$BUILD/MANIFEST.MF" \
 log "wrote $BUILD/lease-fence.jar"
 
 # the tests, against the jar (as a user would)
-test_cp=$BUILD/lease-fence.jar:$PGJDBC:$JUPITER_API
+test_cp=$BUILD/lease-fence.jar:$PGJDBC:$JUPITER_API:$GSON
 for j in "$OPENTEST4J" "$APIGUARDIAN" "$COMMONS"; do
 	[ -n "$j" ] && test_cp=$test_cp:$j
 done
@@ -104,7 +106,7 @@ help=$(java -jar "$STANDALONE" --help 2>&1 || true)
 if printf '%s\n' "$help" | grep -qE '^[[:space:]]+execute([[:space:]]|$)'; then
 	launcher+=(execute)
 fi
-run_cp=$BUILD/test-classes:$BUILD/lease-fence.jar:$PGJDBC
+run_cp=$BUILD/test-classes:$BUILD/lease-fence.jar:$PGJDBC:$GSON
 mkdir -p "$BUILD/test-reports"
 rc=0
 "${launcher[@]}" --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests \

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# clients/java/ci.sh — build the Java client, run its JUnit tests, check that
-# pom.xml builds it offline with Debian's Maven (when installed), and run the
-# example examples/java/TwoHolders.java against the built jar, as a user would.
+# clients/java/ci.sh — build the Java client and run its JUnit tests
+# (build.sh), run them again through the library's test command `mvn test`
+# offline with Debian's Maven (when installed) and package the jar with it,
+# and run the example examples/java/TwoHolders.java against the built jar,
+# as a user would.
 #
 # Run by test/clients/run.sh from a copy of the tree, cwd = clients/java, with
 # LF_JDBC_URL, LF_JDBC_USER, LF_JDBC_PASSWORD_FILE, LF_REDIS_SOCK, LF_SRC and
 # LF_CLIENT_WORK (a writable empty dir: the build goes there; build/ here
 # without it). The last line is exactly "java: N passed, N failed": N counts
-# the JUnit test cases (skipped ones in neither), the Maven check and the example; a build that
-# fails, or a launcher that writes no report, counts as one failure.
+# the JUnit test cases of build.sh (skipped ones in neither), `mvn test`
+# (one), `mvn package` (one) and the example; a build that fails, or a
+# launcher that writes no report, counts as one failure.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,13 +48,15 @@ else
 	failed=$((failed + 1))
 fi
 
-# pom.xml: the same sources and tests through Debian's Maven, offline, against
-# Debian's repository (/usr/share/maven-repo); the server tests skip themselves
-# here (no LF_JDBC_URL), so this checks the build, the packaging and the
-# server-less tests. Skipped, and said so, when maven or its plugins are not
+# pom.xml: `mvn test`, the library's own test command, with the same sources
+# and tests through Debian's Maven, offline, against Debian's repository
+# (/usr/share/maven-repo; .mvn/maven.config says so), against this run's
+# servers: every test runs (a skipped one counts as a failure: the servers
+# are there); then `mvn package` (tests not run again) makes the jar. Each
+# is one case. Skipped, and said so, when maven or its plugins are not
 # installed (test/clients/run.sh installs them; Debian: maven libmaven-compiler-plugin-java
 # libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
-# libmaven-install-plugin-java).
+# libmaven-install-plugin-java libgoogle-gson-java).
 if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
 	# the versions this repository holds (pom.xml names Debian 12's; Debian 13
 	# packages newer ones): the highest numbered directory of each artifact
@@ -59,6 +64,7 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 	versions=()
 	for pv in lf.pgjdbc.version=org/postgresql/postgresql \
 		lf.junit.version=org/junit/jupiter/junit-jupiter \
+		lf.gson.version=com/google/code/gson/gson \
 		lf.resources.version=org/apache/maven/plugins/maven-resources-plugin \
 		lf.compiler.version=org/apache/maven/plugins/maven-compiler-plugin \
 		lf.surefire.version=org/apache/maven/plugins/maven-surefire-plugin \
@@ -67,9 +73,26 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 		v=$(ls -1 "$repo/${pv#*=}" 2>/dev/null | grep -E '^[0-9]' | sort -V | tail -n 1)
 		[ -n "$v" ] && versions+=("-D${pv%%=*}=$v")
 	done
-	echo "== java: mvn -o package (Debian's maven-repo: ${versions[*]}; build in $BUILD/maven)"
-	if env -u LF_JDBC_URL mvn -o -B -q -f "$here/pom.xml" -Dmaven.repo.local="$repo" "${versions[@]}" \
-		-Dlf.maven.target="$BUILD/maven" package >"$BUILD/maven.log" 2>&1 &&
+	mvn_args=(-o -B -q -Dmaven.repo.local="$repo" "${versions[@]}" -Dlf.maven.target="$BUILD/maven")
+	echo "== java: mvn test (Debian's maven-repo: ${versions[*]}; build in $BUILD/maven)"
+	rc=0
+	(cd "$here" && mvn "${mvn_args[@]}" test) >"$BUILD/maven-test.log" 2>&1 || rc=$?
+	# tests skipped failures errors, summed over surefire's reports
+	read -r mt ms mf me < <(cat "$BUILD"/maven/surefire-reports/TEST-*.xml 2>/dev/null |
+		grep -o '<testsuite [^>]*' | awk '{
+			for (i = 1; i <= NF; i++) if (split($i, kv, "=") == 2) { gsub(/"/, "", kv[2]); n[kv[1]] += kv[2] }
+		} END { printf "%d %d %d %d\n", n["tests"], n["skipped"], n["failures"], n["errors"] }')
+	echo "== java: mvn test: exit $rc; $mt tests, $ms skipped, $mf failures, $me errors"
+	if [ "$rc" -eq 0 ] && [ "$mt" -gt 0 ] && [ $((ms + mf + me)) -eq 0 ]; then
+		passed=$((passed + 1))
+		echo "== java: mvn test passed"
+	else
+		tail -n 60 "$BUILD/maven-test.log"
+		failed=$((failed + 1))
+		echo "== java: mvn test FAILED"
+	fi
+	echo "== java: mvn package -DskipTests"
+	if (cd "$here" && mvn "${mvn_args[@]}" -DskipTests package) >"$BUILD/maven.log" 2>&1 &&
 		[ -f "$BUILD/maven/lease-fence-1.4.0.jar" ]; then
 		passed=$((passed + 1))
 		echo "== java: mvn package passed"
@@ -79,7 +102,7 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 		echo "== java: mvn package FAILED"
 	fi
 else
-	echo "== java: mvn package SKIPPED: Debian's maven and its plugins are not installed"
+	echo "== java: mvn test and package SKIPPED: Debian's maven and its plugins are not installed"
 fi
 
 # The example, compiled and run against the jar on a classpath

@@ -58,7 +58,8 @@ command -v javac >/dev/null || { echo "not ok 1 - java: javac not found (Debian:
 pgjdbc=$(need_jar postgresql libpostgresql-jdbc-java) || exit 1
 standalone=$(need_jar junit-platform-console-standalone junit5) || exit 1
 api=$(need_jar junit-jupiter-api junit5) || exit 1
-cp=$pgjdbc:$api
+gson=$(need_jar gson libgoogle-gson-java) || exit 1
+cp=$pgjdbc:$api:$gson
 for j in opentest4j apiguardian-api junit-platform-commons; do
 	f=$(ls -1 "$LIB/$j.jar" "$LIB"/"$j"-[0-9]*.jar 2>/dev/null | head -n 1)
 	[ -n "$f" ] && cp=$cp:$f
@@ -71,7 +72,7 @@ rm -rf "$work/classes"
 mkdir -p "$work/classes"
 {
 	find "$here/src/main/java" -name '*.java'
-	for t in TranslateTest AnswerTableTest MiniJson; do
+	for t in TranslateTest AnswerTableTest; do
 		echo "$here/src/test/java/dev/leasefence/$t.java"
 	done
 	echo "$here/unit/JunitXmlTap.java"
@@ -93,7 +94,7 @@ case "$v" in
 esac
 rm -rf "$work/reports"
 "${launcher[@]}" --disable-banner --disable-ansi-colors --details=none \
-	--class-path "$work/classes:$pgjdbc" \
+	--class-path "$work/classes:$pgjdbc:$gson" \
 	--select-class dev.leasefence.TranslateTest --select-class dev.leasefence.AnswerTableTest \
 	--reports-dir "$work/reports" >"$work/launcher.log" 2>&1
 launcher_rc=$?

@@ -2,8 +2,8 @@
 # clients/ruby/ci.sh — build the lease_fence gem offline (gem build), install
 # it with gem install --local into a fresh GEM_HOME (its dependency pg, and
 # ActiveRecord, Sidekiq, redis and minitest for the tests, are Debian's
-# packages), run the minitest suite against the harness's servers
-# (test/clients/run.sh) with the installed gem and examples/ruby, and end
+# packages), run `rake test` against the harness's servers
+# (test/clients/run.sh) with the installed gem, then examples/ruby, and end
 # with "ruby: N passed, N failed" (one per test case, and one per example).
 #
 # Run with cwd = clients/ruby (a copy) as the postgres OS user; writes only
@@ -56,15 +56,16 @@ ruby -rpg -e 'PG.connect(user: "postgres").exec(STDIN.read)' >"$work/setup.log" 
 	GRANT SELECT, INSERT, UPDATE, DELETE ON ruby_item TO app;
 	SQL
 
-# 4. the tests, from a copy outside the source tree, with the installed gem
-#    (no -I lib: lib/ is not on the load path)
+# 4. the tests, `rake test` (the gem's test command: test/unit/ and the
+#    server tests) from a copy outside the source tree with the installed
+#    gem (LF_EXPECT_INSTALLED: lib/ is not on the load path)
 rm -rf "$work/tests"
-cp -r "$here/test" "$work/tests" || finish 0 1
-#    minitest -v prints one "Class#test_x = 0.00 s = ." line per case on
-#    stdout (. passed, F failed, E error, S skipped); stderr (the server's
-#    WARNINGs that libpq prints) is kept apart so it cannot split them
-(cd "$work/tests" && LF_EXPECT_INSTALLED=1 timeout -k 5 300 ruby -W0 -e \
-	'Dir["*_test.rb"].sort.each { |f| require File.expand_path(f) }' -- -v) \
+mkdir -p "$work/tests" && cp -r "$here/test" "$here/Rakefile" "$work/tests/" || finish 0 1
+#    TESTOPTS=-v: minitest prints one "Class#test_x = 0.00 s = ." line per
+#    case on stdout (. passed, F failed, E error, S skipped); stderr (the
+#    server's WARNINGs that libpq prints) is kept apart so it cannot split them
+(cd "$work/tests" && LF_EXPECT_INSTALLED=1 LF_ANSWERS=$src_top/scripts/answers.json \
+	timeout -k 5 300 rake test TESTOPTS=-v) \
 	>"$work/minitest.log" 2>"$work/minitest.err"
 rc=$?
 cat "$work/minitest.log"

@@ -5,7 +5,8 @@
 # line per test case, minitest's own output as "# " comment lines; exits
 # non-zero when a test failed or none ran.
 #
-# Needs Debian's ruby and ruby-minitest; no PostgreSQL, no Redis.
+# `rake test:unit` (Rakefile). Needs Debian's ruby, rake and ruby-minitest;
+# no PostgreSQL, no Redis.
 #
 #   LF_ANSWERS     the answer table to read (default: the repository's
 #                  scripts/answers.json), e.g. a changed copy to see the
@@ -36,13 +37,11 @@ fail() {
 command -v ruby >/dev/null 2>&1 || fail "no ruby (apt-get install ruby ruby-minitest)"
 [ -f "$answers" ] || fail "no answer table at $answers"
 rm -rf "$work" && mkdir -p "$work" || fail "cannot write $work"
-cp -r "$here/lib" "$here/test" "$work/" || fail "cannot copy the library"
+cp -r "$here/lib" "$here/test" "$here/Rakefile" "$work/" || fail "cannot copy the library"
 
 # minitest's verbose output has one "Class#test_x = 0.00 s = ." line per
 # case (. passed, F failed, E error, S skipped)
-(cd "$work" && LF_ANSWERS="$answers" ruby -W0 -I lib -e \
-	'Dir["test/unit/*_test.rb"].sort.each { |f| require File.expand_path(f) }' -- -v) \
-	>"$work/minitest.log" 2>&1
+(cd "$work" && LF_ANSWERS="$answers" rake test:unit TESTOPTS=-v) >"$work/minitest.log" 2>&1
 rc=$?
 sed 's/^/# /' "$work/minitest.log"
 n=0 failed=0

@@ -19,11 +19,12 @@
 #   - node     npm ci, tsc, npm pack; installs the tarball into an empty app,
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
-#              then examples/java compiled and run against the jar
-#   - go       builds offline against Debian's Go sources (/usr/share/gocode,
-#              GOPATH mode), runs its go test suite and examples/go
-#   - ruby     gem build, gem install --local into a fresh GEM_HOME, its
-#              minitest suite (pg, ActiveRecord 6.1, Sidekiq 6.4) and
+#              mvn test and mvn package offline, then examples/java
+#              compiled and run against the jar
+#   - go       go test ./... offline, Debian's Go sources (/usr/share/gocode)
+#              as vendor/ (clients/go/vendor.sh), and examples/go
+#   - ruby     gem build, gem install --local into a fresh GEM_HOME, rake test
+#              (minitest: pg, ActiveRecord 6.1, Sidekiq 6.4) and
 #              examples/ruby run with the installed gem
 # stops everything, and prints "N passed, N failed" (one per test case).
 #   LF_CLIENTS="python node java go ruby"   which libraries
@@ -52,7 +53,7 @@ esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
 	python3-pytest python3-pytest-asyncio python3-mypy python3-venv python3-pip python3-setuptools \
 	python3-wheel python3-build python3-asyncpg python3-redis \
-	"$jdk" libpostgresql-jdbc-java junit5 \
+	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
@@ -62,7 +63,7 @@ case " $LF_CLIENTS " in
 *" go "*) lf_need_packages golang-go golang-github-jackc-pgx-v4-dev golang-github-gomodule-redigo-dev || exit 1 ;;
 esac
 case " $LF_CLIENTS " in
-*" ruby "*) lf_need_packages ruby ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1 ;;
+*" ruby "*) lf_need_packages ruby rake ruby-pg ruby-activerecord ruby-redis ruby-sidekiq ruby-minitest || exit 1 ;;
 esac
 # Node: whatever node and npm are on PATH (NodeSource's nodejs bundles npm);
 # Debian's nodejs and npm when missing.

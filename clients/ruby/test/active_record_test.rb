@@ -169,6 +169,23 @@ class ActiveRecordTest < Minitest::Test
     pool.checkin(ar) if ar
   end
 
+  # the server's XX001 through ActiveRecord (a StatementInvalid around the
+  # PG::DataCorrupted) is DataCorrupted too; the connection stays usable
+  def test_corrupt_generation_key_on_an_activerecord_connection_is_data_corrupted
+    res = LFTest.resource("ar-corrupt")
+    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", LFTest::CORRUPT_GENERATION)
+    e = assert_raises(LeaseFence::DataCorrupted) { LeaseFence.acquire(@ar, res, ttl_ms: 10_000) }
+    assert_equal "XX001", e.sqlstate
+    assert_kind_of ActiveRecord::StatementInvalid, e.cause
+    assert_raises(LeaseFence::DataCorrupted) do
+      LeaseFence.job(@ar, res, ttl_ms: 10_000) { flunk "the job ran under a corrupt generation key" }
+    end
+    refute @ar.transaction_open?
+    assert_equal 1, @ar.select_value("SELECT 1")
+  ensure
+    LFTest.redis.del("#{LFTest.lease_key(res)}:gen")
+  end
+
   def test_transaction_lease_on_an_activerecord_connection
     item = RubyItem.create!(name: "txl")
     res = LFTest.resource("ar-txl")

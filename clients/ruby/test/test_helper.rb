@@ -22,6 +22,10 @@ end
 
 module LFTest
   KEY_PREFIX = "lease_fence:"
+  # a generation key's value that is no generation, longer than any (the
+  # script compares by length first: a shorter one is below a generation of
+  # more digits, once the generations have moved past it)
+  CORRUPT_GENERATION = "x" * 20
 
   module_function
 

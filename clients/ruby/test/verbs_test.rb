@@ -91,6 +91,28 @@ class VerbsTest < Minitest::Test
     LeaseFence.release(@conn, got)
   end
 
+  # a generation key that holds no generation: the server's XX001 is
+  # DataCorrupted (still a PG::DataCorrupted), for every verb that acquires
+  def test_corrupt_generation_key_is_data_corrupted
+    res = LFTest.resource("corrupt")
+    LFTest.redis.set("#{LFTest.lease_key(res)}:gen", LFTest::CORRUPT_GENERATION)
+    [-> { LeaseFence.acquire(@conn, res, ttl_ms: 10_000) },
+     -> { LeaseFence.try_acquire(@conn, res, ttl_ms: 10_000) },
+     -> { LeaseFence.job(@conn, res, ttl_ms: 10_000) { flunk "the job ran under a corrupt generation key" } }]
+      .each do |call|
+      e = assert_raises(LeaseFence::DataCorrupted) { call.call }
+      assert_kind_of PG::DataCorrupted, e
+      refute_kind_of LeaseFence::LeaseError, e
+      assert_equal "XX001", e.sqlstate
+      assert_equal "XX001", e.result.error_field(PG::PG_DIAG_SQLSTATE)
+      assert_kind_of PG::DataCorrupted, e.cause
+    end
+    assert_equal PG::PQTRANS_IDLE, @conn.transaction_status
+    refute LFTest.redis.exists?(LFTest.lease_key(res)), "a lease key was set"
+  ensure
+    LFTest.redis.del("#{LFTest.lease_key(res)}:gen")
+  end
+
   def test_redis_down_is_lease_unavailable
     noredis = LFTest.connect(user: ENV.fetch("LF_NOREDIS_USER"))
     res = LFTest.resource("down")

@@ -6,8 +6,7 @@
 // tries its write: lease_fence refuses it (errors.Is(err,
 // leasefence.ErrStaleGeneration)), and B's row stands.
 //
-//	go get github.com/leasefence/lease_fence/clients/go
-//	go run .
+//	go run .    (from a checkout, offline on Debian: bash ../../../clients/go/vendor.sh . first)
 //
 // Connection: the usual libpq environment (PGHOST, PGPORT, PGDATABASE,
 // PGUSER, PGPASSWORD). Needs the table "account" (id, owner, balance) with

@@ -41,7 +41,7 @@ module LeaseFence
       end
 
       def query_one(sql, params)
-        @conn.exec_params(sql, params).first
+        LeaseFence.data_corrupted_errors { @conn.exec_params(sql, params).first }
       end
 
       # BEGIN and the first statement in one round trip: one simple-query
@@ -56,7 +56,7 @@ module LeaseFence
         end
         raise ArgumentError, "bad statement" unless n == params.size
 
-        @conn.exec("BEGIN; #{text}").first
+        LeaseFence.data_corrupted_errors { @conn.exec("BEGIN; #{text}").first }
       end
 
       def literal(value)
@@ -123,7 +123,9 @@ module LeaseFence
         binds = params.each_with_index.map do |v, i|
           ::ActiveRecord::Relation::QueryAttribute.new("$#{i + 1}", v, ::ActiveRecord::Type::Value.new)
         end
-        @conn.exec_query(sql, "LeaseFence", binds, prepare: false).first
+        LeaseFence.data_corrupted_errors do
+          @conn.exec_query(sql, "LeaseFence", binds, prepare: false).first
+        end
       end
 
       # ActiveRecord's transaction, begun, committed and rolled back through

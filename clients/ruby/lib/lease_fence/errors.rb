@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "pg"
+
 module LeaseFence
   # A write or COMMIT that lease_fence refused (SQLSTATE class LF).
   #
@@ -121,6 +123,53 @@ module LeaseFence
 
   LEASE_ERRORS = { "busy" => LeaseBusy, "unavailable" => LeaseUnavailable,
                    "lost" => LeaseLost, "unknown" => LeaseUnknown }.freeze
+
+  # SQLSTATE XX001, data corrupted: a key in Redis holds what lease_fence
+  # never writes there (a generation key that is no generation, one far
+  # above what the database issued, an oversized value). Nothing was
+  # acquired, and no retry helps: a person must look at the key. Raised by
+  # the verbs for the server's XX001 (the driver's exception is +cause+);
+  # a PG::DataCorrupted, as before the library named it, with its +result+.
+  # Not a LeaseError. Python and Node.js call it DataCorrupted too.
+  class DataCorrupted < PG::DataCorrupted
+    SQLSTATE = "XX001"
+
+    def sqlstate
+      SQLSTATE
+    end
+  end
+
+  # The DataCorrupted for an exception carrying SQLSTATE XX001 (a PG::Error,
+  # or an ActiveRecord::StatementInvalid raised for one), else nil.
+  def self.data_corrupted_from(exc)
+    return exc if exc.is_a?(DataCorrupted)
+
+    err = exc
+    4.times do
+      break if err.nil?
+
+      result = err.respond_to?(:result) ? err.result : nil
+      if result.respond_to?(:error_field)
+        return nil unless result.error_field(PG::PG_DIAG_SQLSTATE) == DataCorrupted::SQLSTATE
+
+        return DataCorrupted.new(err.message, connection: err.connection, result: result)
+      end
+      err = err.cause
+    end
+    nil
+  end
+
+  # Runs the block (the library's own statements); an exception carrying
+  # SQLSTATE XX001 is raised again as DataCorrupted (the original is its
+  # +cause+), anything else passes unchanged.
+  def self.data_corrupted_errors
+    yield
+  rescue StandardError => e
+    mapped = data_corrupted_from(e)
+    raise if mapped.nil? || mapped.equal?(e)
+
+    raise mapped
+  end
 
   # The FenceError for an exception carrying SQLSTATE LF001-LF004 or LF010
   # (a PG::Error, or an ActiveRecord::StatementInvalid raised for one), else

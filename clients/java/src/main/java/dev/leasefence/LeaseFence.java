@@ -168,6 +168,28 @@ public final class LeaseFence {
         }
     }
 
+    /** {@code e} as a {@link DataCorruptedException} when its SQLSTATE is XX001,
+     * else {@code e} (package-private: tests). */
+    static SQLException dataCorrupted(SQLException e) {
+        if (e instanceof DataCorruptedException
+                || !DataCorruptedException.SQLSTATE.equals(e.getSQLState())) {
+            return e;
+        }
+        ServerErrorMessage m = serverMessage(e);
+        return new DataCorruptedException(
+                m != null && m.getMessage() != null ? m.getMessage() : e.getMessage(),
+                m != null ? m.getDetail() : null, e);
+    }
+
+    /** The statement of a lease verb: its XX001 as DataCorruptedException. */
+    private static ResultSet query(PreparedStatement ps) throws SQLException {
+        try {
+            return ps.executeQuery();
+        } catch (SQLException e) {
+            throw dataCorrupted(e);
+        }
+    }
+
     // ------------------------------------------------------------------
     // Lease outcomes
     // ------------------------------------------------------------------
@@ -217,7 +239,7 @@ public final class LeaseFence {
             ps.setString(4, scope);
             ps.setLong(5, waitMs);
             ps.setBoolean(6, keepalive);
-            try (ResultSet rs = ps.executeQuery()) {
+            try (ResultSet rs = query(ps)) {
                 if (!rs.next()) {
                     throw new SQLException("lease_fence.acquire returned no row");
                 }
@@ -462,7 +484,7 @@ public final class LeaseFence {
                 ps.setString(2, lease.identity());
                 ps.setLong(3, ttlMs);
                 ps.setLong(4, minValidityMs);
-                try (ResultSet rs = ps.executeQuery()) {
+                try (ResultSet rs = query(ps)) {
                     if (!rs.next()) {
                         throw new SQLException("lease_fence.renew returned no row");
                     }
@@ -493,7 +515,7 @@ public final class LeaseFence {
                     + "CAST(? AS text), CAST(? AS text))")) {
                 ps.setString(1, lease.resource());
                 ps.setString(2, lease.identity());
-                try (ResultSet rs = ps.executeQuery()) {
+                try (ResultSet rs = query(ps)) {
                     if (!rs.next()) {
                         throw new SQLException("lease_fence.release returned no row");
                     }

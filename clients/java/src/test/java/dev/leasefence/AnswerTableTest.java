@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.DynamicTest.dynamicTest;
 
 import java.io.IOException;
+import java.io.Reader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -20,6 +21,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+
+import com.google.gson.Gson;
+import com.google.gson.stream.JsonReader;
+import com.google.gson.stream.JsonToken;
 
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
@@ -37,7 +42,8 @@ import org.junit.jupiter.api.function.Executable;
  * environment variable LF_ANSWERS, else scripts/answers.json in the first
  * directory at or above the working directory that has one (the repository
  * root). Java has no client-side Redis mode: the table's "replies" rows are
- * not Java's to decode.
+ * not Java's to decode. It is read with Gson (Debian: libgoogle-gson-java),
+ * strictly: a malformed table fails the tests, it is not guessed at.
  */
 class AnswerTableTest {
 
@@ -59,10 +65,23 @@ class AnswerTableTest {
                 + Paths.get("").toAbsolutePath() + " (set LF_ANSWERS)");
     }
 
+    /** The whole table: objects as Maps, arrays as Lists, JSON null as null. */
+    static Object readTable(Path f) throws IOException {
+        try (Reader in = Files.newBufferedReader(f, StandardCharsets.UTF_8);
+             JsonReader json = new JsonReader(in)) {
+            json.setLenient(false);
+            Object root = new Gson().getAdapter(Object.class).read(json);
+            if (json.peek() != JsonToken.END_DOCUMENT) {
+                throw new IllegalStateException(f + ": text after the JSON value");
+            }
+            return root;
+        }
+    }
+
     @SuppressWarnings("unchecked")
     static List<Map<String, Object>> statuses() throws IOException {
         Path f = answersPath();
-        Object root = MiniJson.parse(new String(Files.readAllBytes(f), StandardCharsets.UTF_8));
+        Object root = readTable(f);
         Object rows = ((Map<String, Object>) root).get("statuses");
         if (!(rows instanceof List)) {
             throw new IllegalStateException(f + " has no \"statuses\" list");

@@ -23,7 +23,9 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
 import java.util.UUID;
@@ -38,6 +40,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInfo;
+import org.junit.jupiter.api.function.Executable;
 import org.postgresql.core.BaseConnection;
 import org.postgresql.core.TransactionState;
 import org.postgresql.util.PSQLException;
@@ -1040,6 +1043,37 @@ class LeaseFenceTest {
         assertEquals(3, allSyncs, "BEGIN + acquire, the UPDATE, COMMIT: " + sent);
         assertNotNull(lease);
         assertEquals("one trip/100/" + lease.generation(), readRow(conn, id));
+    }
+
+    /**
+     * A generation key that holds no generation: the server's XX001 is
+     * DataCorruptedException (SQLSTATE XX001, the driver's exception its
+     * cause) from acquire, tryAcquire and job alike; not a LeaseException.
+     */
+    @Test
+    void corruptGenerationKeyIsDataCorrupted() throws Exception {
+        assumeRedisCli();
+        String res = resource("");
+        // longer than any generation: the script compares by length first, so
+        // "abc" would be below a generation of 4 digits (after a heal)
+        redis("SET", KEY_PREFIX + "{" + res + "}:gen", "x".repeat(20));
+        try {
+            Map<String, Executable> calls = new LinkedHashMap<>();
+            calls.put("acquire", () -> LeaseFence.acquire(conn, res, 10000));
+            calls.put("tryAcquire", () -> LeaseFence.tryAcquire(conn, res, 10000));
+            calls.put("job", () -> LeaseFence.job(conn, res, 10000, (l, c) -> fail("the job ran")));
+            for (Map.Entry<String, Executable> call : calls.entrySet()) {
+                DataCorruptedException e = assertThrows(DataCorruptedException.class, call.getValue(),
+                        call.getKey() + " (the :gen key holds '"
+                        + redis("GET", KEY_PREFIX + "{" + res + "}:gen") + "')");
+                assertEquals("XX001", e.getSQLState(), call.getKey());
+                assertEquals("XX001", ((SQLException) e.getCause()).getSQLState(), call.getKey());
+            }
+            assertTrue(conn.getAutoCommit(), "autocommit restored");
+            assertEquals("0", redis("EXISTS", KEY_PREFIX + "{" + res + "}"));
+        } finally {
+            redis("DEL", KEY_PREFIX + "{" + res + "}:gen");
+        }
     }
 
     @Test

@@ -65,6 +65,19 @@ class TranslateTest {
     }
 
     @Test
+    void xx001IsDataCorruptedAndNeverAFenceException() {
+        PSQLException raw = serverError("XX001", "the generation key does not hold a generation",
+                null, null, null, null, null);
+        SQLException mapped = LeaseFence.dataCorrupted(raw);
+        assertInstanceOf(DataCorruptedException.class, mapped);
+        assertEquals("XX001", mapped.getSQLState());
+        assertSame(raw, mapped.getCause());
+        assertSame(raw, LeaseFence.translate(raw), "translate maps the LF class only");
+        SQLException other = new SQLException("internal", "XX000");
+        assertSame(other, LeaseFence.dataCorrupted(other));
+    }
+
+    @Test
     void fieldsComeFromTheErrorNotTheText() {
         PSQLException raw = serverError("LF001", "stale generation", "table x column y stored 9",
                 "lease_fence", "resource_generation", null, "account:1");
