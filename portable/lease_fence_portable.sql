@@ -260,7 +260,7 @@ BEGIN
 	IF checked AND past > last THEN
 		spent := COALESCE(pg_catalog.pg_sequence_last_value(spent_seq), 0);
 		IF (past >> 40) <> epoch OR past - last > heal_budget - spent OR (past & counter_mask) >= counter_limit - 1 THEN
-			RAISE EXCEPTION 'lease_fence: generation % was not issued by this database', past
+			RAISE EXCEPTION 'generation % was not issued by this database', past
 				USING ERRCODE = 'data_corrupted',
 				      DETAIL = pg_catalog.format('This database has issued up to %s (epoch %s). Heals move the generations at most %s past the highest issued in total, within the epoch, until the database owner runs lease_fence.advance_generation(); %s of that is left. Nothing was moved.',
 				                                 last, epoch, heal_budget, GREATEST(heal_budget - spent, 0)),
@@ -272,7 +272,7 @@ BEGIN
 	-- is the move it stands for
 	IF target IS NOT NULL THEN
 		PERFORM pg_catalog.setval(seq, target << 40);
-		RAISE LOG 'lease_fence: timeline %: generations move from epoch % to epoch %', tl, target - tl, target;
+		RAISE LOG 'timeline %: generations move from epoch % to epoch %', tl, target - tl, target;
 	END IF;
 	IF tl IS NOT NULL AND (known IS NULL OR tl > known) THEN
 		PERFORM pg_catalog.setval(timeline_seq, tl);
@@ -472,7 +472,7 @@ BEGIN
 	END;
 	-- the value leaves through a transaction with an xid (see draw_generation)
 	PERFORM pg_catalog.pg_current_xact_id();
-	RAISE LOG 'lease_fence: generations advanced: the highest issued generation is now %', hi;
+	RAISE LOG 'generations advanced: the highest issued generation is now %', hi;
 	RETURN hi;
 END;
 $$;

@@ -3,8 +3,8 @@
  * lease_fence.c
  *	  Module entry point: _PG_init, and nothing else.
  *
- * Layer 4, the module's entry, the top of the layers (docs/design.md, "The
- * layers"): it calls each module's init function, and no file calls it.
+ * The module's entry, on top of the layers: it calls each module's init
+ * function, and no file calls it.
  * Each module defines its own settings, next to their storage, and
  * installs its own hooks.
  *

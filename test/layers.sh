@@ -14,7 +14,7 @@
 #     as long as they never come back);
 #   - on any symbol of hiredis or OpenSSL used below the Redis layer;
 #   - on a function of a layer's internal header (src/LAYER/internal.h:
-#     the Redis layer's generic script runner and command senders) used
+#     the Redis layer's command senders and key names) used
 #     from another folder: above the Redis layer a script is run by its own
 #     typed function (src/redis/redis.h), nobody builds an argv;
 #   - on an object file in no layer's folder;
@@ -220,10 +220,10 @@ expect_refused "a loop between two files of src/redis/" \
 expect_refused "a file of src/fence/ using hiredis (freeReplyObject)" \
 	'fence/probe1 \(layer 1\) uses freeReplyObject of hiredis or OpenSSL' \
 	hiredis fence 'extern void freeReplyObject(void *); void lf_probe(void *r) { freeReplyObject(r); }'
-# the generic script runner above the Redis layer
-expect_refused "a file of src/lease/ running a script through the generic runner (lf_run_script)" \
-	'lease/probe1 uses lf_run_script, internal to src/redis/' \
-	runner lease 'extern int lf_run_script(void); int lf_probe(void) { return lf_run_script(); }'
+# a command of its own (an argv) above the Redis layer
+expect_refused "a file of src/lease/ sending its own command (lf_redis_command, internal to src/redis/)" \
+	'lease/probe1 uses lf_redis_command, internal to src/redis/' \
+	runner lease 'extern int lf_redis_command(void); int lf_probe(void) { return lf_redis_command(); }'
 # an object in no layer's folder
 expect_refused "an object file in no layer's folder" \
 	'misc/probe1.o: not in a layer' \

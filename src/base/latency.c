@@ -13,9 +13,6 @@
  * are one); a request that got no reply (unavailable, timed out, or a
  * release after COMMIT whose reply is read later) is not a sample.
  *
- * Layer 0, with the counters (docs/design.md, "The layers": its files and
- * the order of their calls).
- *
  * IDENTIFICATION
  *	  src/base/latency.c
  *

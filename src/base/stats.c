@@ -16,9 +16,6 @@
  * variable and added to shared memory once per transaction.  Rejections are
  * added at once, so they count although the rejecting transaction aborts.
  *
- * Layer 0, the counters (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/base/stats.c
  *

@@ -18,10 +18,8 @@
  * undid every SET LOCAL made after it.  The lease registry reports it
  * here, and while it is held a SET to any other value is refused.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls). The lease layer reports a
- * transaction-scoped lease's generation here from above
- * (lf_set_lease_generation), a call downward.
+ * The lease layer reports a transaction-scoped lease's generation here
+ * from above (lf_set_lease_generation), a call downward.
  *
  * IDENTIFICATION
  *	  src/fence/current_generation.c

@@ -20,9 +20,6 @@
  * relcache entry is invalidated (it was dropped, altered, or the whole
  * cache was reset): the catalog is read again only then.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/fence/extension.c
  *

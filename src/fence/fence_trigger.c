@@ -26,10 +26,8 @@
  * repair_unissued() (repair.c) opens one narrow door in the UPDATE rule,
  * for its own rows of one table: the trigger asks lf_repair_row().
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls). It never reaches Redis; the lease
- * layer's check of a write (a lost kept-alive lease) comes through
- * lf_write_check_hook.
+ * It never reaches Redis; the lease layer's check of a write (a lost
+ * kept-alive lease) comes through lf_write_check_hook.
  *
  * IDENTIFICATION
  *	  src/fence/fence_trigger.c

@@ -45,9 +45,6 @@
  * synchronous standbys, a value is returned only once they confirmed the
  * WAL that covers it.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/fence/generation.c
  *
@@ -653,7 +650,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 			lf_count(LF_C_HEAL_REFUSED);
 			ereport(ERROR,
 					errcode(ERRCODE_DATA_CORRUPTED),
-					errmsg("lease_fence: the highest generation Redis holds for resource \"%s\" was not issued by this database", resource),
+					errmsg("the highest generation Redis holds for resource \"%s\" was not issued by this database", resource),
 					errdetail("Redis holds " INT64_FORMAT "; this database has issued up to " INT64_FORMAT " (epoch " INT64_FORMAT "), and stale answers move the generations at most " INT64_FORMAT " past that in total, within the epoch. Nothing was moved.",
 							  floor, last, LF_EPOCH_OF(last), LF_HEAL_BUDGET),
 					errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value moves the generations past it with lease_fence.advance_generation(). Otherwise something other than lease_fence wrote the resource's generation key: delete that key."));
@@ -674,7 +671,7 @@ advance_past(int64 floor, bool checked, const char *resource)
 				lf_count(LF_C_HEAL_REFUSED);
 				ereport(ERROR,
 						errcode(ERRCODE_DATA_CORRUPTED),
-						errmsg("lease_fence: the stale answer for resource \"%s\" would move the generations beyond the heal budget", resource),
+						errmsg("the stale answer for resource \"%s\" would move the generations beyond the heal budget", resource),
 						errdetail("Redis holds " INT64_FORMAT ", " INT64_FORMAT " above the highest generation this database issued (" INT64_FORMAT "); stale answers may move the generations " INT64_FORMAT " in total until a superuser runs lease_fence.advance_generation(), and " INT64_FORMAT " of that is left. Nothing was moved.",
 								  floor, floor - last, last, LF_HEAL_BUDGET, LF_HEAL_BUDGET - used),
 						errhint("If this database was restored from a backup older than that generation, a superuser who has checked the value runs lease_fence.advance_generation() with it, which also renews the heal budget. Otherwise something other than lease_fence writes the generation keys in Redis: stop it, and delete the key."));
@@ -743,7 +740,7 @@ lf_advance_generation(PG_FUNCTION_ARGS)
 				errmsg("past must not be negative"));
 	past = advance_past(past, false, NULL);
 	ereport(LOG,
-			errmsg("lease_fence: generations advanced: the highest issued generation is now " INT64_FORMAT, past));
+			errmsg("generations advanced: the highest issued generation is now " INT64_FORMAT, past));
 	PG_RETURN_INT64(past);
 }
 

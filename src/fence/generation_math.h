@@ -7,9 +7,6 @@
  *	  errors; the server-less unit test (test/unit/c.sh) calls them as they
  *	  are.  c.h-level types only.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls): generation.c's.
- *
  * IDENTIFICATION
  *	  src/fence/generation_math.h
  *

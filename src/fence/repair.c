@@ -5,9 +5,6 @@
  *	  database never issued, and the one narrow door in the fence trigger
  *	  it goes through.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/fence/repair.c
  *
@@ -86,7 +83,10 @@ read_protected(Oid relid, char **colname, char **tokens)
 	bool		found = false;
 
 	if (a_relid <= 0 || a_column <= 0 || a_tokens <= 0)
-		elog(ERROR, "repair_unissued: lease_fence.protected lacks a column (run ALTER EXTENSION lease_fence UPDATE)");
+		ereport(ERROR,
+				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("the extension's table lease_fence.protected lacks a column"),
+				errhint("Run ALTER EXTENSION lease_fence UPDATE."));
 	ScanKeyInit(&key, a_relid, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, GetActiveSnapshot(), 1, &key);
@@ -98,7 +98,9 @@ read_protected(Oid relid, char **colname, char **tokens)
 		Datum		tok = slot_getattr(slot, a_tokens, &tok_null);
 
 		if (col_null || tok_null)
-			elog(ERROR, "repair_unissued: incomplete row in lease_fence.protected for table with OID %u", relid);
+			ereport(ERROR,
+					errcode(ERRCODE_DATA_CORRUPTED),
+					errmsg("the row of lease_fence.protected for the table with OID %u is incomplete", relid));
 		*colname = pstrdup(NameStr(*DatumGetName(col)));
 		*tokens = TextDatumGetCString(tok);
 		found = true;
@@ -144,7 +146,7 @@ repair_update(Oid member, Oid owner, int64 generation, const char *query, Datum 
 		repair_generation = generation;
 		ret = SPI_execute_with_args(query, 2, argtypes, args, NULL, false, 0);
 		if (ret != SPI_OK_UPDATE)
-			elog(ERROR, "repair_unissued: UPDATE of %s failed: %s",
+			elog(ERROR, "UPDATE of %s failed: %s",
 				 get_rel_name(member), SPI_result_code_string(ret));
 		n = SPI_processed;
 	}
@@ -201,7 +203,7 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("repair_unissued: arguments must not be NULL"));
+				errmsg("arguments must not be NULL"));
 	relid = PG_GETARG_OID(0);
 	generation = PG_GETARG_INT64(1);
 
@@ -209,7 +211,7 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	if (generation < 0 || generation > highest)
 		ereport(ERROR,
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("repair_unissued: generation " INT64_FORMAT " was never issued", generation),
+				errmsg("generation " INT64_FORMAT " was never issued", generation),
 				errdetail("The highest generation issued in this database is " INT64_FORMAT ".", highest),
 				errhint("Use lease_fence.next_generation(), or the generation of the current holder."));
 
@@ -222,12 +224,12 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 	if (!read_protected(relid, &colname, &tokens))
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("repair_unissued: table %s is not protected", relname),
+				errmsg("table %s is not protected", relname),
 				errhint("Only tables fenced with lease_fence.protect() can be repaired."));
 	if (strcmp(tokens, "issued") != 0)
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("repair_unissued: table %s takes %s tokens", relname, tokens),
+				errmsg("table %s takes %s tokens", relname, tokens),
 				errdetail("Its fences are not generations of this database, so none of them is unissued."));
 
 	/* the tables that hold rows: the table itself, or its leaf partitions */
@@ -243,7 +245,7 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 		members = list_make1_oid(relid);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "repair_unissued: SPI_connect failed");
+		elog(ERROR, "SPI_connect failed");
 	args[0] = Int64GetDatum(generation);
 	args[1] = Int64GetDatum(highest);
 	foreach(lc, members)
@@ -263,7 +265,7 @@ lf_repair_unissued(PG_FUNCTION_ARGS)
 
 	lf_count_n(LF_C_REPAIR_REPAIRED, repaired);
 	ereport(LOG,
-			errmsg("lease_fence: repair_unissued: table %s, column \"%s\": " UINT64_FORMAT " fences above the highest issued generation " INT64_FORMAT " set to " INT64_FORMAT,
-				   relname, colname, repaired, highest, generation));
+			errmsg("repair_unissued() set " UINT64_FORMAT " fences of table %s, column \"%s\", above the highest issued generation " INT64_FORMAT " to " INT64_FORMAT,
+				   repaired, relname, colname, highest, generation));
 	PG_RETURN_INT64((int64) repaired);
 }

@@ -29,9 +29,7 @@
  * re-check, the decision is made against what the newest holder committed,
  * so a stale holder in REPEATABLE READ gets LF001 too, not 40001.
  *
- * Layer 1, the fence (docs/design.md, "The layers": its files and the order
- * of their calls). The lease layer's check of a write
- * comes through lf_write_check_hook.
+ * The lease layer's check of a write comes through lf_write_check_hook.
  *
  * IDENTIFICATION
  *	  src/fence/resource_fence.c
@@ -164,7 +162,9 @@ find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
 		*changer = dirty.xmax;
 		*stored = DatumGetInt64(heap_getattr(tuple, Anum_rg_generation, RelationGetDescr(rel), &isnull));
 		if (isnull)
-			elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", text_to_cstring(resource));
+			ereport(ERROR,
+					errcode(ERRCODE_DATA_CORRUPTED),
+					errmsg("the fence of resource \"%s\" is NULL", text_to_cstring(resource)));
 		found = true;
 	}
 	systable_endscan(scan);
@@ -246,7 +246,9 @@ find_resource_where_left(Relation rel, const char *resource, ItemPointer tid,
 				Datum		g = heap_getattr(&tuple, Anum_rg_generation, desc, &isnull);
 
 				if (isnull)
-					elog(ERROR, "lease_fence: the fence of resource \"%s\" is NULL", resource);
+					ereport(ERROR,
+							errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("the fence of resource \"%s\" is NULL", resource));
 				*tid = tuple.t_self;
 				*inserter = dirty.xmin;
 				*changer = dirty.xmax;
@@ -300,7 +302,7 @@ update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, in
 	if (result == TM_Updated || result == TM_Deleted)
 		return false;
 	if (result != TM_Ok)
-		elog(ERROR, "lease_fence: could not update the fence of a resource (%d)", (int) result);
+		elog(ERROR, "unexpected table_tuple_update result %d for the fence of a resource", (int) result);
 	return true;
 }
 

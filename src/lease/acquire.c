@@ -108,7 +108,7 @@ acquire_unreplicated(FunctionCallInfo fcinfo, LfRequest *req, const char *resour
 		const char *shown = lf_visible_error(why, buf, sizeof(buf));
 
 		ereport(WARNING,
-				errmsg("lease_fence: acquire of resource \"%s\": %s; releasing it", resource, shown),
+				errmsg("acquire of resource \"%s\": %s; releasing it", resource, shown),
 				shown != why ? errdetail_log("The full text: %s", why) : 0);
 	}
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, 0);

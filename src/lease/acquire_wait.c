@@ -116,7 +116,7 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 
 				no_subscription = true;
 				ereport(DEBUG1,
-						errmsg("lease_fence: waiting for resource \"%s\" without a subscription: %s",
+						errmsg("waiting for resource \"%s\" without a subscription: %s",
 							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
 			}
 			continue;			/* a release before the subscription was missed: ask again */
@@ -151,7 +151,7 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 			CHECK_FOR_INTERRUPTS();
 			ereport(ERROR,
 					errcode(ERRCODE_QUERY_CANCELED),
-					errmsg("lease_fence: wait for resource \"%s\" interrupted", a->resource));
+					errmsg("wait for resource \"%s\" interrupted", a->resource));
 		}
 		else if (w == -2)
 		{

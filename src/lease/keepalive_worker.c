@@ -20,8 +20,6 @@
  * The owners' side (keepalive.c) reads the marks.  The worker connects to
  * no database: it uses the server's settings.
  *
- * Layer 3, the leases (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/lease/keepalive_worker.c
  *
@@ -134,7 +132,7 @@ mark_lost(const SlotCopy *c, KeepaliveLoss why, LfCounter counter)
 		lf_count(counter);
 	if (done)
 		ereport(LOG,
-				errmsg("lease_fence: kept-alive lease on resource \"%s\" lost: %s",
+				errmsg("kept-alive lease on resource \"%s\" lost: %s",
 					   c->resource, lf_keepalive_loss_reasons[why]),
 				errdetail("Its owner is the process with PID %d.", c->owner_pid));
 }
@@ -208,7 +206,7 @@ renew_one(SlotCopy *c, int64 now)
 		if (retry >= c->valid_until)
 		{
 			ereport(WARNING,
-					errmsg("lease_fence: keep-alive of resource \"%s\": %s", c->resource, ans.err));
+					errmsg("keep-alive of resource \"%s\": %s", c->resource, ans.err));
 			mark_lost(c, KL_UNCONFIRMED, LF_C_KEEPALIVE_UNCONFIRMED);
 			return;
 		}
@@ -240,7 +238,7 @@ release_at_max(const SlotCopy *c)
 	lf_script_release(c->resource, c->identity, &call, &ans);
 	if (ans.outcome != LF_ANS_RELEASED && ans.outcome != LF_ANS_NOT_HELD)
 		ereport(WARNING,
-				errmsg("lease_fence: could not confirm the release of resource \"%s\" at keepalive_max_ms", c->resource),
+				errmsg("could not confirm the release of resource \"%s\" at keepalive_max_ms", c->resource),
 				errdetail("%s", ans.err),
 				errhint("The lease expires by its TTL, at the latest when keepalive_max_ms is reached."));
 	if (ans.outcome == LF_ANS_INTERRUPTED)

@@ -142,7 +142,7 @@ lf_key_prefix_is_ours(LfRequest *req, const char *resource, int elevel)
 		CHECK_FOR_INTERRUPTS();
 		ereport(ERROR,
 				errcode(ERRCODE_QUERY_CANCELED),
-				errmsg("lease_fence: Redis request interrupted"));
+				errmsg("Redis request interrupted"));
 	}
 	if (ans.outcome != LF_ANS_CLAIMED && ans.outcome != LF_ANS_OURS &&
 		ans.outcome != LF_ANS_OTHERS)
@@ -162,7 +162,7 @@ lf_key_prefix_is_ours(LfRequest *req, const char *resource, int elevel)
 		if (elevel >= ERROR)
 			ereport(ERROR,
 					errcode(ERRCODE_CONNECTION_FAILURE),
-					errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
+					errmsg("could not ask Redis who holds resource \"%s\"", resource),
 					errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
 					errdetail_log("%s", msg));
 		lf_request_problem(req, "acquire", resource, msg);
@@ -194,7 +194,7 @@ lf_key_prefix_is_ours(LfRequest *req, const char *resource, int elevel)
 			strlcpy(req->reason, why, sizeof(req->reason));
 		ereport(elevel,
 				elevel >= ERROR ? errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE) : 0,
-				errmsg("lease_fence: %s", why),
+				errmsg("%s", why),
 				superuser() ? errdetail("%s", full) :
 				errdetail("The key_prefix is claimed by another database (the server log says which). Two databases sharing a key_prefix would push each other's generations up."),
 				errdetail_log("%s", full),
@@ -203,7 +203,7 @@ lf_key_prefix_is_ours(LfRequest *req, const char *resource, int elevel)
 	}
 	if (ans.outcome == LF_ANS_CLAIMED)
 		ereport(LOG,
-				errmsg("lease_fence: key_prefix \"%s\" claimed for %s",
+				errmsg("key_prefix \"%s\" claimed for %s",
 					   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)));
 	remember_claim();
 	return true;
@@ -245,7 +245,7 @@ lf_claim_key_prefix(PG_FUNCTION_ARGS)
 				errhint("The key \"%s\" may or may not have changed; running the function again is safe.", owner_key_name()));
 
 	ereport(LOG,
-			errmsg("lease_fence: key_prefix \"%s\" taken over by %s",
+			errmsg("key_prefix \"%s\" taken over by %s",
 				   lf_key_prefix ? lf_key_prefix : "", describe_owner(value)),
 			old ? errdetail("It belonged to %s.", describe_owner(old))
 			: errdetail("It had no owner."));

@@ -231,7 +231,7 @@ report_unreplicated(LfRequest *req, const char *operation, const char *resource,
 		snprintf(req->reason, sizeof(req->reason), "%d of %d replicas acknowledged it within %d ms",
 				 acked, lf_min_replicas, lf_replica_timeout_ms);
 		ereport(WARNING,
-				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, req->reason));
+				errmsg("%s of resource \"%s\": %s", operation, resource, req->reason));
 	}
 	else
 	{
@@ -240,7 +240,7 @@ report_unreplicated(LfRequest *req, const char *operation, const char *resource,
 		snprintf(why, sizeof(why), "could not learn whether replicas have it (%s)", err);
 		lf_request_reason(req, why);
 		ereport(WARNING,
-				errmsg("lease_fence: %s of resource \"%s\": %s", operation, resource, req->reason),
+				errmsg("%s of resource \"%s\": %s", operation, resource, req->reason),
 				errdetail_log("The full text: %s", why));
 	}
 }
@@ -500,7 +500,7 @@ lf_holder(PG_FUNCTION_ARGS)
 	if (ans.outcome != LF_ANS_HELD && ans.outcome != LF_ANS_NOT_HELD)
 		ereport(ERROR,
 				errcode(ERRCODE_CONNECTION_FAILURE),
-				errmsg("lease_fence: could not ask Redis who holds resource \"%s\"", resource),
+				errmsg("could not ask Redis who holds resource \"%s\"", resource),
 				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
 				errdetail_log("%s", ans.err));
 

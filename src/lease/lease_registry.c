@@ -372,7 +372,7 @@ cleanup_release(LeaseEntry *e, bool fresh, bool defer, int64 deadline, bool *ski
 		char		buf[LF_ERRLEN];
 
 		ereport(WARNING,
-				errmsg("lease_fence: could not confirm the release of resource \"%s\"", resource),
+				errmsg("could not confirm the release of resource \"%s\"", resource),
 				errdetail("%s", lf_visible_error(ans.err, buf, sizeof(buf))),
 				errdetail_log("%s", ans.err),
 				errhint("The lease expires by its TTL; writes under its generation are still fenced."));
@@ -466,7 +466,7 @@ report_skipped(int skipped, const char *bound, int bound_ms)
 {
 	if (skipped > 0)
 		ereport(WARNING,
-				errmsg("lease_fence: %d lease releases not tried: %s (%d ms) had passed", skipped, bound, bound_ms),
+				errmsg("%d lease releases not tried: %s (%d ms) had passed", skipped, bound, bound_ms),
 				errhint("Those leases expire by their TTL; writes under their generations are still fenced."));
 }
 
@@ -498,7 +498,7 @@ lf_lease_interrupted(const char *resource, const char *identity, int64 generatio
 	/* not reached when the interrupt throws; if it did not, say so */
 	ereport(ERROR,
 			errcode(ERRCODE_QUERY_CANCELED),
-			errmsg("lease_fence: Redis request interrupted"));
+			errmsg("Redis request interrupted"));
 }
 
 /* ---------------------------------------------------------------------
@@ -980,7 +980,7 @@ release_at_exit(int code, Datum arg)
 	}
 	if (shutting_down)
 		ereport(LOG,
-				errmsg("lease_fence: the server is shutting down: %d leases of this session are left to expire by their TTL", skipped));
+				errmsg("the server is shutting down: %d leases of this session are left to expire by their TTL", skipped));
 	else
 		report_skipped(skipped, "the exit's cleanup budget",
 					   Min(lf_cleanup_timeout_ms, lf_exit_timeout_ms));

@@ -29,9 +29,6 @@
  * lease beyond its share is counted (all_leases / capped) and not shown,
  * and its acquire is never refused for it either.
  *
- * Layer 3, the leases (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/lease/lease_table.c
  *

@@ -151,6 +151,6 @@ lf_report_redis_problem(const char *what, const char *resource, const char *err)
 	const char *shown = lf_visible_error(err, buf, sizeof(buf));
 
 	ereport(WARNING,
-			errmsg("lease_fence: %s of resource \"%s\": %s", what, resource, shown),
+			errmsg("%s of resource \"%s\": %s", what, resource, shown),
 			shown != err ? errdetail_log("The full text: %s", err) : 0);
 }

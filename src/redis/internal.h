@@ -3,9 +3,8 @@
  * internal.h
  *	  The Redis layer's internal header: for the files of src/redis/ only
  *	  (test/layers.sh refuses its functions, and its inclusion, anywhere
- *	  else).  The generic script runner, the command senders, the key names,
- *	  the reply decoding, the TLS transport, the topology, and what the
- *	  connection files share.  What the layers above use is redis.h's.
+ *	  else).  The command senders, the key names, the reply decoding, the
+ *	  TLS transport, the topology, and what the connection files share.  What the layers above use is redis.h's.
  *
  * IDENTIFICATION
  *	  src/redis/internal.h
@@ -290,13 +289,9 @@ extern bool lf_tls_idle_ok(void *tls);
 extern void lf_tls_free(void *tls);
 
 /* ---------------------------------------------------------------------
- * redis_script.c: the generic script runner and the key names (the typed
- * functions of redis.h are built on them)
+ * redis_script.c: the key names (the typed functions of redis.h use them)
  * ---------------------------------------------------------------------
  */
-extern LfAnswerOutcome lf_run_script(LfScript script, int nkeys, const char **keys,
-									 int nargs, const char **args, int timeout_ms,
-									 int flags, LfAnswer *answer);
 extern char *lf_lease_key(const char *resource);
 extern char *lf_release_channel(const char *resource);
 extern const char *lf_release_publish(void);

@@ -13,8 +13,6 @@
  * that saw an error or a timeout is closed and never reused; each socket
  * counts as one of PostgreSQL's open files while it is open.
  *
- * Layer 2, Redis (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/redis/redis_conn.c
  *
@@ -294,7 +292,7 @@ settle_before_request(LfConn *c, bool interruptible)
 		lf_conn_close(c);
 		HOLD_INTERRUPTS();		/* the request's own wait serves a cancel */
 		ereport(WARNING,
-				errmsg("lease_fence: closed a Redis connection that sent a reply no request asked for"),
+				errmsg("closed a Redis connection that sent a reply no request asked for"),
 				errdetail("Bytes were waiting on it before a request was sent; they were not read as an answer, and the request goes on a new connection."),
 				errhint("A Redis server, or something between it and this server, sent them; on a network you do not trust, use TLS (lease_fence.redis_sslmode)."));
 		RESUME_INTERRUPTS();

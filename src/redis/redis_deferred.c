@@ -13,8 +13,6 @@
  * otherwise); a WARNING about one never names its key (it may reach
  * another client's statement behind a pooler), the server log does.
  *
- * Layer 2, Redis (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/redis/redis_deferred.c
  *
@@ -103,7 +101,7 @@ forget_deferred(LfConn *c)
 		{
 			lf_count(LF_C_CLEANUP_UNCONFIRMED);
 			ereport(LOG_SERVER_ONLY,
-					errmsg("lease_fence: the release of key \"%s\" sent after COMMIT is unconfirmed: its connection was closed before the answer was read",
+					errmsg("the release of key \"%s\" sent after COMMIT is unconfirmed: its connection was closed before the answer was read",
 						   c->deferred_key[i]));
 		}
 		pfree(c->deferred_key[i]);
@@ -113,7 +111,7 @@ forget_deferred(LfConn *c)
 	deferred_total -= n;
 	if (n > 0 && !exiting)
 		ereport(WARNING,
-				errmsg("lease_fence: %d lease releases sent after an earlier COMMIT are unconfirmed", n),
+				errmsg("%d lease releases sent after an earlier COMMIT are unconfirmed", n),
 				errdetail("Their Redis connection was closed before their answers were read."),
 				errhint("Those leases expire by their TTL; writes under their generations are still fenced. The server log names their keys."));
 	RESUME_INTERRUPTS();
@@ -208,10 +206,10 @@ lf_drain_deferred_by(LfConn *c, int64 deadline, bool interruptible, bool *interr
 		if (!confirmed)
 		{
 			ereport(LOG_SERVER_ONLY,
-					errmsg("lease_fence: could not confirm the release of key \"%s\" sent after COMMIT", key),
+					errmsg("could not confirm the release of key \"%s\" sent after COMMIT", key),
 					errdetail("%s", err));
 			ereport(WARNING,
-					errmsg("lease_fence: could not confirm a lease release sent after an earlier COMMIT"),
+					errmsg("could not confirm a lease release sent after an earlier COMMIT"),
 					errdetail("%s", r == LF_REPLY ? "Redis did not answer it with the release's result." : err),
 					errhint("The lease expires by its TTL; writes under its generation are still fenced. The server log names its key."));
 		}

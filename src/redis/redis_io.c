@@ -13,8 +13,6 @@
  * next request.  A connection's wait event set is its own (LfConn), kept
  * while its socket lives; one is open at a time.
  *
- * Layer 2, Redis (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/redis/redis_io.c
  *
@@ -76,7 +74,7 @@ lf_report_oversized(LfConn *c, char *err)
 	lf_count(LF_C_CONNECTION_OVERSIZED_REPLY);
 	HOLD_INTERRUPTS();			/* the caller serves a cancel once it closed c */
 	ereport(WARNING,
-			errmsg("lease_fence: closed a Redis connection that sent an oversized reply"),
+			errmsg("closed a Redis connection that sent an oversized reply"),
 			errdetail("It sent %s, more than lease_fence reads in a reply; none of it was kept.",
 					  c->bound.oversized),
 			errhint("lease_fence's requests are answered in a few short values. A Redis server, or something between it and this server, sent it; on a network you do not trust, use TLS (lease_fence.redis_sslmode)."));

@@ -24,9 +24,6 @@
  * hiredis's reply type and c.h-level things only, so that the server-less
  * unit test (test/unit/c.sh) links it as it is.
  *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/redis/redis_reply.c
  *

@@ -14,8 +14,6 @@
  * within the same deadline (a deferred release goes as EVAL at once: it
  * cannot be sent again); a reply never outlives the call that read it.
  *
- * Layer 2, Redis (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/redis/redis_script.c
  *
@@ -214,30 +212,6 @@ run_timed(LfScript script, int nkeys, const char **keys, int nargs, const char *
 	if (op >= 0 && answer->replied)
 		lf_latency_add((LfLatencyOp_t) op, lf_now_us() - start);
 	return answer->outcome;
-}
-
-/* until the lease layer calls the typed functions: removed at the merge */
-#include "postmaster/bgworker.h"
-static bool
-in_keepalive_worker(void)
-{
-	return MyBgworkerEntry != NULL &&
-		strcmp(MyBgworkerEntry->bgw_function_name, "lf_keepalive_main") == 0;
-}
-/* (end of the temporary block) */
-
-/*
- * The generic script runner: a script's KEYS and ARGV as they go on the
- * wire (internal.h).  The typed functions below share run_timed with it.
- */
-LfAnswerOutcome
-lf_run_script(LfScript script, int nkeys, const char **keys,
-			  int nargs, const char **args, int timeout_ms, int flags,
-			  LfAnswer *answer)
-{
-	LfCall		call = {timeout_ms, flags, in_keepalive_worker()};
-
-	return run_timed(script, nkeys, keys, nargs, args, &call, answer);
 }
 
 /* ---------------------------------------------------------------------

@@ -8,8 +8,7 @@
  *	  does, the fingerprint the keep-alive worker compares, and the reader of
  *	  secret files (the password, the TLS key).
  *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order of
- * their calls); it calls nothing of lease_fence's.  Where Redis lives is
+ * It calls nothing of lease_fence's.  Where Redis lives is
  * superuser-only, so that no other role can point the server's network
  * connections at a host of its choosing; the timeouts are each user's
  * choice, within bounds.

@@ -9,8 +9,6 @@
  * the wait ends; anything but a message on it (a Cluster's sunsubscribe as
  * a slot moves, an oversized or unparsable reply) ends the subscription.
  *
- * Layer 2, Redis (docs/design.md, "The layers").
- *
  * IDENTIFICATION
  *	  src/redis/redis_subscriber.c
  *

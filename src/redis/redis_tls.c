@@ -23,9 +23,6 @@
  * OpenSSL call here leaves the thread's error queue empty: the server's own
  * TLS code (libpq, the SSL server side) reads that queue too.
  *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/redis/redis_tls.c
  *

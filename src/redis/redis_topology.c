@@ -24,9 +24,6 @@
  * A redirection is an answer that nothing was applied, so following it
  * never makes an outcome unknown: only a lost reply does.
  *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/redis/redis_topology.c
  *

@@ -14,9 +14,6 @@
  * sentinels itself.  Why, and what each request does with the epoch:
  * docs/guides/redis-deployments.md, "Sentinel".
  *
- * Layer 2, Redis (docs/design.md, "The layers": its files and the order
- * of their calls).
- *
  * IDENTIFICATION
  *	  src/redis/redis_watch.c
  *
@@ -308,7 +305,7 @@ poll_once(uint64 fingerprint)
 	{
 		lf_count(LF_C_SENTINEL_MASTER_DISCOVERED);
 		ereport(LOG,
-				errmsg("lease_fence: the sentinels name %s:%d the master \"%s\"",
+				errmsg("the sentinels name %s:%d the master \"%s\"",
 					   first->host, first->port, lf_sentinel_master));
 	}
 }

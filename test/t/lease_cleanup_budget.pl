@@ -144,9 +144,9 @@ for my $how ('disconnect', 'pg_terminate_backend')
 	pause_redis($redis, $pause_ms);
 	$node->stop('fast');
 	my $log = slurp_file($node->logfile, $offset);
-	like($log, qr/lease_fence: the server is shutting down: 2 leases of this session are left to expire by their TTL/,
+	like($log, qr/the server is shutting down: 2 leases of this session are left to expire by their TTL/,
 		'fast shutdown: the session with 2 leases logs that it leaves them to their TTL');
-	like($log, qr/lease_fence: the server is shutting down: 3 leases of this session are left to expire by their TTL/,
+	like($log, qr/the server is shutting down: 3 leases of this session are left to expire by their TTL/,
 		'fast shutdown: so does the session with 3');
 	unlike($log, qr/could not confirm the release/, 'fast shutdown: no release was tried');
 	is(keys_left('stop1', 2) + keys_left('stop2', 3), 5, 'fast shutdown: the 5 keys are left to their TTL');

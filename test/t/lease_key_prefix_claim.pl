@@ -87,7 +87,7 @@ my $lease_a = $redis->cli('GET', 'lease_fence:{shared}');
 	my $before = last_value($node_b, 'postgres');
 	my ($status, $err) = acquire($node_b, 'postgres', 'shared');
 	is($status, 'unavailable', 'other cluster: acquire is unavailable');
-	like($err, qr/WARNING:  lease_fence: key_prefix "lease_fence:" on this Redis belongs to another database/,
+	like($err, qr/WARNING:  key_prefix "lease_fence:" on this Redis belongs to another database/,
 		'other cluster: a WARNING says the prefix belongs to another database');
 	like($err, qr/names ${\ named('postgres', $oid_a, $sys_a)}; this is ${\ named('postgres', $oid_b, $sys_b)}/,
 		'other cluster: the WARNING names the owner and this database');
@@ -134,7 +134,7 @@ sub holder
 
 	($ret, $out, my $err) = holder($node_b, 'postgres', 'shared');
 	is($out, '', "other cluster: holder() shows nothing of a's lease");
-	like($err, qr/ERROR:  55000: lease_fence: key_prefix "lease_fence:" on this Redis belongs to another database/,
+	like($err, qr/ERROR:  55000: key_prefix "lease_fence:" on this Redis belongs to another database/,
 		'other cluster: holder() is ERROR 55000, with the words of acquire\'s WARNING');
 	like($err, qr/names ${\ named('postgres', $oid_a, $sys_a)}; this is ${\ named('postgres', $oid_b, $sys_b)}/,
 		'other cluster: holder()\'s DETAIL names the owner and this database');
@@ -215,7 +215,7 @@ die 'bg: no lease' unless $bg->query_safe(q{SELECT status FROM lease_fence.acqui
 	is($old, "$sys_a:$oid_a:postgres", 'takeover by a superuser returns the previous claim');
 	is($redis->cli('GET', $owner_key), "$sys_b:$oid_b:postgres", 'takeover: the prefix is b\'s');
 	my $log = slurp_file($node_b->logfile, $offset);
-	like($log, qr/LOG:  lease_fence: key_prefix "lease_fence:" taken over by ${\ named('postgres', $oid_b, $sys_b)}/,
+	like($log, qr/LOG:  key_prefix "lease_fence:" taken over by ${\ named('postgres', $oid_b, $sys_b)}/,
 		'takeover: logged');
 	like($log, qr/DETAIL:  It belonged to ${\ named('postgres', $oid_a, $sys_a)}\./,
 		'takeover: the log names what it replaced');
@@ -250,7 +250,7 @@ die 'Redis kept its data' if $redis->cli('DBSIZE') ne '0';
 	is($status, 'acquired', 'after a Redis restart: acquired');
 	is($redis->cli('GET', $owner_key), "$sys_b:$oid_b:postgres", 'after a Redis restart: the prefix is claimed again');
 	like(slurp_file($node_b->logfile, $offset),
-		qr/LOG:  lease_fence: key_prefix "lease_fence:" claimed for ${\ named('postgres', $oid_b, $sys_b)}/,
+		qr/LOG:  key_prefix "lease_fence:" claimed for ${\ named('postgres', $oid_b, $sys_b)}/,
 		'a new claim is logged');
 	($status) = acquire($node_a, 'postgres', 'a-restart');
 	is($status, 'unavailable', 'after a Redis restart: the other database is refused again');

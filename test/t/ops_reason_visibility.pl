@@ -58,7 +58,7 @@ need((try_acquire('postgres', undef, 'claim'))[0]->{status}, 'acquired', 'postgr
 		'claimed prefix, application role: the reason says why (not NULL), without the key_prefix');
 	unlike($err, qr/$sysid|OID|"postgres"|lease_fence:owner/,
 		"claimed prefix, application role: the WARNING names neither the other database nor the key");
-	like($err, qr/WARNING:  lease_fence: key_prefix on this Redis belongs to another database/,
+	like($err, qr/WARNING:  key_prefix on this Redis belongs to another database/,
 		'claimed prefix, application role: the WARNING says what happened');
 	like(slurp_file($node->logfile, $offset),
 		qr/DETAIL:  The key "lease_fence:owner" names database "postgres" \(OID \d+\) of the cluster with system identifier $sysid/,
@@ -80,7 +80,7 @@ need((try_acquire('postgres', undef, 'claim'))[0]->{status}, 'acquired', 'postgr
 	$node->psql('second', "SELECT held FROM lease_fence.holder('claim')",
 		stdout => \$out, stderr => \$herr, extra_params => [ '-U', 'lf_app' ]);
 	is($out, '', 'claimed prefix, application role: holder() shows nothing');
-	like($herr, qr/ERROR:  lease_fence: key_prefix on this Redis belongs to another database/,
+	like($herr, qr/ERROR:  key_prefix on this Redis belongs to another database/,
 		'claimed prefix, application role: holder()\'s ERROR says what happened');
 	unlike($herr, qr/$sysid|OID|"postgres"|lease_fence:owner/,
 		'claimed prefix, application role: holder()\'s ERROR names neither the other database nor the key');

@@ -79,7 +79,7 @@ set_redis_conf($node, redis_socket => '', redis_host => '127.0.0.1', redis_port 
 	my $offset = -s $node->logfile;
 	my ($out, $err) = run_sql($s, "SELECT status FROM lease_fence.acquire('r-later-client', 60000)");
 	is($out, 'acquired', "the later statement's acquire goes on a new connection: acquired");
-	like($err, qr/WARNING:  01000: lease_fence: could not confirm a lease release sent after an earlier COMMIT/,
+	like($err, qr/WARNING:  01000: could not confirm a lease release sent after an earlier COMMIT/,
 		'the later statement gets a WARNING about the unconfirmed release');
 	unlike($err, qr/r-secret-name/, 'which names no resource (client_min_messages = log included)');
 	like(slurp_file($node->logfile, $offset),

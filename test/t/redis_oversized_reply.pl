@@ -88,7 +88,7 @@ my $node = $redis->node('oversized', "shared_preload_libraries = 'lease_fence'",
 		my $r = $out eq '' ? {} : JSON::PP->new->decode($out);
 		is($r->{status}, 'unknown', "$mode ($what{$mode}): the acquire is unknown");
 		like($r->{reason} // '', qr/oversized reply from Redis/, "$mode: its reason says oversized reply");
-		like($err, qr/WARNING:  01000: lease_fence: closed a Redis connection that sent an oversized reply/,
+		like($err, qr/WARNING:  01000: closed a Redis connection that sent an oversized reply/,
 			"$mode: a WARNING says the connection was closed for an oversized reply");
 		is($counter->() - $before, 2,
 			"$mode: counted as connection/oversized_reply (the acquire's reply, and its cleanup's on a new connection)");

@@ -114,7 +114,7 @@ for my $kind (sort keys %refused)
 	my ($row, $werr, $timed_out) = acquire_with($file, $res);
 	is($row->{status}, 'unavailable', "password file is $kind: acquire returns unavailable");
 	is($row->{acquired}, JSON::PP::false, "password file is $kind: acquired is false");
-	like($werr, qr/WARNING:  01000: lease_fence: acquire of resource "\Q$res\E": lease_fence\.redis_password_file is not a regular file \(it is \Q$what\E\)/,
+	like($werr, qr/WARNING:  01000: acquire of resource "\Q$res\E": lease_fence\.redis_password_file is not a regular file \(it is \Q$what\E\)/,
 		"password file is $kind: a WARNING says it is not a regular file");
 	unlike($werr, qr/ERROR:/, "password file is $kind: no ERROR");
 }

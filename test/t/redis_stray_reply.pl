@@ -61,7 +61,7 @@ for my $how ('inject', 'inject-late')
 	my ($out, $err) = run_sql($s, "SELECT row_to_json(a) FROM lease_fence.acquire('r-held', 60000) a");
 	my $r = JSON::PP->new->decode($out);
 	is($r->{status}, 'busy', "$how: the next acquire of a held resource is busy, not the extra reply's \"acquired\"");
-	like($err, qr/WARNING:  01000: lease_fence: closed a Redis connection that sent a reply no request asked for/,
+	like($err, qr/WARNING:  01000: closed a Redis connection that sent a reply no request asked for/,
 		"$how: a WARNING says the connection was closed");
 	is($counter->('connection', 'desynchronized'), $desync + 1, "$how: counted as connection/desynchronized");
 	is($counter->('cleanup', 'confirmed'), $confirmed + 1, "$how: the release's own answer was read first and confirmed");
