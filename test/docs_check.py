@@ -96,16 +96,20 @@ def read_catalog(path):
     return funcs, views, others, settings
 
 
+def source_files(root, endings):
+    """The C sources under src/, in every layer's folder, in name order."""
+    src = os.path.join(root, 'src')
+    return sorted(os.path.join(dp, n) for dp, _, fs in os.walk(src) for n in fs
+                  if n.endswith(endings))
+
+
 def preload_only_settings(root):
     """The settings src/ defines as PGC_POSTMASTER, which exist only while
     shared_preload_libraries loads lease_fence: their names without the
     lease_fence. prefix."""
     names = set()
-    src = os.path.join(root, 'src')
-    for fn in sorted(os.listdir(src)) if os.path.isdir(src) else []:
-        if not fn.endswith('.c'):
-            continue
-        with open(os.path.join(src, fn), encoding='utf-8') as f:
+    for path in source_files(root, ('.c',)):
+        with open(path, encoding='utf-8') as f:
             text = f.read()
         for m in re.finditer(r'DefineCustom\w+Variable\(\s*"lease_fence\.(\w+)"(.*?)\);', text, re.S):
             if 'PGC_POSTMASTER' in m.group(2):
@@ -115,12 +119,10 @@ def preload_only_settings(root):
 
 def read_sqlstates(root):
     codes = set()
-    src = os.path.join(root, 'src')
-    for name in os.listdir(src):
-        if name.endswith(('.c', '.h')):
-            with open(os.path.join(src, name), encoding='utf-8') as f:
-                for m in re.finditer(r"MAKE_SQLSTATE\('L',\s*'F',\s*'(\w)',\s*'(\w)',\s*'(\w)'\)", f.read()):
-                    codes.add('LF' + ''.join(m.groups()))
+    for path in source_files(root, ('.c', '.h')):
+        with open(path, encoding='utf-8') as f:
+            for m in re.finditer(r"MAKE_SQLSTATE\('L',\s*'F',\s*'(\w)',\s*'(\w)',\s*'(\w)'\)", f.read()):
+                codes.add('LF' + ''.join(m.groups()))
     scripts = [os.path.join(root, n) for n in os.listdir(root) if re.match(r'lease_fence--.*\.sql$', n)]
     portable = os.path.join(root, 'portable')
     if os.path.isdir(portable):
