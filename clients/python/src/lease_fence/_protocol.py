@@ -161,11 +161,15 @@ def decode_error(text: str) -> Answer:
 def _parser_table() -> Dict[str, Any]:
     """redis-py's own table of the error codes it turns into exception
     classes (stripping the code from the message)."""
+    # (by name: redis-py 5 and later, typed, have no BaseParser in
+    # redis.connection; redis-py 4 has no redis._parsers)
+    import importlib
     try:
-        from redis._parsers.base import BaseParser        # redis-py 5
+        module = importlib.import_module("redis._parsers.base")    # redis-py 5
     except ImportError:
-        from redis.connection import BaseParser           # redis-py 4
-    return BaseParser.EXCEPTION_CLASSES  # type: ignore[no-any-return]
+        module = importlib.import_module("redis.connection")       # redis-py 4
+    table: Dict[str, Any] = module.BaseParser.EXCEPTION_CLASSES
+    return table
 
 
 def error_text(exc: BaseException) -> Optional[str]:

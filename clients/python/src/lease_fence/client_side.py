@@ -419,7 +419,7 @@ _DRAW_ABOVE_SQL = "SELECT lease_fence.next_generation(CAST(%(above)s AS bigint))
 
 
 def _drawn(row: Dict[str, Any]) -> int:
-    g = row["g"]
+    g: object = row["g"]
     if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
         raise RuntimeError(f"lease_fence.next_generation() returned {g!r}")
     return g
