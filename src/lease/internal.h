@@ -172,6 +172,8 @@ extern void lf_keepalive_xact_end(void);
 extern const char *lf_keepalive_state_of(const char *identity);
 
 /* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
+extern const char *const lf_scope_names[];	/* LeaseScope as the views name it */
+extern const char *const lf_state_names[];	/* LeaseState as the views name it */
 extern int	lf_max_tracked_leases;
 extern int	lf_max_tracked_leases_share;
 

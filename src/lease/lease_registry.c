@@ -53,8 +53,6 @@ PG_FUNCTION_INFO_V1(lf_all_leases);
 #define LF_KEEP_UNCONFIRMED 1000
 
 /* constants: what lease_fence.leases shows for each scope and state */
-static const char *const scope_names[] = {"explicit", "session", "transaction"};
-static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 /*
  * The session's registry.  File-scope: it outlives every call, and the
@@ -677,9 +675,9 @@ lf_session_leases(PG_FUNCTION_ARGS)
 		values[1] = CStringGetTextDatum(e->identity);
 		values[2] = Int64GetDatum(e->generation);
 		nulls[2] = (e->generation == 0);	/* a release of another session's lease */
-		values[3] = CStringGetTextDatum(scope_names[e->scope]);
+		values[3] = CStringGetTextDatum(lf_scope_names[e->scope]);
 		values[4] = CStringGetTextDatum(e->state == STATE_HELD && lf_keepalive_is_lost(e) ?
-										"lost" : state_names[e->state]);
+										"lost" : lf_state_names[e->state]);
 		values[5] = TimestampTzGetDatum(e->acquired_at);
 		values[6] = TimestampTzGetDatum(e->expires_at);
 		nulls[6] = (e->state != STATE_HELD && e->state != STATE_LOST);

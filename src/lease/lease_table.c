@@ -116,8 +116,9 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* constants: what lease_fence.all_leases shows for each scope and state */
-static const char *const scope_names[] = {"explicit", "session", "transaction"};
-static const char *const state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
+/* the names of LeaseScope and LeaseState as the views show them (internal.h) */
+const char *const lf_scope_names[] = {"explicit", "session", "transaction"};
+const char *const lf_state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
 
 static Size
 table_bytes(void)
@@ -439,8 +440,8 @@ put_row(ReturnSetInfo *rsinfo, const LeaseSlot *s, const char *ka_state)
 		nulls[4] = true;
 	values[5] = Int64GetDatum(s->generation);
 	nulls[5] = s->generation == 0;
-	values[6] = CStringGetTextDatum(scope_names[s->scope]);
-	values[7] = CStringGetTextDatum(lost ? "lost" : state_names[s->state]);
+	values[6] = CStringGetTextDatum(lf_scope_names[s->scope]);
+	values[7] = CStringGetTextDatum(lost ? "lost" : lf_state_names[s->state]);
 	values[8] = BoolGetDatum(ka_state != NULL);
 	values[9] = TimestampTzGetDatum(s->acquired_at);
 	values[10] = TimestampTzGetDatum(s->expires_at);
