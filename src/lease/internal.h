@@ -171,6 +171,15 @@ extern void lf_keepalive_check_entry(const LeaseEntry *e);
 extern void lf_keepalive_xact_end(void);
 extern const char *lf_keepalive_state_of(const char *identity);
 
+/*
+ * idle_expiry.c: a session idle in a transaction whose guarding lease ran
+ * out is ended (the registry tells it what the transaction guards)
+ */
+extern void lf_idle_note_fence(int64 g, const char *resource, List *leases);
+extern void lf_idle_note_transaction_lease(List *leases);
+extern void lf_idle_update(List *leases);
+extern void lf_idle_expiry_init(void);
+
 /* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
 extern const char *const lf_scope_names[];	/* LeaseScope as the views name it */
 extern const char *const lf_state_names[];	/* LeaseState as the views name it */

@@ -231,6 +231,7 @@ lf_lease_validity_set(LeaseEntry *e, int64 validity)
 	e->expires_at = GetCurrentTimestamp() + validity * 1000;
 	e->valid_until_ms = lf_now_ms() + validity;
 	lf_table_update(e);
+	lf_idle_update(reg.leases); /* a lease that guards an idle transaction: its new expiry */
 }
 
 /*
@@ -281,6 +282,8 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	reg.leases = lappend(reg.leases, e);
 	MemoryContextSwitchTo(old);
 	lf_table_register(e);
+	if (lf_write_check_hook == NULL)
+		lf_update_write_check();	/* the fences this session makes are noted (idle_expiry.c) */
 	reg.added_since_trim++;
 	maybe_trim(e);
 	return e;
@@ -592,6 +595,9 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	ListCell   *lc;
 
+	/* a resource fence: a lease of ours under g now guards the transaction */
+	if (resource != NULL)
+		lf_idle_note_fence(g, resource, reg.leases);
 	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
@@ -622,7 +628,8 @@ lf_update_write_check(void)
 		if (e->state != STATE_LOST && e->doomed_why == NULL)
 			reg.lost = foreach_delete_current(reg.lost, lc);
 	}
-	lf_write_check_hook = (reg.lost != NIL || lf_keepalive_any()) ? check_write : NULL;
+	lf_write_check_hook = (reg.lost != NIL || lf_keepalive_any() || reg.leases != NIL) ?
+		check_write : NULL;
 }
 
 /*
@@ -648,6 +655,7 @@ lf_hold_in_transaction(LeaseEntry *e)
 
 	e->fenced_in_subxact = GetCurrentTransactionNestLevel() > 1;
 	(void) lf_fence_resource_at(e->resource, e->generation);
+	lf_idle_note_transaction_lease(reg.leases);
 }
 
 /* ---------------------------------------------------------------------
@@ -1000,4 +1008,5 @@ lf_registry_init(void)
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	RegisterXactCallback(lease_xact_callback, NULL);
 	lf_die_deadline_hook = exit_cleanup_deadline;
+	lf_idle_expiry_init();
 }
