@@ -68,7 +68,7 @@
 	X(KEEPALIVE_UNCONFIRMED, "keepalive", "unconfirmed") \
 	X(KEEPALIVE_IDLE_EXPIRED, "keepalive", "idle_expired") \
 	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached") \
-	X(IDLE_IN_TRANSACTION_LEASE_EXPIRED, "idle_in_transaction", "lease_expired") \
+	X(IDLE_EXPIRY_SESSION_ENDED, "idle_expiry", "session_ended") \
 	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow") \
 	X(ALL_LEASES_CAPPED, "all_leases", "capped")
 

@@ -15,8 +15,8 @@
  * (pg_stat_activity's "idle in transaction") and a guarding lease of that
  * transaction has run out by this backend's own estimate, the session is
  * ended as idle_in_transaction_session_timeout ends it (FATAL 25P03), a LOG
- * line names the resource and the pid, and idle_in_transaction /
- * lease_expired counts it.  The guarding leases of a transaction:
+ * line names the resource and the pid, and the counter idle_expiry /
+ * session_ended counts it.  The guarding leases of a transaction:
  *	- its transaction-scoped leases (each fenced its resource when granted);
  *	- every other lease of this session under whose generation the
  *	  transaction fenced the lease's resource (the fence's write-check hook
@@ -220,7 +220,7 @@ idle_expiry_at_exit(int code, Datum arg)
 	if (!fired)
 		return;
 	remember_fired();
-	lf_count(LF_C_IDLE_IN_TRANSACTION_LEASE_EXPIRED);
+	lf_count(LF_C_IDLE_EXPIRY_SESSION_ENDED);
 	ereport(LOG,
 			errmsg("terminated session of process %d idle in transaction: its lease on resource \"%s\" ran out",
 				   MyProcPid, fired_resource),

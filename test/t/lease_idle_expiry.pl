@@ -12,7 +12,7 @@
 #    transaction-scoped acquire gets the resource (lock_timeout 60 s is
 #    only a safety net against a hang, not a speed assertion), the frozen
 #    backend is gone, the LOG line names the resource and the pid (not the
-#    identity), idle_in_transaction / lease_expired counts it, and the
+#    identity), idle_expiry / session_ended counts it, and the
 #    client, continued, reads FATAL 25P03; its write did not commit;
 #  - a session-scoped lease whose resource the transaction fenced
 #    (set_generation(g, resource)), frozen: the next holder's
@@ -49,7 +49,7 @@ END { kill 'CONT', $_ for @stopped; }
 sub counter
 {
 	return sql_ok($node,
-		"SELECT count FROM lease_fence.stats WHERE operation = 'idle_in_transaction' AND outcome = 'lease_expired'");
+		"SELECT count FROM lease_fence.stats WHERE operation = 'idle_expiry' AND outcome = 'session_ended'");
 }
 
 sub rows { return sql_ok($node, 'SELECT count(*) FROM work WHERE what = ' . lit($_[0])); }
@@ -128,7 +128,7 @@ my $log_offset = -s $node->logfile;
 	like($log, qr/LOG:  terminated session of process $pid idle in transaction: its lease on resource "job-1" ran out/,
 		'the LOG line names the pid and the resource');
 	unlike($log, qr/$l->{identity}/, 'the server log does not show the identity');
-	is(counter(), '1', 'idle_in_transaction / lease_expired counted it');
+	is(counter(), '1', 'idle_expiry / session_ended counted it');
 
 	$err = continue_client($a);
 	like($err, qr/FATAL:  25P03: terminating connection due to idle-in-transaction timeout/,
@@ -158,8 +158,8 @@ my $log_offset = -s $node->logfile;
 	my $lb = call($b, "lease_fence.acquire('job-2', 5000, scope => 'session', wait_ms => 60000)");
 	is($lb->{status}, 'acquired', 'B: session-scoped lease, once A lets it go');
 	sql_ok($b, 'BEGIN');
-	my ($out, $err) = run_sql($b, "SELECT lease_fence.set_generation($lb->{generation}); "
-		  . "SELECT lease_fence.fence_resource('job-2') = $lb->{generation}");
+	sql_ok($b, "SELECT lease_fence.set_generation($lb->{generation})");
+	my ($out, $err) = run_sql($b, "SELECT lease_fence.fence_resource('job-2') = $lb->{generation}");
 	is($out, 't', "B's fence_resource() gets the resource while A's client is stopped");
 	is(sqlstate($err), '', 'B: no error (no lock timeout)');
 	sql_ok($b, 'COMMIT');
