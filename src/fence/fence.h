@@ -108,9 +108,9 @@ extern void lf_current_generation_init(void);
  * naming what was written in the error's fields (rel and attnum for a row,
  * resource for a resource fence: lf_errresource).
  * NULL while nobody needs one, so that the fence pays one branch.  The
- * lease layer installs it while this session has kept-alive leases
- * (keepalive.c: LF010 for a lost one): news from above travels down by a
- * hook, never by a call upward.
+ * lease layer installs it while this session has leases (LF010 for a lost
+ * one; a resource fence bounds an idle transaction by the lease): news
+ * from above travels down by a hook, never by a call upward.
  */
 typedef void (*LfWriteCheck) (int64 g, Relation rel, int attnum, const char *resource);
 extern LfWriteCheck lf_write_check_hook;

@@ -22,7 +22,9 @@
  *	  transaction fenced the lease's resource (the fence's write-check hook
  *	  tells the registry, which tells this file: lf_idle_note_fence).
  * The estimate is the lease's validity from its grant or this session's last
- * renew (LeaseEntry.valid_until_ms), or, for a kept-alive lease, what the
+ * renew (LeaseEntry.valid_until_ms), or a later one that another backend's
+ * renew wrote into the lease's slot of the lease table (a client that
+ * heartbeats from a second connection), or, for a kept-alive lease, what the
  * keep-alive worker last renewed it to.  The exact rule, and what it does
  * not cover, is in docs/operations.md, "A holder frozen inside a
  * transaction".
@@ -32,8 +34,8 @@
  * LF_IDLE_EXPIRY_INTERVAL_MS until the transaction ends, so that a backend
  * busy in a statement when the lease runs out is ended as soon as it goes
  * idle, never in the middle of the statement.  The handler runs in signal
- * context: it reads only this file's guard array and the keep-alive slots'
- * atomics, and sets PostgreSQL's own flags of the idle-in-transaction
+ * context: it reads only this file's guard array and atomics of the lease
+ * table and the keep-alive table, and sets PostgreSQL's own flags of the idle-in-transaction
  * timeout; ProcessInterrupts then ends the session with PostgreSQL's own
  * FATAL, which the client reads as it reads that timeout's.  The exit
  * callback writes the LOG line and counts it.
@@ -72,6 +74,7 @@ typedef struct IdleGuard
 	int64		valid_until;	/* lf_now_ms() by which it runs out */
 	int64		generation;
 	int			keepalive_slot; /* kept alive: its slot, else -1 */
+	int			table_slot;		/* its slot in the lease table, else -1 */
 	char		identity[33];
 	char	   *resource;		/* in guard_cxt */
 } IdleGuard;
@@ -106,23 +109,27 @@ static char fired_resource[LF_MAX_RESOURCE + 1];
 static int64 fired_generation;
 
 /*
- * When guard g runs out.  A kept-alive lease: what the worker renewed it to,
- * while its slot still holds it.  Safe in signal context (an atomic read and
- * comparisons); a slot being reused meanwhile only makes the guard's own
- * estimate count, which is that of a lease no longer kept alive.
+ * When guard g runs out: its own estimate, or later if another backend's
+ * renew extended it (its lease-table slot) or, for a kept-alive lease, the
+ * worker did (its keep-alive slot), while those slots still hold it.  Safe
+ * in signal context (atomic reads and comparisons); a slot reused meanwhile
+ * only makes the guard's own estimate count, that of a lease this backend
+ * no longer tracks there.
  */
 static int64
 guard_valid_until(const IdleGuard *g)
 {
+	int64		until = Max(g->valid_until, lf_table_renewed_until(g->table_slot, g->identity));
+
 	if (g->keepalive_slot >= 0 && lf_ka != NULL)
 	{
 		KeepaliveSlot *s = &lf_ka->slots[g->keepalive_slot];
 
 		if (pg_atomic_read_u32(&s->state) != KA_FREE &&
 			strncmp(s->identity, g->identity, sizeof(g->identity)) == 0)
-			return Max(g->valid_until, (int64) pg_atomic_read_u64(&s->valid_until));
+			until = Max(until, (int64) pg_atomic_read_u64(&s->valid_until));
 	}
-	return g->valid_until;
+	return until;
 }
 
 /* The guard that runs out first, or -1 when there is none. */
@@ -332,6 +339,7 @@ lf_idle_update(List *leases)
 		guards[n].valid_until = e->valid_until_ms;
 		guards[n].generation = e->generation;
 		guards[n].keepalive_slot = e->keepalive_slot;
+		guards[n].table_slot = e->table_slot;
 		strlcpy(guards[n].identity, e->identity, sizeof(guards[n].identity));
 		guards[n].resource = pstrdup(e->resource);
 		n++;

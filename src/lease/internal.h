@@ -92,6 +92,7 @@ extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
 extern void lf_doom_transaction(LeaseEntry *e, const char *why);
 extern void lf_set_lease_state(LeaseEntry *e, LeaseState state);
 extern void lf_update_write_check(void);
+extern void lf_note_resource_fenced(int64 g, const char *resource);
 extern bool lf_may_see_settings(void);
 extern const char *lf_visible_error(const char *err, char *buf, size_t buflen);
 
@@ -195,6 +196,8 @@ extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
 extern bool lf_may_see_identity(Oid holder_role);
 extern bool lf_table_holder(const char *resource, const char *identity, int *pid,
 							Oid *dboid, Oid *roleid);
+extern void lf_table_note_renewal(const char *resource, const char *identity, int64 valid_until);
+extern int64 lf_table_renewed_until(int slot, const char *identity);
 
 /*
  * One SQL call of the lease helper: made by its entry point, passed to

@@ -347,6 +347,8 @@ lf_renew(PG_FUNCTION_ARGS)
 	}
 	if (e)
 		lf_lease_validity_set(e, o.validity);
+	else
+		lf_table_note_renewal(resource, identity, lf_now_ms() + o.validity);	/* another backend's? */
 	o.have_validity = true;
 	if (o.validity < minv)
 	{

@@ -586,9 +586,10 @@ report_lost_write(const LeaseEntry *e, Relation rel, int attnum, const char *res
 }
 
 /*
- * The fence's lf_write_check_hook while this session has a lost lease or
- * keeps one alive: a fenced write under the generation of a lease a renew
- * found lost is refused (LF010), then keepalive.c checks its own.
+ * The fence's lf_write_check_hook while this session has leases: a
+ * resource fence is noted for idle_expiry.c, a fenced write under the
+ * generation of a lease a renew found lost is refused (LF010), then
+ * keepalive.c checks its own.
  */
 static void
 check_write(int64 g, Relation rel, int attnum, const char *resource)
@@ -609,9 +610,23 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 }
 
 /*
+ * This transaction fenced resource under generation g without the fence's
+ * hook (a fence a lease function makes itself, with lf_fence_resource_at):
+ * the session's lease under g now bounds the transaction when it is left
+ * idle (idle_expiry.c), as for fence_resource().
+ */
+void
+lf_note_resource_fenced(int64 g, const char *resource)
+{
+	lf_idle_note_fence(g, resource, reg.leases);
+}
+
+/*
  * Install the fence's write check while anything needs it (a lost lease, a
- * kept-alive one), and remove it otherwise, so that the fence pays one
- * branch; forget entries that are no longer lost.  Called after every
+ * kept-alive one, any lease whose resource a transaction may fence:
+ * idle_expiry.c), and remove it otherwise, so that a session without
+ * leases pays one branch per fenced row; forget entries that are no longer
+ * lost.  Called after every
  * change that may need the check (a lease found lost, a keep-alive
  * started); one that ends the need may leave it installed until the next
  * call, which costs a call per fenced row and nothing else.

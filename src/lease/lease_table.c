@@ -6,8 +6,9 @@
  *	  locks, and holder() reads for the pid and database of a holder.
  *
  * Each backend writes only its own slots (lease_registry.c: one call where a
- * lease is registered, changes state, and is forgotten); readers take no
- * lock.  A slot is claimed with a compare-and-swap of its owner (0: free),
+ * lease is registered, changes state, and is forgotten), but for one atomic
+ * field, how far another backend's renew extended the lease
+ * (lf_table_note_renewal); readers take no lock.  A slot is claimed with a compare-and-swap of its owner (0: free),
  * from a hint that moves round the table, and written under its change
  * count, as PostgreSQL writes a backend's pg_stat_activity entry: odd while
  * the owner writes, so that a reader copies the slot and keeps the copy
@@ -72,6 +73,14 @@ typedef struct LeaseSlot
 	TimestampTz expires_at;
 	char		identity[33];
 	char		resource[LF_MAX_RESOURCE + 1];
+
+	/*
+	 * lf_now_ms() until which a renew made by another backend extended the
+	 * lease (0: none).  The one field any backend writes (an atomic
+	 * maximum, lf_table_note_renewal); its owner reads it when it decides
+	 * that a lease of its idle transaction ran out (idle_expiry.c).
+	 */
+	pg_atomic_uint64 renewed_until;
 } LeaseSlot;
 
 typedef struct LeaseTable
@@ -163,6 +172,7 @@ table_shmem_startup(void)
 		{
 			pg_atomic_init_u32(&shm.table->slots[i].owner, 0);
 			pg_atomic_init_u32(&shm.table->slots[i].changecount, 0);
+			pg_atomic_init_u64(&shm.table->slots[i].renewed_until, 0);
 		}
 	}
 	shm.size = lf_max_tracked_leases;
@@ -287,6 +297,7 @@ write_slot(LeaseSlot *s, const LeaseEntry *e, bool whole)
 		s->dboid = MyDatabaseId;
 		s->roleid = e->role;
 		s->acquired_at = e->acquired_at;
+		pg_atomic_write_u64(&s->renewed_until, 0);
 		memcpy(s->identity, e->identity, sizeof(s->identity));
 		memcpy(s->resource, e->resource, len);
 		s->resource[len] = '\0';
@@ -557,6 +568,61 @@ lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid
 	}
 	pfree(copy);
 	return found;
+}
+
+/*
+ * A renew by this backend extended another backend's lease of this cluster
+ * until valid_until (lf_now_ms(), a clock every process shares): its slot
+ * says so, so that its owner does not end its idle transaction for a lease
+ * that a second connection of the same client keeps renewed
+ * (idle_expiry.c).  Without the table, nobody learns it.
+ */
+void
+lf_table_note_renewal(const char *resource, const char *identity, int64 valid_until)
+{
+	LeaseSlot  *copy;
+	int			i;
+
+	if (shm.table == NULL)
+		return;
+	copy = palloc(sizeof(LeaseSlot));
+	for (i = 0; i < shm.size; i++)
+	{
+		LeaseSlot  *s = &shm.table->slots[i];
+		uint64		old;
+
+		if (pg_atomic_read_u32(&s->owner) == 0 ||
+			strncmp(s->identity, identity, sizeof(copy->identity) - 1) != 0)
+			continue;
+		if (!read_slot(i, copy) || copy->state == STATE_RELEASED ||
+			strcmp(copy->identity, identity) != 0 || strcmp(copy->resource, resource) != 0)
+			continue;
+		old = pg_atomic_read_u64(&s->renewed_until);
+		while (old < (uint64) valid_until &&
+			   !pg_atomic_compare_exchange_u64(&s->renewed_until, &old, (uint64) valid_until))
+			;
+		break;
+	}
+	pfree(copy);
+}
+
+/*
+ * Until when did another backend's renew extend the lease in this
+ * backend's slot, while that slot still holds identity (0: not known).
+ * Only reads: safe in a signal handler.
+ */
+int64
+lf_table_renewed_until(int slot, const char *identity)
+{
+	LeaseSlot  *s;
+
+	if (shm.table == NULL || slot < 0 || slot >= shm.size)
+		return 0;
+	s = &shm.table->slots[slot];
+	if (pg_atomic_read_u32(&s->owner) != (uint32) MyProcPid ||
+		strncmp(s->identity, identity, sizeof(s->identity)) != 0)
+		return 0;
+	return (int64) pg_atomic_read_u64(&s->renewed_until);
 }
 
 /* Called from _PG_init. */

@@ -18,9 +18,10 @@
 #    (set_generation(g, resource)), frozen: the next holder's
 #    fence_resource() gets the resource, the same way;
 #  - not ended: a transaction whose lease was renewed past its first
-#    expiry; a transaction that fenced nothing while its session holds a
-#    lease; a statement that runs past the lease's expiry (ended once it
-#    goes idle, not in the statement).
+#    expiry, by its own session or by another one; a transaction that
+#    fenced nothing while its session holds a lease; a statement that runs
+#    past the lease's expiry (ended once it goes idle, not in the
+#    statement).
 
 use strict;
 use warnings;
@@ -216,33 +217,56 @@ my $log_offset = -s $node->logfile;
 }
 
 #
-# 5. A statement that runs past the expiry is not ended; the session is,
+# 5. Not ended: a lease that another session renews (a client that
+#    heartbeats from a second connection).
+#
+{
+	my $a = session($node);
+	my $pid = sql_ok($a, 'SELECT pg_backend_pid()');
+	sql_ok($a, 'BEGIN');
+	my $l = call($a, "lease_fence.acquire('job-5', 1500, scope => 'transaction')");
+	is($l->{status}, 'acquired', 'A: transaction-scoped lease (ttl 1500 ms)');
+	sql_ok($a, "INSERT INTO work (what) VALUES ('A-5')");
+	my $h = session($node);
+	is(renew($h, 'job-5', $l->{identity}, 60000)->{status}, 'renewed', "another session renews A's lease for 60 s");
+	clock_lease('clock-5', 2000);
+	wait_expired('clock-5');
+	is(alive($pid), 'idle in transaction', 'A is still idle in transaction past its first expiry');
+	sql_ok($a, 'COMMIT');
+	is(rows('A-5'), '1', "A's transaction commits");
+	is(counter(), '2', 'nothing counted');
+	$h->quit;
+	$a->quit;
+}
+
+#
+# 6. A statement that runs past the expiry is not ended; the session is,
 #    once it goes idle.
 #
 {
 	my $c = session($node);
-	need(acquire($c, 'clock-5', 60000, 0, 'session')->{status}, 'acquired', 'a lease A will wait for');
+	need(acquire($c, 'clock-6', 60000, 0, 'session')->{status}, 'acquired', 'a lease A will wait for');
 	my $a = session($node);
 	my $pid = sql_ok($a, 'SELECT pg_backend_pid()');
 	sql_ok($a, 'BEGIN');
-	is(call($a, "lease_fence.acquire('job-5', 1500, scope => 'transaction')")->{status},
+	is(call($a, "lease_fence.acquire('job-6', 1500, scope => 'transaction')")->{status},
 		'acquired', 'A: transaction-scoped lease (ttl 1500 ms)');
-	sql_ok($a, "INSERT INTO work (what) VALUES ('A-5')");
-	# A's statement waits until C lets go of clock-5, after A's lease ran out
-	$a->{stdin} .= "SELECT status FROM lease_fence.acquire('clock-5', 1000, scope => 'session', wait_ms => 60000);\n";
+	sql_ok($a, "INSERT INTO work (what) VALUES ('A-6')");
+	# A's statement waits until C lets go of clock-6, after A's lease ran out
+	$a->{stdin} .= "SELECT status FROM lease_fence.acquire('clock-6', 1000, scope => 'session', wait_ms => 60000);\n";
 	$a->{run}->pump_nb;
 	LeaseFenceTopology::wait_for('A to be waiting', sub { alive($pid) eq 'active' });
-	wait_expired('job-5');
+	wait_expired('job-6');
 	is(alive($pid), 'active', "A's statement still runs after A's lease ran out");
-	need(release($c, 'clock-5', sql_ok($c, "SELECT identity FROM lease_fence.leases WHERE resource = 'clock-5'"))->{status},
-		'released', 'C releases clock-5');
+	need(release($c, 'clock-6', sql_ok($c, "SELECT identity FROM lease_fence.leases WHERE resource = 'clock-6'"))->{status},
+		'released', 'C releases clock-6');
 	pump_until($a->{run}, IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default),
 		\$a->{stdout}, qr/acquired|unavailable|busy/);
 	like($a->{stdout}, qr/acquired/, "A's statement completed");
 	wait_backend_gone($pid);
 	ok(!kill(0, $pid), 'then, idle in transaction, A is ended');
 	is(counter(), '3', 'counted');
-	is(rows('A-5'), '0', "A's write did not commit");
+	is(rows('A-6'), '0', "A's write did not commit");
 	$a->{run}->kill_kill;
 	$c->quit;
 }
