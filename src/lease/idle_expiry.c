@@ -409,9 +409,28 @@ idle_expiry_xact_callback(XactEvent event, void *arg)
 	MemoryContextReset(guard_cxt);
 }
 
+/*
+ * A subtransaction aborted.  When it aborted on an error the client sees
+ * (a failed statement inside a savepoint), PostgresMain's error recovery
+ * has just disabled every timeout, this one too, before the abort; the
+ * transaction goes on with the same guards (a fence made in the
+ * subtransaction still counts, and its leases live on), so the timer is
+ * armed again.
+ */
+static void
+idle_expiry_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							 SubTransactionId parentSubid, void *arg)
+{
+	if (!xact_active || event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	timer_armed = false;		/* (disabled, or about to be armed again) */
+	arm();
+}
+
 /* Called from lf_registry_init (_PG_init). */
 void
 lf_idle_expiry_init(void)
 {
 	RegisterXactCallback(idle_expiry_xact_callback, NULL);
+	RegisterSubXactCallback(idle_expiry_subxact_callback, NULL);
 }

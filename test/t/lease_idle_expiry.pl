@@ -15,8 +15,8 @@
 #    identity), idle_expiry / session_ended counts it, and the
 #    client, continued, reads FATAL 25P03; its write did not commit;
 #  - a session-scoped lease whose resource the transaction fenced
-#    (set_generation(g, resource)), frozen: the next holder's
-#    fence_resource() gets the resource, the same way;
+#    (set_generation(g, resource)), frozen after an error in a savepoint:
+#    the next holder's fence_resource() gets the resource, the same way;
 #  - not ended: a transaction whose lease was renewed past its first
 #    expiry, by its own session or by another one; a transaction that
 #    fenced nothing while its session holds a lease; a statement that runs
@@ -151,6 +151,11 @@ my $log_offset = -s $node->logfile;
 	sql_ok($a, 'BEGIN');
 	sql_ok($a, "SELECT lease_fence.set_generation($l->{generation}, 'job-2')");
 	sql_ok($a, "INSERT INTO work (what) VALUES ('A-2')");
+	# an error in a savepoint (the server's error recovery stops every timer)
+	sql_ok($a, 'SAVEPOINT s');
+	my (undef, $e0) = run_sql($a, 'SELECT 1/0');
+	need(sqlstate($e0), '22012', 'the error in the savepoint');
+	sql_ok($a, 'ROLLBACK TO SAVEPOINT s');
 	kill('STOP', client_pid($a)) or die "harness: could not stop psql: $!";
 	push @stopped, client_pid($a);
 
