@@ -472,7 +472,9 @@ def main():
                                max(after.values()), 0, "max", total <= 0))
         out("   ¹ The leader never renews: its client sends nothing more, its backend stays idle and healthy (what a")
         out("     SIGSTOPped or paused client looks like to the server). The lease's end is taken on the leader's side")
-        out("     before its campaign was sent, so the excess is an upper bound. p99: nearest rank (of 50, the highest).")
+        n = len(rep.series("election_frozen", "excess")) if ("election_frozen", "excess") in rep.data else 0
+        out("     before its campaign was sent, so the excess is an upper bound. p99: nearest rank (of "
+            f"{n} rounds, the {-(-99 * n // 100)}th lowest).")
         out("   ² The old leader writes in a loop, each write a transaction: set_generation(term, election), then a")
         out("     statement that updates a one-row commit-order counter and inserts (term, counter value). The new")
         out("     leader's campaign runs in a transaction that updates the counter too before COMMIT. The counter row's")

@@ -47,8 +47,8 @@
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 23 minutes on 2 CPUs
-# (section 7 alone: about 11).
+# servers as the postgres user, like test/run.sh.  About 27 minutes on 2 CPUs
+# (section 7 alone: about 11; section 8: about 4).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
