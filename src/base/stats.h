@@ -70,7 +70,10 @@
 	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached") \
 	X(IDLE_EXPIRY_SESSION_ENDED, "idle_expiry", "session_ended") \
 	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow") \
-	X(ALL_LEASES_CAPPED, "all_leases", "capped")
+	X(ALL_LEASES_CAPPED, "all_leases", "capped") \
+	X(ELECTION_WON, "election", "won") \
+	X(TAKEOVER_TAKEN, "takeover", "taken") \
+	X(TAKEOVER_TIMEOUT, "takeover", "timeout")
 
 typedef enum LfCounter
 {
