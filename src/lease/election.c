@@ -146,6 +146,7 @@ lf_campaign(PG_FUNCTION_ARGS)
 	 */
 	hold_until_commit(e);
 	(void) lf_fence_resource_at(e->resource, e->generation);
+	lf_note_resource_fenced(e->generation, e->resource);	/* bounds an idle transaction */
 	{
 		char		payload[MAXINT8LEN + LF_MAX_RESOURCE + 2];
 
@@ -415,6 +416,7 @@ lf_take_over(PG_FUNCTION_ARGS)
 	/* ours now; released again if this transaction aborts */
 	e = lf_add_lease(resource, identity, g, scope, STATE_HELD, ttl, 0, validity);
 	hold_until_commit(e);
+	lf_note_resource_fenced(g, resource);	/* its fence, raised above, bounds an idle transaction */
 	if (lf_min_replicas > 0)
 	{
 		char		err[LF_ERRLEN];

@@ -17,6 +17,8 @@
 #  - a session-scoped lease whose resource the transaction fenced
 #    (set_generation(g, resource)), frozen after an error in a savepoint:
 #    the next holder's fence_resource() gets the resource, the same way;
+#  - a leader that won inside a transaction (campaign), frozen: the next
+#    campaign wins;
 #  - not ended: a transaction whose lease was renewed past its first
 #    expiry, by its own session or by another one; a transaction that
 #    fenced nothing while its session holds a lease; a statement that runs
@@ -274,6 +276,38 @@ my $log_offset = -s $node->logfile;
 	is(rows('A-6'), '0', "A's write did not commit");
 	$a->{run}->kill_kill;
 	$c->quit;
+}
+
+#
+# 7. A leader that won inside a transaction and froze: the next campaign
+#    wins (the win raises the election's fence, which waits for the frozen
+#    transaction's lock).
+#
+{
+	my $a = session($node);
+	my $pid = sql_ok($a, 'SELECT pg_backend_pid()');
+	sql_ok($a, 'BEGIN');
+	my $w = call($a, "lease_fence.campaign('el-7', 2000, 0)");
+	is($w->{status}, 'acquired', 'A wins the election inside a transaction (ttl 2000 ms)');
+	sql_ok($a, "SELECT lease_fence.set_generation($w->{term})");
+	sql_ok($a, "INSERT INTO work (what) VALUES ('A-7')");
+	kill('STOP', client_pid($a)) or die "harness: could not stop psql: $!";
+	push @stopped, client_pid($a);
+
+	my $b = session($node);
+	sql_ok($b, "SET lock_timeout = '60s'");
+	my ($out, $err) = run_sql($b, "SELECT status FROM lease_fence.campaign('el-7', 5000, 60000)");
+	is($out, 'acquired', "B's campaign wins while A's client is stopped");
+	is(sqlstate($err), '', 'B: no error (no lock timeout)');
+	wait_backend_gone($pid);
+	ok(!kill(0, $pid), "A's backend is gone");
+	like(substr(slurp_file($node->logfile), $log_offset),
+		qr/terminated session of process $pid idle in transaction: its lease on resource "el-7" ran out/,
+		'the LOG line names the pid and the election');
+	is(counter(), '4', 'counted');
+	like(continue_client($a), qr/FATAL:  25P03/, 'A, continued, reads FATAL 25P03');
+	is(rows('A-7'), '0', "A's write did not commit");
+	$b->quit;
 }
 
 $node->stop;
