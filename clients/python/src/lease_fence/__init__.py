@@ -49,7 +49,7 @@ from ._election import Leadership, leadership, take_over
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
-__version__ = "1.4.0"
+__version__ = "1.5.0"
 
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
