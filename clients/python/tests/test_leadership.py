@@ -273,13 +273,14 @@ def test_take_over_times_out_while_the_holder_fences(conns):
 
 
 def test_unavailable_redis(conns):
-    """Redis unreachable: the campaign raises LeaseUnavailable (never a
-    silent follower), take_over too (08006)."""
+    """Redis unreachable: a campaign whose wait ran out raises
+    LeaseUnavailable (never a silent follower; the server tries again while
+    it may wait, so wait_ms=0 answers at once), take_over too (08006)."""
     conn = conns(user=NOREDIS_USER)
     election = resource_name("unavailable")
     with pytest.raises(LeaseUnavailable) as cm:
-        with leadership(conn, election, ttl_ms=1000):
-            pass
+        with leadership(conn, election, ttl_ms=1000, wait_ms=0):
+            pytest.fail("the block ran")
     assert cm.value.status == "unavailable"
     with pytest.raises(LeaseUnavailable):
         take_over(conn, election, ttl_ms=1000)
@@ -314,10 +315,16 @@ def test_bad_arguments_before_anything_is_sent():
     for exc, args, kw in bad_take_over:
         with pytest.raises(exc):
             take_over(closed, *args, **kw)
-    # a value of exactly 1024 bytes is not refused here: the closed connection says so
-    with pytest.raises(psycopg.OperationalError):
-        with leadership(closed, "e", 1000, value="\u00e9" * 512):
-            pass
+    # a value of exactly 1024 bytes is no bad argument: it wins, leader() shows it
+    conn, check = connect(), connect()
+    try:
+        election = resource_name("limit")
+        with leadership(conn, election, 5000, value="\u00e9" * 512) as lead:
+            assert lead.value == "\u00e9" * 512
+            assert leader(check, election)["value"] == "\u00e9" * 512
+    finally:
+        conn.close()
+        check.close()
 
 
 def test_fenced_refuses_the_election_connection(conns):
