@@ -84,7 +84,9 @@ describe('leadership', () => {
     // campaign, wins once A's lease runs out, with a higher term, and writes. A is
     // thawed: its write through lead.fenced rejects with LeadershipLost — A's own
     // check, before anything is sent: no renew was confirmed before the lease's
-    // validity ran out, which A reads off its monotonic clock on waking — and the same
+    // validity ran out, which A reads off its monotonic clock on waking (lead.check()
+    // itself, and the deadline timer that aborts lead.signal; the heartbeat's renew,
+    // answered 'lost', would say so one round trip later) — and the same
     // write through the bare fenced(client, { generation: term, resource: election })
     // reaches the server and is refused there: StaleGeneration (LF001) on the
     // election's resource fence, which B's win raised to B's term. lead.signal aborts

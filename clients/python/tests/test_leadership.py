@@ -93,7 +93,9 @@ def test_frozen_leader_loses_and_its_writes_are_refused(conns):
     with a higher term, and writes. A is thawed: its write through
     lead.fenced raises LeadershipLost — A's own check, before anything is
     sent: no renew was confirmed before the lease's validity ran out, which
-    A reads off its monotonic clock on waking — and the same write through
+    A reads off its monotonic clock on waking (lead.check() itself, and the
+    deadline thread that sets lead.lost; the heartbeat's renew, answered
+    'lost', would say so one round trip later) — and the same write through
     the bare fenced(conn, term, election) reaches the server and is refused
     there: StaleGeneration (LF001) on the election's resource fence, which
     B's win raised to B's term. lead.lost is set; the block's end raises
