@@ -191,6 +191,11 @@ GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.fence_resource(text) TO app;
+-- leader election and takeover (1.5): the libraries' leadership and take_over
+GRANT EXECUTE ON FUNCTION lease_fence.campaign(text, bigint, bigint, text, text),
+                          lease_fence.leader(text),
+                          lease_fence.resign(text, text),
+                          lease_fence.take_over(text, bigint, bigint, text) TO app;
 SQL
 
 # The portable edition (portable/lease_fence_portable.sql): a second server
