@@ -25,7 +25,7 @@ OBJS = $(foreach l,$(LAYERS),$(patsubst %.c,%.o,$(sort $(wildcard src/$(l)/*.c))
 PG_CPPFLAGS += -I$(CURDIR)/src
 
 DATA = lease_fence--1.0.sql lease_fence--1.0--1.1.sql lease_fence--1.1--1.2.sql lease_fence--1.2--1.3.sql \
-	lease_fence--1.3--1.4.sql
+	lease_fence--1.3--1.4.sql lease_fence--1.4--1.5.sql
 PGFILEDESC = "lease_fence - fencing tokens for Redis leases"
 
 # every file of sql/, in name order (each runs alone: see --load-extension
@@ -66,7 +66,7 @@ endif
 # build time (scripts/embed.sh), for src/redis/redis_script.c only
 LUA_SCRIPTS = scripts/acquire.lua scripts/renew.lua scripts/release.lua \
 	scripts/check.lua scripts/claim.lua scripts/takeover.lua \
-	scripts/holder.lua
+	scripts/holder.lua scripts/leader.lua scripts/seize.lua
 
 EXTRA_CLEAN = output_iso tmp_check src/redis/lua_scripts.h src/redis/lua_scripts.h.tmp
 

@@ -1,7 +1,11 @@
 -- acquire.lua: take a lease, if nobody holds it and the generation is new.
--- KEYS[1] lease key, KEYS[2] generation key
+-- KEYS[1] lease key, KEYS[2] generation key, and for a campaign KEYS[3]
+--   value key
 -- ARGV[1] identity, ARGV[2] ttl_ms, ARGV[3] generation (decimal, no leading
---   zero), ARGV[4] generation key TTL in seconds ('0': none)
+--   zero), ARGV[4] generation key TTL in seconds ('0': none), and for a
+--   campaign ARGV[5] its value (none: the value key is deleted); a grant
+--   stores identity, a newline and the value there, with the generation
+--   key's TTL
 -- Replies: {1, generation} acquired (the key set NX PX ttl_ms, the generation
 --   stored); {0, PTTL of the lease key} busy; {2, stored generation} stale
 --   (ARGV[3] is not above it); an error reply if ttl_ms is not a positive
@@ -29,5 +33,17 @@ if ARGV[4] ~= '0' then
   redis.call('SET', KEYS[2], ARGV[3], 'EX', ARGV[4])
 else
   redis.call('SET', KEYS[2], ARGV[3])
+end
+if KEYS[3] then
+  if ARGV[5] then
+    local v = ARGV[1] .. '\n' .. ARGV[5]
+    if ARGV[4] ~= '0' then
+      redis.call('SET', KEYS[3], v, 'EX', ARGV[4])
+    else
+      redis.call('SET', KEYS[3], v)
+    end
+  else
+    redis.call('DEL', KEYS[3])
+  end
 end
 return {1, ARGV[3]}

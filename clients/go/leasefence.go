@@ -22,7 +22,7 @@ import (
 )
 
 // Version is the library's version.
-const Version = "1.4.0"
+const Version = "1.5.0"
 
 // DB is what the verbs accept: *pgx.Conn, *pgxpool.Pool or *pgxpool.Conn
 // (checked when called; anything else is ErrInvalidArgument).

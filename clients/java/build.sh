@@ -26,7 +26,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${LF_JAVA_BUILD:-$here/build}
 LIB=${LF_JAVA_LIB:-/usr/share/java}
-VERSION=1.4.0
+VERSION=1.5.0
 
 log() { printf '%s\n' "java build: $*" >&2; }
 

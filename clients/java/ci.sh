@@ -93,7 +93,7 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 	fi
 	echo "== java: mvn package -DskipTests"
 	if (cd "$here" && mvn "${mvn_args[@]}" -DskipTests package) >"$BUILD/maven.log" 2>&1 &&
-		[ -f "$BUILD/maven/lease-fence-1.4.0.jar" ]; then
+		[ -f "$BUILD/maven/lease-fence-1.5.0.jar" ]; then
 		passed=$((passed + 1))
 		echo "== java: mvn package passed"
 	else

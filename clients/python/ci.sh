@@ -44,7 +44,7 @@ else
 		--wheel-dir "$work/dist" .) >"$work/build.log" 2>&1
 fi
 rc=$?
-wheel=$(ls "$work"/dist/lease_fence-1.4.0-*.whl 2>/dev/null | head -n 1)
+wheel=$(ls "$work"/dist/lease_fence-1.5.0-*.whl 2>/dev/null | head -n 1)
 if [ "$rc" -ne 0 ] || [ -z "$wheel" ]; then
 	cat "$work/build.log"
 	echo "== python: build failed (exit $rc)"

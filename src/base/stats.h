@@ -69,7 +69,10 @@
 	X(KEEPALIVE_IDLE_EXPIRED, "keepalive", "idle_expired") \
 	X(KEEPALIVE_MAX_REACHED, "keepalive", "max_reached") \
 	X(ALL_LEASES_OVERFLOW, "all_leases", "overflow") \
-	X(ALL_LEASES_CAPPED, "all_leases", "capped")
+	X(ALL_LEASES_CAPPED, "all_leases", "capped") \
+	X(ELECTION_WON, "election", "won") \
+	X(TAKEOVER_TAKEN, "takeover", "taken") \
+	X(TAKEOVER_TIMEOUT, "takeover", "timeout")
 
 typedef enum LfCounter
 {

@@ -36,8 +36,8 @@
  */
 #define LF_RANDOM_BLOCK 32768
 
-static void
-new_identity(char *identity)
+void
+lf_new_identity(char *identity)
 {
 	static uint8 block[LF_RANDOM_BLOCK];
 	static size_t used = LF_RANDOM_BLOCK;
@@ -159,7 +159,7 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 	int64		validity;
 	LeaseEntry *e;
 
-	new_identity(identity);
+	lf_new_identity(identity);
 	*retry = false;
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
@@ -177,7 +177,11 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 	/* validity is measured from before the request is sent */
 	call = lf_request_call(req, lf_command_timeout_ms);
 	start = lf_now_ms();
-	lf_script_acquire(resource, identity, ttl, generation, lf_gen_key_ttl_s, &call, &ans);
+	if (a->campaign)
+		lf_script_campaign(resource, identity, ttl, generation, lf_gen_key_ttl_s,
+						   a->election_value, &call, &ans);
+	else
+		lf_script_acquire(resource, identity, ttl, generation, lf_gen_key_ttl_s, &call, &ans);
 	validity = lf_validity_after(ttl, lf_now_ms() - start);
 
 	/* the script echoes the generation it was sent: any other is no grant */
@@ -259,6 +263,7 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 	if (scope == SCOPE_TRANSACTION)
 		lf_hold_in_transaction(e);
 
+	req->granted = e;
 	{
 		LfOutcome	o = {LF_C_ACQUIRE_ACQUIRED, resource, identity, true, generation, true, validity};
 

@@ -73,6 +73,13 @@ typedef struct LeaseEntry
 	 */
 	const char *doomed_why;
 	bool		cleanup_counted;	/* a cleanup of it was counted (stats) */
+	/*
+	 * Won by campaign() or take_over() in this transaction: released if the
+	 * transaction aborts (its resource fence, raised in it, is undone), and
+	 * fenced again at COMMIT when a subtransaction took the fence with it.
+	 */
+	bool		release_at_abort;
+	bool		wrote_in_xact;	/* a fenced write under it in this transaction */
 	Oid			role;			/* the role that acquired it */
 	int			table_slot;		/* its slot in the lease table, else -1 */
 } LeaseEntry;
@@ -89,6 +96,7 @@ LF_NORETURN_BEFORE extern void lf_lease_interrupted(const char *resource, const 
 													int64 ttl, int64 minv) LF_NORETURN_AFTER;
 extern void lf_report_redis_problem(const char *what, const char *resource, const char *err);
 extern void lf_mark_lease_lost(LeaseEntry *e, const char *why);
+extern void lf_mark_taken(LeaseEntry *e);
 extern void lf_doom_transaction(LeaseEntry *e, const char *why);
 extern void lf_set_lease_state(LeaseEntry *e, LeaseState state);
 extern void lf_update_write_check(void);
@@ -186,6 +194,8 @@ extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
 extern bool lf_may_see_identity(Oid holder_role);
 extern bool lf_table_holder(const char *resource, const char *identity, int *pid,
 							Oid *dboid, Oid *roleid);
+extern int	lf_table_take(const char *resource, const char *identity);
+extern int	lf_table_taken_by(const LeaseEntry *e);
 
 /*
  * One SQL call of the lease helper: made by its entry point, passed to
@@ -209,6 +219,15 @@ typedef struct LfRequest
 	 * used and cleared by the next row built.
 	 */
 	char		reason[LF_ERRLEN];
+
+	/* campaign(): its row is (status, identity, term, validity_ms, reason) */
+	bool		campaign_row;
+
+	/* take_over(): its row is not counted as an acquire's (takeover / taken is) */
+	bool		uncounted;
+
+	/* the lease an acquire granted (set with the acquired row), else NULL */
+	LeaseEntry *granted;
 } LfRequest;
 
 /* what one call came to: everything its row shows */
@@ -223,7 +242,11 @@ typedef struct LfOutcome
 	int64		validity;
 } LfOutcome;
 
-/* request.c: the call's bounds, its reason, its row */
+/* request.c: the call's arguments, bounds, reason and row */
+extern int64 lf_check_ttl(FunctionCallInfo fcinfo, int argno);
+extern int64 lf_check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl);
+extern char *lf_check_identity(FunctionCallInfo fcinfo, int argno);
+extern LeaseScope lf_check_scope(FunctionCallInfo fcinfo, int argno);
 extern void lf_request_init(LfRequest *req);
 extern LfCall lf_request_call(const LfRequest *req, int base_timeout_ms);
 extern int	lf_request_timeout(const LfRequest *req, int base);
@@ -251,7 +274,11 @@ typedef struct AcquireArgs
 	int64		minv;
 	LeaseScope	scope;
 	bool		keepalive;
+	bool		campaign;		/* campaign(): the election's value goes with the grant */
+	const char *election_value; /* campaign(): NULL for none */
 } AcquireArgs;
+
+extern void lf_new_identity(char *identity);
 
 extern LfCounter lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a,
 								 int64 *spare, int64 *pttl, Datum *row, bool *retry);

@@ -47,101 +47,6 @@ PG_FUNCTION_INFO_V1(lf_redis_connections_sql);
 PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 
 /* ---------------------------------------------------------------------
- * Input checks
- * ---------------------------------------------------------------------
- */
-
-
-static int64
-check_ttl(FunctionCallInfo fcinfo, int argno)
-{
-	int64		ttl;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("ttl_ms must not be NULL"));
-	ttl = PG_GETARG_INT64(argno);
-	if (ttl <= 0)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("ttl_ms must be positive"),
-				errdetail("The ttl_ms given was " INT64_FORMAT ".", ttl));
-	/* Redis takes PX up to LLONG_MAX - now; keep well inside that */
-	if (ttl > INT64CONST(1000) * 60 * 60 * 24 * 365 * 100)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("ttl_ms is too large"),
-				errdetail("The ttl_ms given was " INT64_FORMAT ".", ttl));
-	return ttl;
-}
-
-static int64
-check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl)
-{
-	int64		minv;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("min_validity_ms must not be NULL"));
-	minv = PG_GETARG_INT64(argno);
-	if (minv < 0 || minv > ttl)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("min_validity_ms must be between 0 and ttl_ms"),
-				errdetail("min_validity_ms is " INT64_FORMAT ", ttl_ms is " INT64_FORMAT ".", minv, ttl));
-	return minv;
-}
-
-static char *
-check_identity(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *identity;
-	size_t		i,
-				n;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("identity must not be NULL"));
-	identity = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	n = strlen(identity);
-	for (i = 0; i < n; i++)
-		if (!((identity[i] >= '0' && identity[i] <= '9') || (identity[i] >= 'a' && identity[i] <= 'f')))
-			break;
-	if (n != 32 || i != n)
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("identity is not one returned by lease_fence.acquire()"),
-				errdetail("An identity is 32 lower-case hexadecimal digits."));
-	return identity;
-}
-
-static LeaseScope
-check_scope(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *s;
-
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("scope must not be NULL"));
-	s = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	if (strcmp(s, "explicit") == 0)
-		return SCOPE_EXPLICIT;
-	if (strcmp(s, "session") == 0)
-		return SCOPE_SESSION;
-	if (strcmp(s, "transaction") == 0)
-		return SCOPE_TRANSACTION;
-	ereport(ERROR,
-			errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("unknown lease scope \"%s\"", s),
-			errhint("The scope is 'explicit', 'session' or 'transaction'."));
-	return SCOPE_EXPLICIT;		/* keep compiler quiet */
-}
-
-/* ---------------------------------------------------------------------
  * SQL functions
  * ---------------------------------------------------------------------
  */
@@ -164,9 +69,11 @@ lf_acquire(PG_FUNCTION_ARGS)
 
 	lf_request_init(&req);
 	a.resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	a.ttl = check_ttl(fcinfo, 1);
-	a.scope = check_scope(fcinfo, 3);
+	a.ttl = lf_check_ttl(fcinfo, 1);
+	a.scope = lf_check_scope(fcinfo, 3);
 	a.keepalive = false;
+	a.campaign = false;
+	a.election_value = NULL;
 	if (PG_NARGS() > 4)
 	{
 		if (PG_ARGISNULL(4))
@@ -195,7 +102,7 @@ lf_acquire(PG_FUNCTION_ARGS)
 	 */
 	if (a.keepalive && a.ttl > lf_keepalive_max_ms)
 		a.ttl = lf_keepalive_max_ms;
-	a.minv = check_min_validity(fcinfo, 2, a.ttl);
+	a.minv = lf_check_min_validity(fcinfo, 2, a.ttl);
 
 	if (a.scope == SCOPE_TRANSACTION && !IsTransactionBlock())
 		ereport(ERROR,
@@ -300,9 +207,9 @@ Datum
 lf_renew(PG_FUNCTION_ARGS)
 {
 	char	   *resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	char	   *identity = check_identity(fcinfo, 1);
-	int64		ttl = check_ttl(fcinfo, 2);
-	int64		minv = check_min_validity(fcinfo, 3, ttl);
+	char	   *identity = lf_check_identity(fcinfo, 1);
+	int64		ttl = lf_check_ttl(fcinfo, 2);
+	int64		minv = lf_check_min_validity(fcinfo, 3, ttl);
 	LfRequest	req;
 	LfAnswerOutcome r;
 	int64		start;
@@ -367,7 +274,7 @@ Datum
 lf_release(PG_FUNCTION_ARGS)
 {
 	char	   *resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
-	char	   *identity = check_identity(fcinfo, 1);
+	char	   *identity = lf_check_identity(fcinfo, 1);
 	LfRequest	req;
 	LfAnswerOutcome r;
 	LeaseEntry *e = lf_find_lease(resource, identity);
@@ -441,7 +348,7 @@ lf_release(PG_FUNCTION_ARGS)
 Datum
 lf_keepalive_state(PG_FUNCTION_ARGS)
 {
-	const char *state = lf_keepalive_state_of(check_identity(fcinfo, 0));
+	const char *state = lf_keepalive_state_of(lf_check_identity(fcinfo, 0));
 
 	if (state == NULL)
 		PG_RETURN_NULL();

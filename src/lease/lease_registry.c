@@ -77,6 +77,12 @@ static struct
 	 * trim_entries frees anything.
 	 */
 	List	   *lost;
+
+	/*
+	 * The held session- and transaction-scoped entries the lease table
+	 * shows: a take_over() of one is seen by check_write and at COMMIT.
+	 */
+	List	   *takeable;
 	bool		exit_hook_registered;
 
 	/* the highest generation of a transaction-scoped lease of this transaction */
@@ -237,6 +243,28 @@ lf_lease_validity_set(LeaseEntry *e, int64 validity)
  * e's state changes: the lease table shows it; a released lease leaves the
  * table (the registry may keep it a while, as released).
  */
+static void
+track_takeable(LeaseEntry *e)
+{
+	bool		takeable = e->state == STATE_HELD && e->scope != SCOPE_EXPLICIT &&
+		e->table_slot >= 0;
+	bool		listed = list_member_ptr(reg.takeable, e);
+
+	if (takeable && !listed)
+	{
+		MemoryContext old = MemoryContextSwitchTo(reg.cxt);
+
+		reg.takeable = lappend(reg.takeable, e);
+		MemoryContextSwitchTo(old);
+		lf_update_write_check();
+	}
+	else if (!takeable && listed)
+	{
+		reg.takeable = list_delete_ptr(reg.takeable, e);
+		lf_update_write_check();
+	}
+}
+
 void
 lf_set_lease_state(LeaseEntry *e, LeaseState state)
 {
@@ -245,6 +273,7 @@ lf_set_lease_state(LeaseEntry *e, LeaseState state)
 		lf_table_forget(e);
 	else
 		lf_table_update(e);
+	track_takeable(e);
 }
 
 LeaseEntry *
@@ -281,6 +310,7 @@ lf_add_lease(const char *resource, const char *identity, int64 generation,
 	reg.leases = lappend(reg.leases, e);
 	MemoryContextSwitchTo(old);
 	lf_table_register(e);
+	track_takeable(e);
 	reg.added_since_trim++;
 	maybe_trim(e);
 	return e;
@@ -532,6 +562,20 @@ lf_mark_lease_lost(LeaseEntry *e, const char *why)
 }
 
 /*
+ * A take_over() took e from this session (lf_table_taken_by): lost, as if
+ * a renew had found it so.
+ */
+void
+lf_mark_taken(LeaseEntry *e)
+{
+	char		why[128];
+
+	snprintf(why, sizeof(why), "lease_fence.take_over() in the backend with pid %d took it",
+			 lf_table_taken_by(e));
+	lf_mark_lease_lost(e, MemoryContextStrdup(reg.cxt, why));
+}
+
+/*
  * e, a transaction-scoped lease, was given up inside its own transaction:
  * released (whatever the release answered), or left unknown.  That
  * transaction cannot COMMIT (LF010 at PRE_COMMIT, and it cannot PREPARE),
@@ -592,6 +636,19 @@ check_write(int64 g, Relation rel, int attnum, const char *resource)
 {
 	ListCell   *lc;
 
+	foreach(lc, reg.takeable)
+	{
+		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
+
+		if (e->generation != g)
+			continue;
+		if (lf_table_taken_by(e) != 0)
+		{
+			lf_mark_taken(e);
+			report_lost_write(e, rel, attnum, resource);
+		}
+		e->wrote_in_xact = true;
+	}
 	foreach(lc, reg.lost)
 	{
 		LeaseEntry *e = (LeaseEntry *) lfirst(lc);
@@ -622,7 +679,8 @@ lf_update_write_check(void)
 		if (e->state != STATE_LOST && e->doomed_why == NULL)
 			reg.lost = foreach_delete_current(reg.lost, lc);
 	}
-	lf_write_check_hook = (reg.lost != NIL || lf_keepalive_any()) ? check_write : NULL;
+	lf_write_check_hook = (reg.lost != NIL || reg.takeable != NIL || lf_keepalive_any()) ?
+		check_write : NULL;
 }
 
 /*
@@ -777,6 +835,29 @@ verify_at_commit(void)
 					errdetail("Generation " INT64_FORMAT ": %s.", e->generation, e->doomed_why),
 					errhint("The transaction was rolled back. A transaction-scoped lease is released by the transaction's end: COMMIT while it is held; release() inside the transaction gives it up, and the transaction's fenced writes with it."));
 		}
+		/*
+		 * A lease a take_over() took from this session: lost; a transaction
+		 * that wrote under a session-scoped one does not commit (one of
+		 * transaction scope fails just below).
+		 */
+		if (e->state == STATE_HELD && e->scope != SCOPE_EXPLICIT && lf_table_taken_by(e) != 0)
+		{
+			lf_mark_taken(e);
+			if (e->scope == SCOPE_SESSION && e->wrote_in_xact)
+			{
+				lf_count(LF_C_COMMIT_CHECK_LF010);
+				ereport(ERROR,
+						errcode(ERRCODE_LF_LEASE_LOST_AT_COMMIT),
+						errmsg("lease on resource \"%s\" was taken over before commit", e->resource),
+						errdetail("Generation " INT64_FORMAT ": %s; this transaction wrote under it.",
+								  e->generation, e->lost_why),
+						errhint("The transaction was rolled back; the lease is another holder's now."));
+			}
+		}
+		/* won in a subtransaction that rolled back: its fence again, first */
+		if (e->release_at_abort && e->fenced_in_subxact && e->state == STATE_HELD &&
+			e->scope != SCOPE_TRANSACTION)
+			(void) lf_fence_resource_at(e->resource, e->generation);
 		/* a lease a renew found lost: no need to ask, whatever commit_check says */
 		if (e->scope == SCOPE_TRANSACTION && e->state == STATE_LOST)
 		{
@@ -871,11 +952,15 @@ release_at_xact_end(bool committed)
 
 		if ((e->scope == SCOPE_TRANSACTION &&
 			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
+			(e->release_at_abort && !committed &&
+			 (e->state == STATE_HELD || e->state == STATE_LOST)) ||
 			e->state == STATE_UNKNOWN)
 			skipped += e->state == STATE_UNKNOWN ? settle_by(e, true, deadline) :
 				settle_deferring(e, false, committed && !proc_exit_inprogress, deadline);
 		/* its transaction is over: nothing is left for the doom to refuse */
 		e->doomed_why = NULL;
+		e->release_at_abort = false;
+		e->wrote_in_xact = false;
 	}
 	/* a termination that arrived meanwhile bounded them by the exit's budget */
 	dying = proc_exit_inprogress || ProcDiePending;

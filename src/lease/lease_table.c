@@ -62,6 +62,7 @@ typedef struct LeaseSlot
 {
 	pg_atomic_uint32 owner;		/* the owner's pid; 0: free */
 	pg_atomic_uint32 changecount;	/* odd while its owner writes it */
+	pg_atomic_uint32 taken_by;	/* take_over(): the taker's pid; 0: not taken */
 	int			pid;
 	Oid			dboid;
 	Oid			roleid;			/* the role that acquired it */
@@ -163,6 +164,7 @@ table_shmem_startup(void)
 		{
 			pg_atomic_init_u32(&shm.table->slots[i].owner, 0);
 			pg_atomic_init_u32(&shm.table->slots[i].changecount, 0);
+			pg_atomic_init_u32(&shm.table->slots[i].taken_by, 0);
 		}
 	}
 	shm.size = lf_max_tracked_leases;
@@ -367,6 +369,7 @@ lf_table_register(LeaseEntry *e)
 			!pg_atomic_compare_exchange_u32(&s->owner, &free_owner, (uint32) MyProcPid))
 			continue;
 		pg_atomic_fetch_add_u32(&shm.table->used, 1);
+		pg_atomic_write_u32(&s->taken_by, 0);
 		write_slot(s, e, true);
 		e->table_slot = n;
 		return;
@@ -557,6 +560,48 @@ lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid
 	}
 	pfree(copy);
 	return found;
+}
+
+/*
+ * take_over() took resource from identity: mark the lease lost to its
+ * holder, if a backend of this cluster holds it (its next fenced write
+ * under it, and its COMMIT after one, see it: lf_table_taken_by).  Returns
+ * that backend's pid, or 0.
+ */
+int
+lf_table_take(const char *resource, const char *identity)
+{
+	LeaseSlot  *copy;
+	int			i;
+	int			pid = 0;
+
+	if (shm.table == NULL)
+		return 0;
+	copy = palloc(sizeof(LeaseSlot));
+	for (i = 0; i < shm.size && pid == 0; i++)
+	{
+		LeaseSlot  *s = &shm.table->slots[i];
+
+		if (pg_atomic_read_u32(&s->owner) == 0 ||
+			strncmp(s->identity, identity, sizeof(copy->identity) - 1) != 0)
+			continue;
+		if (!read_slot(i, copy) || copy->state == STATE_RELEASED ||
+			strcmp(copy->identity, identity) != 0 || strcmp(copy->resource, resource) != 0)
+			continue;
+		pg_atomic_write_u32(&s->taken_by, (uint32) MyProcPid);
+		pid = copy->pid;
+	}
+	pfree(copy);
+	return pid;
+}
+
+/* The pid of the take_over() that took e from this session; 0: none. */
+int
+lf_table_taken_by(const LeaseEntry *e)
+{
+	if (shm.table == NULL || e->table_slot < 0)
+		return 0;
+	return (int) pg_atomic_read_u32(&shm.table->slots[e->table_slot].taken_by);
 }
 
 /* Called from _PG_init. */

@@ -23,6 +23,100 @@
 #include "utils/memutils.h"
 
 /* ---------------------------------------------------------------------
+ * Arguments: each a clear ERROR (22023) before anything is sent
+ * ---------------------------------------------------------------------
+ */
+
+int64
+lf_check_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	int64		ttl;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("ttl_ms must not be NULL"));
+	ttl = PG_GETARG_INT64(argno);
+	if (ttl <= 0)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("ttl_ms must be positive"),
+				errdetail("The ttl_ms given was " INT64_FORMAT ".", ttl));
+	/* Redis takes PX up to LLONG_MAX - now; keep well inside that */
+	if (ttl > INT64CONST(1000) * 60 * 60 * 24 * 365 * 100)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("ttl_ms is too large"),
+				errdetail("The ttl_ms given was " INT64_FORMAT ".", ttl));
+	return ttl;
+}
+
+int64
+lf_check_min_validity(FunctionCallInfo fcinfo, int argno, int64 ttl)
+{
+	int64		minv;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("min_validity_ms must not be NULL"));
+	minv = PG_GETARG_INT64(argno);
+	if (minv < 0 || minv > ttl)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("min_validity_ms must be between 0 and ttl_ms"),
+				errdetail("min_validity_ms is " INT64_FORMAT ", ttl_ms is " INT64_FORMAT ".", minv, ttl));
+	return minv;
+}
+
+char *
+lf_check_identity(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *identity;
+	size_t		i,
+				n;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("identity must not be NULL"));
+	identity = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	n = strlen(identity);
+	for (i = 0; i < n; i++)
+		if (!((identity[i] >= '0' && identity[i] <= '9') || (identity[i] >= 'a' && identity[i] <= 'f')))
+			break;
+	if (n != 32 || i != n)
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("identity is not one returned by lease_fence.acquire()"),
+				errdetail("An identity is 32 lower-case hexadecimal digits."));
+	return identity;
+}
+
+LeaseScope
+lf_check_scope(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *s;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("scope must not be NULL"));
+	s = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (strcmp(s, "explicit") == 0)
+		return SCOPE_EXPLICIT;
+	if (strcmp(s, "session") == 0)
+		return SCOPE_SESSION;
+	if (strcmp(s, "transaction") == 0)
+		return SCOPE_TRANSACTION;
+	ereport(ERROR,
+			errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("unknown lease scope \"%s\"", s),
+			errhint("The scope is 'explicit', 'session' or 'transaction'."));
+	return SCOPE_EXPLICIT;		/* keep compiler quiet */
+}
+
+/* ---------------------------------------------------------------------
  * Bounds
  * ---------------------------------------------------------------------
  */
@@ -33,6 +127,9 @@ lf_request_init(LfRequest *req)
 {
 	req->hard_deadline = 0;
 	req->reason[0] = '\0';
+	req->campaign_row = false;
+	req->uncounted = false;
+	req->granted = NULL;
 }
 
 /* The timeout of one request of an acquire: at most base, never past the hard deadline. */
@@ -176,7 +273,8 @@ static const struct
 };
 
 /*
- * Count the outcome and build its row: lease_fence.lease for acquire,
+ * Count the outcome and build its row: lease_fence.lease for acquire (for
+ * campaign() without acquired and resource, the generation its term),
  * (renewed, status, validity_ms) for renew, (released, status) for release,
  * each with the reason last (from 1.3 on: a function of 1.2 has no such
  * column until ALTER EXTENSION UPDATE, and gets none).
@@ -208,15 +306,20 @@ lf_outcome_row(FunctionCallInfo fcinfo, LfRequest *req, const LfOutcome *o)
 		MemoryContextSwitchTo(old);
 		fcinfo->flinfo->fn_extra = tupdesc;
 	}
-	lf_count(o->status);
+	if (!req->uncounted)
+		lf_count(o->status);
 
 	memset(nulls, 0, sizeof(nulls));
-	values[n] = BoolGetDatum(statuses[o->status].done == 1);
-	nulls[n++] = statuses[o->status].done == LF_NULL;
+	if (!req->campaign_row)
+	{
+		values[n] = BoolGetDatum(statuses[o->status].done == 1);
+		nulls[n++] = statuses[o->status].done == LF_NULL;
+	}
 	values[n++] = CStringGetTextDatum(lf_counter_outcome(o->status));
 	if (statuses[o->status].operation == OP_ACQUIRE)
 	{
-		values[n++] = CStringGetTextDatum(o->resource);
+		if (!req->campaign_row)
+			values[n++] = CStringGetTextDatum(o->resource);
 		nulls[n] = o->identity == NULL;
 		values[n++] = o->identity ? CStringGetTextDatum(o->identity) : (Datum) 0;
 		nulls[n] = !o->have_generation;

@@ -296,6 +296,7 @@ extern char *lf_lease_key(const char *resource);
 extern char *lf_release_channel(const char *resource);
 extern const char *lf_release_publish(void);
 extern char *lf_generation_key(const char *resource);
+extern char *lf_value_key(const char *resource);
 extern char *lf_owner_key(void);
 
 #endif							/* LF_REDIS_INTERNAL_H */

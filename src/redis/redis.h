@@ -112,6 +112,8 @@ typedef enum LfScript
 	LF_SCRIPT_CLAIM,			/* KEYS owner; ARGV owner id, claim value */
 	LF_SCRIPT_TAKEOVER,			/* KEYS owner; ARGV claim value */
 	LF_SCRIPT_HOLDER,			/* KEYS lease, gen; no ARGV */
+	LF_SCRIPT_LEADER,			/* KEYS lease, gen, value; no ARGV */
+	LF_SCRIPT_SEIZE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
 	LF_NUM_SCRIPTS
 } LfScript;
 
@@ -131,11 +133,14 @@ typedef enum LfAnswerOutcome
 	LF_ANS_RELEASED,			/* release */
 	LF_ANS_NOT_HELD,			/* release, check; holder: generation (0: none) */
 	LF_ANS_HELD,				/* check: pttl_ms, if has_pttl (else no expiry);
-								 * holder: also value (the identity), generation */
+								 * holder, leader: also value (the identity),
+								 * generation; leader: election_value */
 	LF_ANS_CLAIMED,				/* claim: value */
 	LF_ANS_OURS,				/* claim: value */
 	LF_ANS_OTHERS,				/* claim: value */
 	LF_ANS_TAKEN_OVER,			/* takeover: value, if has_value (else none) */
+	LF_ANS_SEIZED,				/* seize: generation; value (the previous
+								 * holder's identity), if has_value */
 	LF_ANS_NOSCRIPT,			/* EVALSHA: not run (the runner sends EVAL then) */
 	LF_ANS_UNAVAILABLE,			/* certainly not applied */
 	LF_ANS_UNKNOWN,				/* it may have run; nobody can tell */
@@ -146,6 +151,9 @@ typedef enum LfAnswerOutcome
 
 /* room for a claim value (a longer one is cut: it is only shown) */
 #define LF_VALUELEN 256
+
+/* the longest value of an election's leader, in bytes (leader.lua's bound) */
+#define LF_ELECTION_VALUE_MAX 1024
 
 typedef struct LfAnswer
 {
@@ -158,6 +166,9 @@ typedef struct LfAnswer
 	bool		oversized;		/* corrupt: a key held more than 256 bytes */
 	bool		has_value;		/* claimed, ours, others, taken_over */
 	char		value[LF_VALUELEN];
+	bool		has_election_value; /* leader: the leader's value, its bytes as stored */
+	int			election_value_len;
+	char		election_value[LF_ELECTION_VALUE_MAX + 1];
 	char		err[LF_ERRLEN]; /* why, when it is not the script's own answer */
 } LfAnswer;
 
@@ -204,6 +215,16 @@ extern LfAnswerOutcome lf_script_claim(const char *owner_id, const char *claim_v
 									   const LfCall *call, LfAnswer *answer);
 extern LfAnswerOutcome lf_script_takeover(const char *claim_value, const LfCall *call,
 										  LfAnswer *answer);
+/* acquire with an election's value (NULL: none; the value key is deleted) */
+extern LfAnswerOutcome lf_script_campaign(const char *election, const char *identity,
+										  int64 ttl_ms, int64 generation, int gen_key_ttl_s,
+										  const char *value, const LfCall *call,
+										  LfAnswer *answer);
+extern LfAnswerOutcome lf_script_leader(const char *election, const LfCall *call,
+										LfAnswer *answer);
+extern LfAnswerOutcome lf_script_seize(const char *resource, const char *identity,
+									   int64 ttl_ms, int64 generation, int gen_key_ttl_s,
+									   const LfCall *call, LfAnswer *answer);
 /* the connection the owner key's requests go on; 0: none open */
 extern uint64 lf_owner_connection_serial(void);
 /* subscribe to resource's release channel (lf_subscriber_wait waits on it) */

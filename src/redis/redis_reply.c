@@ -50,6 +50,7 @@ static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {
 	[LF_ANS_OURS] = "ours",
 	[LF_ANS_OTHERS] = "others",
 	[LF_ANS_TAKEN_OVER] = "taken_over",
+	[LF_ANS_SEIZED] = "seized",
 	[LF_ANS_NOSCRIPT] = "noscript",
 	[LF_ANS_UNAVAILABLE] = "unavailable",
 	[LF_ANS_UNKNOWN] = "unknown",
@@ -65,6 +66,8 @@ static const char *const script_names[LF_NUM_SCRIPTS] = {
 	[LF_SCRIPT_CLAIM] = "claim",
 	[LF_SCRIPT_TAKEOVER] = "takeover",
 	[LF_SCRIPT_HOLDER] = "holder",
+	[LF_SCRIPT_LEADER] = "leader",
+	[LF_SCRIPT_SEIZE] = "seize",
 };
 
 /*
@@ -552,6 +555,94 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 				set_err(a, "the generation key holds something that is not a generation", NULL);
 			}
 			return;
+		case LF_SCRIPT_LEADER:
+			/*
+			 * {1, identity, PTTL, generation, value, 1 or 0} led (0: the
+			 * value key holds no value of this identity), {0, generation}
+			 * nobody leads
+			 */
+			if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+				reply->element[0]->type != REDIS_REPLY_INTEGER)
+				break;
+			code = reply->element[0]->integer;
+			if (code == 1 && reply->elements == 6 &&
+				reply->element[1]->type == REDIS_REPLY_STRING &&
+				reply->element[2]->type == REDIS_REPLY_INTEGER &&
+				(reply->element[2]->integer >= 0 || reply->element[2]->integer == -1) &&
+				reply->element[4]->type == REDIS_REPLY_STRING &&
+				reply->element[4]->len <= LF_ELECTION_VALUE_MAX &&
+				reply->element[5]->type == REDIS_REPLY_INTEGER &&
+				(reply->element[5]->integer == 0 || reply->element[5]->integer == 1))
+			{
+				a->outcome = LF_ANS_HELD;
+				set_value(a, reply->element[1]);
+				a->has_pttl = reply->element[2]->integer >= 0;
+				a->pttl_ms = a->has_pttl ? reply->element[2]->integer : 0;
+				if (reply->element[5]->integer == 1)
+				{
+					a->has_election_value = true;
+					a->election_value_len = (int) reply->element[4]->len;
+					memcpy(a->election_value, reply->element[4]->str, reply->element[4]->len);
+					a->election_value[reply->element[4]->len] = '\0';
+				}
+				s = reply->element[3];
+			}
+			else if (code == 0 && reply->elements == 2)
+			{
+				a->outcome = LF_ANS_NOT_HELD;
+				s = reply->element[1];
+			}
+			else
+				break;
+			if (s->type != REDIS_REPLY_STRING)
+			{
+				answer_init(a, LF_ANS_UNKNOWN);
+				a->replied = true;
+				break;
+			}
+			if (s->len == 0)
+				return;
+			if (!lf_parse_canonical_generation(s->str, s->len, &a->generation))
+			{
+				a->outcome = LF_ANS_CORRUPT;
+				a->has_value = false;
+				a->has_election_value = false;
+				set_err(a, "the generation key holds something that is not a generation", NULL);
+			}
+			return;
+		case LF_SCRIPT_SEIZE:
+			/* {1, generation, previous identity} seized, {2, stored} stale */
+			if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+				reply->element[0]->type != REDIS_REPLY_INTEGER ||
+				reply->element[1]->type != REDIS_REPLY_STRING)
+				break;
+			code = reply->element[0]->integer;
+			s = reply->element[1];
+			if (code == 1 && reply->elements == 3 &&
+				reply->element[2]->type == REDIS_REPLY_STRING)
+			{
+				if (!lf_parse_canonical_generation(s->str, s->len, &a->generation))
+				{
+					set_err(a, "the seize script answered seized with no generation", NULL);
+					return;
+				}
+				a->outcome = LF_ANS_SEIZED;
+				if (reply->element[2]->len > 0)
+					set_value(a, reply->element[2]);
+				return;
+			}
+			if (code == 2 && reply->elements == 2)
+			{
+				if (lf_parse_canonical_generation(s->str, s->len, &a->stored))
+					a->outcome = LF_ANS_STALE;
+				else
+				{
+					a->outcome = LF_ANS_CORRUPT;
+					set_err(a, "the generation key holds something that is not a generation", NULL);
+				}
+				return;
+			}
+			break;
 		case LF_NUM_SCRIPTS:
 			break;
 	}

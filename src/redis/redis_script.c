@@ -76,6 +76,20 @@ static const char takeover_script[] = LF_LUA_TAKEOVER;
  */
 static const char holder_script[] = LF_LUA_HOLDER;
 
+/*
+ * KEYS: lease key, generation key, value key.  No ARGV; only reads.  {1,
+ * identity, PTTL, generation or '', value or '', 1 if the value key holds
+ * this identity's value else 0} led, {0, generation or ''} nobody leads.
+ */
+static const char leader_script[] = LF_LUA_LEADER;
+
+/*
+ * KEYS: lease key, generation key.  ARGV: identity, ttl_ms, generation,
+ * generation key TTL.  {1, generation, previous identity or ''} seized,
+ * {2, stored} stale.
+ */
+static const char seize_script[] = LF_LUA_SEIZE;
+
 typedef struct LuaScript
 {
 	const char *text;
@@ -91,6 +105,8 @@ static const LuaScript scripts[LF_NUM_SCRIPTS] = {
 	{claim_script, LF_LUA_CLAIM_SHA1},
 	{takeover_script, LF_LUA_TAKEOVER_SHA1},
 	{holder_script, LF_LUA_HOLDER_SHA1},
+	{leader_script, LF_LUA_LEADER_SHA1},
+	{seize_script, LF_LUA_SEIZE_SHA1},
 };
 
 /*
@@ -247,6 +263,39 @@ lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
 	return answer->outcome;
 }
 
+/*
+ * An acquire that also stores an election's value with the grant (the
+ * acquire script's third key): value NULL deletes an earlier leader's.
+ */
+LfAnswerOutcome
+lf_script_campaign(const char *election, const char *identity, int64 ttl_ms,
+				   int64 generation, int gen_key_ttl_s, const char *value,
+				   const LfCall *call, LfAnswer *answer)
+{
+	char		ttlbuf[MAXINT8LEN + 1];
+	char		genbuf[MAXINT8LEN + 1];
+	char		genttl[12];
+	const char *keys[3];
+	const char *args[5];
+	int			i;
+
+	pg_lltoa(generation, genbuf);
+	pg_lltoa(ttl_ms, ttlbuf);
+	pg_ltoa(gen_key_ttl_s, genttl);
+	keys[0] = lf_lease_key(election);
+	keys[1] = lf_generation_key(election);
+	keys[2] = lf_value_key(election);
+	args[0] = identity;
+	args[1] = ttlbuf;
+	args[2] = genbuf;
+	args[3] = genttl;
+	args[4] = value;
+	(void) run_timed(LF_SCRIPT_ACQUIRE, 3, keys, value ? 5 : 4, args, call, answer);
+	for (i = 0; i < 3; i++)
+		pfree((char *) keys[i]);
+	return answer->outcome;
+}
+
 LfAnswerOutcome
 lf_script_renew(const char *resource, const char *identity, int64 ttl_ms,
 				const LfCall *call, LfAnswer *answer)
@@ -308,6 +357,47 @@ lf_script_holder(const char *resource, const LfCall *call, LfAnswer *answer)
 }
 
 LfAnswerOutcome
+lf_script_leader(const char *election, const LfCall *call, LfAnswer *answer)
+{
+	const char *keys[3];
+	int			i;
+
+	keys[0] = lf_lease_key(election);
+	keys[1] = lf_generation_key(election);
+	keys[2] = lf_value_key(election);
+	(void) run_timed(LF_SCRIPT_LEADER, 3, keys, 0, NULL, call, answer);
+	for (i = 0; i < 3; i++)
+		pfree((char *) keys[i]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_seize(const char *resource, const char *identity, int64 ttl_ms,
+				int64 generation, int gen_key_ttl_s, const LfCall *call,
+				LfAnswer *answer)
+{
+	char		ttlbuf[MAXINT8LEN + 1];
+	char		genbuf[MAXINT8LEN + 1];
+	char		genttl[12];
+	const char *keys[2];
+	const char *args[4];
+
+	pg_lltoa(generation, genbuf);
+	pg_lltoa(ttl_ms, ttlbuf);
+	pg_ltoa(gen_key_ttl_s, genttl);
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	args[0] = identity;
+	args[1] = ttlbuf;
+	args[2] = genbuf;
+	args[3] = genttl;
+	(void) run_timed(LF_SCRIPT_SEIZE, 2, keys, 4, args, call, answer);
+	pfree((char *) keys[0]);
+	pfree((char *) keys[1]);
+	return answer->outcome;
+}
+
+LfAnswerOutcome
 lf_script_claim(const char *owner_id, const char *claim_value, const LfCall *call,
 				LfAnswer *answer)
 {
@@ -363,19 +453,28 @@ lf_subscribe_release(const char *resource, int timeout_ms, char *err)
  */
 
 /*
- * The two keys of a resource: <key_prefix>{<resource>} and
- * <key_prefix>{<resource>}:gen.  Redis Cluster hashes the text between the
+ * The keys of a resource: <key_prefix>{<resource>} and
+ * <key_prefix>{<resource>}:gen (an election's value: :value).  Redis Cluster hashes the text between the
  * first '{' and the first '}' after it, so both keys share one slot, unless
  * that text is empty: a resource that starts with '}'.  Such a resource is
  * named by its hexadecimal spelling instead, <key_prefix>{<hex>}#lease and
  * <key_prefix>{<hex>}#gen: the tag is never empty, and no other resource's
- * key can be spelt the same (those end in '}' or ':gen').  The key_prefix
+ * key can be spelt the same (those end in '}', ':gen' or ':value').  The key_prefix
  * holds no brace (its check hook refuses them), and every other resource
  * keeps the key names of 1.1, so leases held across an upgrade stay valid.
  */
-static char *
-resource_key(const char *resource, bool gen)
+typedef enum KeyKind
 {
+	KEY_LEASE,
+	KEY_GEN,
+	KEY_VALUE
+} KeyKind;
+
+static char *
+resource_key(const char *resource, KeyKind kind)
+{
+	static const char *const suffix[] = {"", ":gen", ":value"};
+	static const char *const hex_suffix[] = {"}#lease", "}#gen", "}#value"};
 	const char *prefix = lf_key_prefix ? lf_key_prefix : "";
 	StringInfoData key;
 
@@ -384,7 +483,8 @@ resource_key(const char *resource, bool gen)
 		/* <prefix>{<resource>}[:gen], without printf: it runs twice per acquire */
 		size_t		plen = strlen(prefix);
 		size_t		rlen = strlen(resource);
-		char	   *k = palloc(plen + rlen + 7);
+		size_t		slen = strlen(suffix[kind]);
+		char	   *k = palloc(plen + rlen + slen + 3);
 		char	   *p = k;
 
 		memcpy(p, prefix, plen);
@@ -393,11 +493,8 @@ resource_key(const char *resource, bool gen)
 		memcpy(p, resource, rlen);
 		p += rlen;
 		*p++ = '}';
-		if (gen)
-		{
-			memcpy(p, ":gen", 4);
-			p += 4;
-		}
+		memcpy(p, suffix[kind], slen);
+		p += slen;
 		*p = '\0';
 		return k;
 	}
@@ -406,21 +503,28 @@ resource_key(const char *resource, bool gen)
 	appendStringInfo(&key, "%s{", prefix);
 	for (; *resource; resource++)
 		appendStringInfo(&key, "%02x", (unsigned char) *resource);
-	appendStringInfoString(&key, gen ? "}#gen" : "}#lease");
+	appendStringInfoString(&key, hex_suffix[kind]);
 	return key.data;
 }
 
 char *
 lf_lease_key(const char *resource)
 {
-	return resource_key(resource, false);
+	return resource_key(resource, KEY_LEASE);
+}
+
+/* An election's value key: the leader's identity, a newline, its value. */
+char *
+lf_value_key(const char *resource)
+{
+	return resource_key(resource, KEY_VALUE);
 }
 
 /* The channel a release of resource publishes on: <lease key>:released. */
 char *
 lf_release_channel(const char *resource)
 {
-	return psprintf("%s:released", resource_key(resource, false));
+	return psprintf("%s:released", resource_key(resource, KEY_LEASE));
 }
 
 /* The release script's ARGV[2]: how it publishes. */
@@ -433,7 +537,7 @@ lf_release_publish(void)
 char *
 lf_generation_key(const char *resource)
 {
-	return resource_key(resource, true);
+	return resource_key(resource, KEY_GEN);
 }
 
 /*

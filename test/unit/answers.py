@@ -79,6 +79,11 @@ def expect_fields(row, got):
         want = "null" if row["value"] is None else row["value"].encode().hex()
         if got["value"] != want:
             why.append("value %s, the table says %s" % (got["value"], want))
+    if "election_value" in row:
+        ev = row["election_value"]
+        want = "null" if ev is None else ev.encode().hex()
+        if got.get("election_value") != want:
+            why.append("election_value %s, the table says %s" % (got.get("election_value"), want))
     return why
 
 

@@ -13,7 +13,7 @@
  *                            whole, in two pieces (at every split point)
  *                            and byte by byte, each decoded as SCRIPT's
  *                            reply: "outcome=... generation=... stored=...
- *                            pttl=N|null value=HEX|null" when every way
+ *                            pttl=N|null value=HEX|null election_value=HEX|null" when every way
  *                            read and decoded the same, else "error=why"
  *     transport NAME         a request without a reply (not_sent, no_reply,
  *                            interrupted): "outcome=..."
@@ -261,8 +261,15 @@ format_answer(const LfAnswer *a, char *buf, size_t len)
 {
 	char		value[2 * LF_VALUELEN + 1] = "null";
 	char		pttl[32] = "null";
+	char		ev[2 * LF_ELECTION_VALUE_MAX + 1] = "null";
 	size_t		i;
 
+	if (a->has_election_value)
+	{
+		ev[0] = '\0';
+		for (i = 0; i < (size_t) a->election_value_len; i++)
+			snprintf(ev + 2 * i, 3, "%02x", (unsigned char) a->election_value[i]);
+	}
 	if (a->has_value)
 	{
 		value[0] = '\0';
@@ -271,8 +278,8 @@ format_answer(const LfAnswer *a, char *buf, size_t len)
 	}
 	if (a->has_pttl)
 		snprintf(pttl, sizeof(pttl), INT64_FORMAT, a->pttl_ms);
-	snprintf(buf, len, "outcome=%s generation=" INT64_FORMAT " stored=" INT64_FORMAT " pttl=%s value=%s",
-			 lf_answer_table_name(a->outcome), a->generation, a->stored, pttl, value);
+	snprintf(buf, len, "outcome=%s generation=" INT64_FORMAT " stored=" INT64_FORMAT " pttl=%s value=%s election_value=%s",
+			 lf_answer_table_name(a->outcome), a->generation, a->stored, pttl, value, ev);
 }
 
 /*
@@ -357,8 +364,8 @@ reply_request(const char *name, const char *hex)
 	size_t		len;
 	size_t		i;
 	LfScript	script;
-	char		whole[1024];
-	char		other[1024];
+	char		whole[4096];
+	char		other[4096];
 	char		err[256];
 
 	if (!script_by_name(name, &script))

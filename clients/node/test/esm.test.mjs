@@ -34,7 +34,7 @@ describe('package entry points', () => {
     const lf = require('lease-fence');
     for (const name of API) assert.equal(typeof lf[name], 'function', name);
     assert.equal(lf.StaleGeneration.sqlstate, 'LF001');
-    assert.equal(require('lease-fence/package.json').version, '1.4.0');
+    assert.equal(require('lease-fence/package.json').version, '1.5.0');
   });
 
   it('import from \'lease-fence\' (ESM) has the same API and the same classes as require', async () => {

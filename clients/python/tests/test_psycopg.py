@@ -888,7 +888,7 @@ def test_installed_package_is_imported():
     not a source tree (checked when LF_EXPECT_INSTALLED is set)."""
     import os
     import lease_fence
-    assert lease_fence.__version__ == "1.4.0"
+    assert lease_fence.__version__ == "1.5.0"
     if os.environ.get("LF_EXPECT_INSTALLED"):
         assert "site-packages" in lease_fence.__file__, lease_fence.__file__
         assert os.path.exists(os.path.join(os.path.dirname(lease_fence.__file__), "py.typed"))

@@ -2,7 +2,7 @@ module example.com/two_holders
 
 go 1.19
 
-require github.com/leasefence/lease_fence/clients/go v1.4.0
+require github.com/leasefence/lease_fence/clients/go v1.5.0
 
 require (
 	github.com/gomodule/redigo v1.8.3 // indirect

@@ -46,7 +46,7 @@ from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, L
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
-__version__ = "1.4.0"
+__version__ = "1.5.0"
 
 __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",

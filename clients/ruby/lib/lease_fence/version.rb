@@ -1,5 +1,5 @@
 # frozen_string_literal: true
 
 module LeaseFence
-  VERSION = "1.4.0"
+  VERSION = "1.5.0"
 end

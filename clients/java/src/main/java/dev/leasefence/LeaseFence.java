@@ -56,7 +56,7 @@ import org.postgresql.util.ServerErrorMessage;
 public final class LeaseFence {
 
     /** The library's version. */
-    public static final String VERSION = "1.4.0";
+    public static final String VERSION = "1.5.0";
 
     private LeaseFence() {
     }
