@@ -103,15 +103,15 @@ class LeadershipTest < Minitest::Test
     check = conn
     election = LFTest.resource("frozen")
     id = LFTest.new_account(check, "nobody", 100)
-    to_child, from_parent = IO.pipe
-    from_child, to_parent = IO.pipe
+    child_in, to_child = IO.pipe     # [read end, write end]
+    from_child, child_out = IO.pipe
     @child = fork do
       to_child.close
       from_child.close
-      self.class.old_leader(election, id, from_parent, to_parent)
+      self.class.old_leader(election, id, child_in, child_out)
     end
-    from_parent.close
-    to_parent.close
+    child_in.close
+    child_out.close
     a_term = Integer(field(from_child, "leader"))
 
     b_conn = conn
