@@ -472,3 +472,33 @@ func TestLeadershipAndTakeOverBadArguments(t *testing.T) {
 }
 
 func errOf(_ interface{}, err error) error { return err }
+
+// A healthy idle leader keeps the election: TTL 600 ms, and after three
+// TTLs the key still holds its identity (its heartbeat renewed it), it is
+// not lost, and its fenced write commits.
+func TestLeadershipHeartbeatKeepsAnIdleLeader(t *testing.T) {
+	needServers(t)
+	ctx := context.Background()
+	election := resourceName(t)
+	check := connect(t)
+	id := newRow(t, check)
+	lead, err := Campaign(ctx, connect(t), election, LeadershipOptions{TTLMs: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1800 * time.Millisecond) // three TTLs, idle
+	if v, _ := redis.String(redisDo(t, "GET", leaseKey(election)), nil); v != lead.Identity || lead.Lost() != nil {
+		t.Fatalf("after three TTLs the key holds %q (identity %q), lost: %v", v, lead.Identity, lead.Lost())
+	}
+	if err := lead.Fenced(ctx, check, func(ctx context.Context, c *pgx.Conn) error {
+		return setOwner(ctx, c, id, "idle leader")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := lead.Resign(ctx); err != nil || s != Released {
+		t.Fatalf("resign: %v %v", s, err)
+	}
+	if got := readRow(t, check, id); got != (account{"idle leader", 100, lead.Term}) {
+		t.Fatalf("row %+v", got)
+	}
+}

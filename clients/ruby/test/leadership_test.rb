@@ -260,6 +260,22 @@ class LeadershipTest < Minitest::Test
     assert_equal({ owner: "job", balance: 100, fence: lease.generation }, LFTest.account(check, id))
   end
 
+  # A healthy idle leader keeps the election: TTL 600 ms, and after three
+  # TTLs the key still holds its identity (its heartbeat renewed it), it is
+  # not lost, and its fenced write commits.
+  def test_heartbeat_keeps_an_idle_leader
+    check = conn
+    election = LFTest.resource("idle")
+    id = LFTest.new_account(check, "nobody", 100)
+    lead = LeaseFence.campaign(conn, election, ttl_ms: 600)
+    sleep 1.8 # three TTLs, idle
+    assert_equal lead.identity, LFTest.redis.get(LFTest.lease_key(election))
+    refute lead.lost?
+    lead.fenced(check) { |c| c.exec_params("UPDATE account SET owner = 'idle leader' WHERE id = $1", [id]) }
+    assert_equal "released", lead.resign
+    assert_equal({ owner: "idle leader", balance: 100, fence: lead.term }, LFTest.account(check, id))
+  end
+
   # Bad arguments are ArgumentError, with nothing sent: the "connection" is
   # an object that fails the test at any call.
   def test_bad_arguments_are_refused_before_anything_is_sent

@@ -349,6 +349,26 @@ class LeadershipTest {
         assertEquals("job/100/" + job[0].generation(), LeaseFenceTest.readRow(check, id));
     }
 
+    /**
+     * A healthy idle leader keeps the election: TTL 600 ms, and after three
+     * TTLs the key still holds its identity (its heartbeat renewed it), it is
+     * not lost, and its fenced write commits.
+     */
+    @Test
+    void heartbeatKeepsAnIdleLeader() throws Exception {
+        LeaseFenceTest.assumeRedisCli();
+        Connection check = open();
+        String election = election();
+        int id = LeaseFenceTest.newRow(check);
+        Leader lead = LeaseFence.campaign(open(), election, 600, LeadershipOptions.DEFAULTS);
+        Thread.sleep(1800);                     // three TTLs, idle
+        assertEquals(lead.identity(), LeaseFenceTest.redis("GET", LeaseFenceTest.leaseKey(election)));
+        assertFalse(lead.isLost());
+        lead.fenced(check, c -> LeaseFenceTest.setOwner(c, id, "idle leader"));
+        assertEquals(ReleaseStatus.RELEASED, lead.resign());
+        assertEquals("idle leader/100/" + lead.term(), LeaseFenceTest.readRow(check, id));
+    }
+
     /** A connection that fails the test at any use: nothing may be sent. */
     static Connection untouchable() {
         return (Connection) Proxy.newProxyInstance(Connection.class.getClassLoader(),
