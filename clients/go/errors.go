@@ -164,8 +164,8 @@ func dataCorrupted(err error) error {
 // errors.Is(err, ErrLeaseDenied) is true for every one; ErrLeaseBusy,
 // ErrLeaseUnavailable and ErrLeaseLost match their status.
 type LeaseError struct {
-	Op     string // "acquire" or "renew"
-	Status string // busy, unavailable, lost, stale, insufficient_validity, unreplicated
+	Op     string // "acquire", "renew", "campaign" or "take_over"
+	Status string // busy, unavailable, lost, stale, insufficient_validity, unreplicated; timeout (take_over)
 	Reason string // why, for unavailable and unreplicated; else empty
 	Lease  *Lease // acquire: the row it returned; renew: the lease passed
 }
@@ -185,6 +185,8 @@ func (e *LeaseError) Is(target error) bool {
 		return e.Status == "unavailable"
 	case ErrLeaseLost:
 		return e.Status == "lost"
+	case ErrTakeOverTimeout:
+		return e.Status == "timeout"
 	}
 	return false
 }

@@ -80,6 +80,8 @@ type options struct {
 	keepalive     bool
 	noStaleRetry  bool
 	pollMs        int64
+	timeoutMs     *int64 // TakeOver
+	scope         string // TakeOver
 }
 
 // MinValidity: the validity the lease must have left when granted or

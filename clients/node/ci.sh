@@ -95,7 +95,7 @@ count_tap() {	# name, tap output, exit code
 	passed=$((passed + ok)); failed=$((failed + bad))
 	log "$name: $ok passed, $bad failed"
 }
-tests=(test/client.test.js test/job.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs
+tests=(test/client.test.js test/job.test.js test/leadership.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs
 	test/types.test.js test/client-side.test.js)
 tap=$work/tap
 rm -rf "$tap" && mkdir -p "$tap" || exit 1

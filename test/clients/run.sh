@@ -191,6 +191,12 @@ GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.fence_resource(text) TO app;
+-- leader election (1.5); take_over is an operator's, granted to app here so
+-- that the libraries' tests can play the operator with the same role
+GRANT EXECUTE ON FUNCTION lease_fence.campaign(text, bigint, bigint, text, text),
+                          lease_fence.leader(text),
+                          lease_fence.resign(text, text),
+                          lease_fence.take_over(text, bigint, bigint, text) TO app;
 SQL
 
 # The portable edition (portable/lease_fence_portable.sql): a second server

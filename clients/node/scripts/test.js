@@ -11,7 +11,7 @@ const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const SERVER_TESTS = ['test/client.test.js', 'test/job.test.js', 'test/knex.test.js',
+const SERVER_TESTS = ['test/client.test.js', 'test/job.test.js', 'test/leadership.test.js', 'test/knex.test.js',
   'test/pool.test.js', 'test/esm.test.mjs', 'test/types.test.js', 'test/client-side.test.js'];
 
 function defaultFiles() {

@@ -174,6 +174,26 @@ export class LeaseUnavailable extends LeaseDenied {}
 /** renew: the key is gone or someone else's; a kept-alive lease that was lost. */
 export class LeaseLost extends LeaseDenied {}
 /**
+ * The leadership of leadership() is lost: stop acting as the leader. Set as
+ * lead.signal's reason, and thrown by lead.check(), by lead.fenced() and at
+ * the end of leadership() when it was lost while the function ran: a renew
+ * answered 'lost' (another candidate won, or a takeOver took the election)
+ * or 'insufficient_validity', or no renew was confirmed before the lease's
+ * validity ran out (a frozen process, Redis unreachable). No SQLSTATE: the
+ * library decides it. `lease` is the election's lease (generation: the
+ * term). Campaign again to lead again.
+ */
+export class LeadershipLost extends LeaseLost {}
+/**
+ * takeOver: a transaction that fenced the resource (the holder's job, or its
+ * fence_resource) did not end within timeoutMs (SQLSTATE 55P03, `code`).
+ * Nothing was taken: the holder keeps its lease. `status` is 'timeout',
+ * `cause` the pg error.
+ */
+export class TakeOverTimeout extends LeaseDenied {
+  readonly code: string = '55P03';
+}
+/**
  * acquired IS NULL: Redis may have granted it. NOT a LeaseDenied: do not
  * proceed and do not treat the resource as free. `lease` has the identity
  * and generation; release(db, err.lease) is safe; a retry is a new acquire

@@ -31,9 +31,12 @@ import type {
 export {
   FenceError, StaleGeneration, MissingGeneration, ConflictingGeneration, UnissuedGeneration,
   LeaseLostAtCommit, LeaseError, LeaseDenied, LeaseBusy, LeaseUnavailable, LeaseLost, LeaseUnknown,
-  DataCorrupted, LeaseDataCorrupted, TransactionRolledBack, translateError,
+  DataCorrupted, LeaseDataCorrupted, TransactionRolledBack, translateError, LeadershipLost,
+  TakeOverTimeout,
 } from './errors.js';
 export type { FenceErrorFields } from './errors.js';
+export { leadership, takeOver } from './election.js';
+export type { Leadership, LeadershipOptions, TakeOverOptions } from './election.js';
 export { RedisLeases, clientSideScripts } from './client-side.js';
 export type {
   ClientSideAcquireCheckedOptions, ClientSideAcquireOptions, RedisClientLike, RedisLeasesOptions,

@@ -5,6 +5,7 @@ require_relative "lease_fence/version"
 require_relative "lease_fence/errors"
 require_relative "lease_fence/lease"
 require_relative "lease_fence/db"
+require_relative "lease_fence/leadership"
 
 # The Ruby client of lease_fence, the PostgreSQL extension that fences stale
 # writers. Every verb takes a PG::Connection or an ActiveRecord connection

@@ -6,9 +6,10 @@ import {
   acquire, tryAcquire, acquireOutcome, fenced, transactionLease, job, keptAliveLease, renew, release,
   releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
-  TransactionRolledBack, DataCorrupted, LeaseDataCorrupted,
+  TransactionRolledBack, DataCorrupted, LeaseDataCorrupted, leadership, takeOver, LeadershipLost,
+  TakeOverTimeout, LeaseLost,
 } from 'lease-fence';
-import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions, AcquireOptions } from 'lease-fence';
+import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions, AcquireOptions, Leadership } from 'lease-fence';
 
 export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
   let lease: AcquiredLease;
@@ -218,5 +219,34 @@ export function corruptCode(err: unknown): string | null {
     const e: DataCorrupted = err;
     return e.code;
   }
+  return null;
+}
+
+// leadership and takeOver (1.5): the leadership's fields and its lost signal
+export async function lead(pool: pg.Pool, client: pg.Client): Promise<bigint> {
+  const term: bigint = await leadership(client, 'scheduler', { ttlMs: 3000, value: 'host-a' },
+    async (l: Leadership) => {
+      const signal: AbortSignal = l.signal;
+      const why: string | null = l.lostReason;
+      void signal; void why;
+      l.check();
+      await l.fenced(pool, (c) => c.query('UPDATE account SET owner = $1', ['leader']));
+      return l.term;
+    });
+  const taken: AcquiredLease = await takeOver(pool, 'scheduler', { ttlMs: 1000, timeoutMs: 500 });
+  void taken;
+  // @ts-expect-error ttlMs is required
+  await leadership(client, 'scheduler', {}, () => 1);
+  // @ts-expect-error scope is 'session' or 'explicit'
+  await takeOver(pool, 'x', { ttlMs: 1, scope: 'transaction' });
+  return term;
+}
+
+export function lostName(err: unknown): string | null {
+  if (err instanceof LeadershipLost) {
+    const e: LeaseLost = err;
+    return e.name;
+  }
+  if (err instanceof TakeOverTimeout) return err.code;
   return null;
 }

@@ -25,7 +25,8 @@ LeaseDenied).
 The verbs, as in the other libraries (Node, Java, Go, Ruby): ``acquire``
 (the Lease, or a LeaseError), ``try_acquire`` (the Lease, **None** when
 busy, acquire's exceptions otherwise), ``job``, ``transaction_lease``,
-``kept_alive_lease``, ``fenced``, ``renew``, ``release``; every argument
+``kept_alive_lease``, ``fenced``, ``renew``, ``release``, ``leadership``
+(campaign, heartbeat, resign: a context manager), ``take_over``; every argument
 after ``ttl_ms`` is keyword-only. ``acquire``, ``try_acquire``, ``renew``
 and ``release`` send one statement: alone under autocommit, in a
 transaction of its own otherwise.
@@ -42,7 +43,9 @@ client-side mode found a generation key that holds no generation.
 from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, LeaseBusy,
                       LeaseDenied, LeaseError, LeaseLost, LeaseLostAtCommit, LeaseUnavailable,
                       LeaseUnknown, MissingGeneration, ReleaseStatus, StaleGeneration,
-                      TransactionRolledBack, UnissuedGeneration, fence_error_from, fence_errors)
+                      TransactionRolledBack, UnissuedGeneration, fence_error_from, fence_errors,
+                      LeadershipLost, TakeOverTimeout)
+from ._election import Leadership, leadership, take_over
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
@@ -54,5 +57,6 @@ __all__ = [
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "KeptAliveLease", "ReleaseStatus",
     "DataCorrupted", "TransactionRolledBack", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease", "keepalive_state",
-    "fenced", "renew", "release",
+    "fenced", "renew", "release", "Leadership", "LeadershipLost", "leadership", "take_over",
+    "TakeOverTimeout",
 ]

@@ -10,7 +10,8 @@ __all__ = [
     "FenceError", "StaleGeneration", "MissingGeneration", "ConflictingGeneration",
     "UnissuedGeneration", "LeaseLostAtCommit", "LeaseError", "LeaseDenied", "LeaseBusy",
     "LeaseUnavailable", "LeaseLost", "LeaseUnknown", "Lease", "ReleaseStatus", "DataCorrupted",
-    "TransactionRolledBack", "fence_error_from", "fence_errors",
+    "TransactionRolledBack", "fence_error_from", "fence_errors", "LeadershipLost",
+    "TakeOverTimeout",
 ]
 
 
@@ -258,6 +259,30 @@ class LeaseLost(LeaseDenied):
     ``check()`` found it lost, or ``kept_alive_lease`` found at its end
     (release: ``not_held``) that it was lost while the block ran.
     """
+
+
+class LeadershipLost(LeaseLost):
+    """The leadership of ``leadership()`` is lost: stop acting as the leader.
+
+    Raised by ``lead.check()`` and ``lead.fenced()`` once ``lead.lost`` is
+    set — a renew answered ``lost`` (another candidate won, or a take_over
+    took the election) or ``insufficient_validity``, or no renew was
+    confirmed before the lease's validity ran out (a frozen process, Redis
+    unreachable) — and at the end of the ``with`` block when it was lost
+    while the block ran. No SQLSTATE: the library decides it, from what the
+    server answered and the lease's validity. ``lease`` is the election's
+    Lease (``generation`` the term). Campaign again to lead again (a new
+    term).
+    """
+
+
+class TakeOverTimeout(LeaseDenied):
+    """take_over: a transaction that fenced the resource (the holder's job,
+    or its ``fence_resource``) did not end within ``timeout_ms`` (SQLSTATE
+    55P03). Nothing was taken: the holder keeps its lease. ``status`` is
+    ``'timeout'``, ``lease`` None; the driver's error is ``__cause__``."""
+
+    sqlstate = "55P03"
 
 
 class LeaseUnknown(LeaseError):

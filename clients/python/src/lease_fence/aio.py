@@ -12,25 +12,32 @@ managers, with the same exceptions::
     await aio.release(conn, lease)
 
 ``AsyncKeptAliveLease.state`` / ``.lost`` are awaitables (``await
-lease.state``) and ``check()`` a coroutine.
+lease.state``) and ``check()`` a coroutine. ``aio.leadership`` heartbeats
+from a task; its ``lead.lost`` is an asyncio.Event.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, fields
 from typing import (Any, AsyncContextManager, AsyncIterator, Awaitable, Dict, Mapping, Optional,
-                    TypeVar, Union)
+                    Sequence, TypeVar, Union)
 
 from ._errors import (Lease, LeaseLost, ReleaseStatus, TransactionRolledBack, _acquired,
                       _lease_from_row, _released, _renewed, _try_acquired, fence_error_from)
 from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
                     SET_GENERATION_SQL, _acquire_params, _begin_sql, _dbapi_failed, _fence_args,
                     _is_psycopg, _one_server_session, _sa_inactive, _sa_text)
+from ._election import (CAMPAIGN_SQL, RESIGN_SQL, TAKE_OVER_SQL, _campaign_lease,
+                        _campaign_params, _leader_state, _LeaderState, _take_over_error,
+                        _take_over_params)
 
 __all__ = [
     "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
-    "keepalive_state", "fenced", "renew", "release", "fence_errors",
+    "keepalive_state", "fenced", "renew", "release", "fence_errors", "AsyncLeadership",
+    "leadership", "take_over",
 ]
 
 C = TypeVar("C")
@@ -447,3 +454,176 @@ async def _release_own(db: _AsyncAdapter, lease: Lease) -> ReleaseStatus:
     row = await db.own(RELEASE_SQL, {"resource": lease.resource, "identity": lease.identity})
     return _released(row["status"], row["reason"])
 
+
+
+# --------------------------------------------------------------------------
+# Leader election and take_over (lease_fence._election has the sync API and
+# what both share: the SQL, the argument checks, the validity bookkeeping)
+# --------------------------------------------------------------------------
+
+class AsyncLeadership:
+    """``aio.leadership``'s leadership: as ``lease_fence.Leadership``, with
+    ``lost`` an asyncio.Event, ``check()`` a plain method and ``fenced(conn)``
+    an async context manager."""
+
+    def __init__(self, state: _LeaderState, conn: Any) -> None:
+        self._state = state
+        self._conn = conn
+        self.lost = asyncio.Event()
+
+    @property
+    def election(self) -> str:
+        return self._state.election
+
+    @property
+    def identity(self) -> str:
+        return self._state.identity
+
+    @property
+    def term(self) -> int:
+        """The generation of the election's lease: this leader's term."""
+        return self._state.term
+
+    @property
+    def value(self) -> Optional[str]:
+        return self._state.value
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._state.ttl_ms
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the leadership was lost; None while it is not."""
+        return self._state.lost_reason
+
+    def __repr__(self) -> str:
+        return (f"AsyncLeadership(election={self.election!r}, term={self.term}, "
+                f"identity={self.identity!r}, lost={self.lost.is_set()})")
+
+    def _lose(self, reason: str) -> None:
+        if self._state.lost_reason is None:
+            self._state.lost_reason = reason
+        self.lost.set()
+
+    def check(self) -> None:
+        """Raise LeadershipLost if the leadership is lost (or its lease's
+        validity ran out without a confirmed renew)."""
+        if not self.lost.is_set() and self._state.expired():
+            self._lose("no renew was confirmed before the lease ran out")
+        if self.lost.is_set():
+            raise self._state.error()
+
+    @asynccontextmanager
+    async def fenced(self, conn: C) -> AsyncIterator[C]:
+        """``aio.fenced(conn, lead.term, lead.election)``, checked before BEGIN
+        and before COMMIT (LeadershipLost); see ``Leadership.fenced``."""
+        if conn is self._conn:
+            raise ValueError("lead.fenced needs another connection than the election's: that "
+                             "one is dedicated to the election (its heartbeat)")
+        self.check()
+        async with fenced(conn, self._state.term, self._state.election) as c:
+            yield c
+            self.check()
+
+
+async def _heartbeat(lead: AsyncLeadership, db: _AsyncAdapter, wake: asyncio.Event) -> None:
+    """renew at once, then every ttl_ms / 3, on the election's connection."""
+    state = lead._state
+    params = {"resource": state.election, "identity": state.identity,
+              "ttl_ms": state.ttl_ms, "min_validity_ms": 0}
+    interval = max(state.ttl_ms / 3.0, 1.0) / 1000.0
+    while True:
+        sent = time.monotonic()
+        row: Optional[Dict[str, Any]] = None
+        failure: Optional[BaseException] = None
+        try:
+            row = await db.alone(RENEW_SQL, params)
+        except Exception as exc:            # noqa: BLE001 - not confirmed; tried again
+            failure = exc
+        lost = state.renewed(sent, row, failure)
+        wake.set()
+        if lost is not None:
+            lead._lose(lost)
+            return
+        await asyncio.sleep(interval)
+
+
+async def _deadline_watch(lead: AsyncLeadership, wake: asyncio.Event) -> None:
+    """The loss at the deadline, whether or not a renew answered."""
+    state = lead._state
+    while not lead.lost.is_set():
+        left = state.deadline - time.monotonic()
+        if left <= 0:
+            lead._lose("no renew was confirmed before the lease ran out")
+            return
+        wake.clear()
+        try:
+            await asyncio.wait_for(wake.wait(), left)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _stop(tasks: Sequence["asyncio.Task[None]"]) -> None:
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        try:
+            await t
+        except (asyncio.CancelledError, Exception):
+            pass
+
+
+@asynccontextmanager
+async def leadership(conn: Any, election: str, ttl_ms: int, *, value: Optional[str] = None,
+                     wait_ms: Optional[int] = None,
+                     scope: str = "session") -> AsyncIterator[AsyncLeadership]:
+    """``async with``: ``lease_fence.leadership`` for async connections (see
+    there): campaign on ``conn``, renew it from a task on that same
+    connection every ttl_ms / 3, resign at the end. ``lead.lost`` is an
+    asyncio.Event."""
+    params = _campaign_params(election, ttl_ms, value, wait_ms, scope)
+    _one_server_session(conn)
+    db = _adapter(conn)
+    first = _campaign_lease(election, await db.own(CAMPAIGN_SQL, params))
+    if first.status == "stale":
+        first = _campaign_lease(election, await db.own(CAMPAIGN_SQL, params))
+    state = _leader_state(_acquired(first), value, ttl_ms)
+    lead = AsyncLeadership(state, conn)
+    wake = asyncio.Event()
+    tasks = [asyncio.ensure_future(_heartbeat(lead, db, wake)),
+             asyncio.ensure_future(_deadline_watch(lead, wake))]
+    resign = {"election": election, "identity": state.identity}
+    try:
+        yield lead
+    except BaseException:
+        await _stop(tasks)
+        try:
+            await db.own(RESIGN_SQL, resign)
+        except Exception:
+            pass
+        raise
+    finally:
+        for t in tasks:
+            t.cancel()
+    await _stop(tasks)
+    row = await db.own(RESIGN_SQL, resign)
+    if row["status"] == "not_held":
+        lead._lose("resign found the election no longer held")
+    lead.check()
+
+
+async def take_over(conn: Any, resource: str, ttl_ms: int, *, timeout_ms: int = 5000,
+                    scope: str = "explicit") -> Lease:
+    """``lease_fence.take_over``, awaited (see there): the Lease, or
+    TakeOverTimeout / LeaseUnavailable / LeaseUnknown."""
+    params = _take_over_params(resource, ttl_ms, timeout_ms, scope)
+    db = _adapter(conn)
+    try:
+        row = await db.alone(TAKE_OVER_SQL, params)
+    except Exception as exc:
+        mapped = _take_over_error(exc, resource)
+        if mapped is None:
+            raise
+        raise mapped from exc
+    return _acquired(_lease_from_row(row))

@@ -54,3 +54,17 @@ def test_positional_min_validity_ms_is_a_type_error(name: str, verb: Callable[..
 def test_every_verb_is_checked() -> None:
     found = {n for n, _ in _verbs()}
     assert len(found) == 6 + 6 + 5 + 3 + 3, sorted(found)
+
+
+@pytest.mark.parametrize("where,name", [(w, n) for w in ("lease_fence", "lease_fence.aio")
+                                        for n in ("leadership", "take_over")])
+def test_election_verbs_keyword_only_after_ttl_ms(where: str, name: str) -> None:
+    """leadership / take_over: (conn, name, ttl_ms, *, ...), in sync and aio."""
+    verb = getattr(aio if where.endswith("aio") else lease_fence, name)
+    params = list(inspect.signature(verb).parameters.values())
+    assert [p.name for p in params[:3]] == ["conn", "election" if name == "leadership"
+                                            else "resource", "ttl_ms"]
+    assert params[3:], name
+    for p in params[3:]:
+        assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{where}.{name}: {p.name}"
+        assert p.default is not inspect.Parameter.empty

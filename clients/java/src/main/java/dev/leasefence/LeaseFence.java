@@ -45,6 +45,9 @@ import org.postgresql.util.ServerErrorMessage;
  * <li>{@link #keptAliveLease}: a session-scoped lease the server keeps alive
  *     while the work runs, watched from another connection; a lost lease
  *     stops the work.</li>
+ * <li>{@link #leadership} / {@link #campaign}: leader election, the lease
+ *     renewed by a heartbeat on the campaign's connection, writes fenced by
+ *     the term; {@link #takeOver}: take a lease from a stuck holder.</li>
  * <li>{@link #translate} / {@link #fenceException}: any SQLException (or a
  *     framework's wrapper) to a {@link FenceException}, for code that writes
  *     outside {@link #fenced} (Spring, Hibernate, jOOQ).</li>
@@ -847,6 +850,296 @@ public final class LeaseFence {
                 Thread.currentThread().interrupt();
             }
         }
+    }
+
+    // ------------------------------------------------------------------
+    // Leader election and takeover (extension 1.5, C edition)
+    // ------------------------------------------------------------------
+
+    private static final String CAMPAIGN_SQL =
+            "SELECT status, identity, term, validity_ms, reason FROM lease_fence.campaign("
+            + "CAST(? AS text), CAST(? AS bigint), CAST(? AS bigint), CAST(? AS text), "
+            + "CAST(? AS text))";
+
+    private static void checkElection(String election, long ttlMs, LeadershipOptions options) {
+        if (election == null || election.isEmpty()) {
+            throw new IllegalArgumentException("an election name is needed");
+        }
+        if (ttlMs <= 0) {
+            throw new IllegalArgumentException("ttlMs must be positive, got " + ttlMs);
+        }
+        if (options == null) {
+            throw new IllegalArgumentException("options are needed (LeadershipOptions.DEFAULTS)");
+        }
+        options.check();
+    }
+
+    /**
+     * What {@link #campaign} makes of one row of {@code lease_fence.campaign}:
+     * the won lease (generation = term), else the exception for its status
+     * ({@code busy}: {@link LeaseBusyException}; {@code unknown}:
+     * {@link LeaseUnknownException}; ...). No connection: for the unit tests.
+     */
+    static Lease campaignResult(String election, String status, String identity, Long term,
+                                Long validityMs, String reason) throws LeaseException {
+        Boolean ok = "acquired".equals(status) ? Boolean.TRUE
+                : "unknown".equals(status) ? null : Boolean.FALSE;
+        Lease row = new Lease(election, identity, term, validityMs, ok, status, reason);
+        if (Boolean.TRUE.equals(ok) && identity != null && term != null) {
+            return row;
+        }
+        throw leaseError(ok, status, row, "campaign", election, reason);
+    }
+
+    private static Lease campaignRow(Connection conn, String election, long ttlMs,
+                                     LeadershipOptions o) throws SQLException {
+        return ownTransaction(conn, c -> {
+            try (PreparedStatement ps = c.prepareStatement(CAMPAIGN_SQL)) {
+                ps.setString(1, election);
+                ps.setLong(2, ttlMs);
+                if (o.waitMs() == null) {
+                    ps.setNull(3, Types.BIGINT);
+                } else {
+                    ps.setLong(3, o.waitMs());
+                }
+                if (o.value() == null) {
+                    ps.setNull(4, Types.VARCHAR);
+                } else {
+                    ps.setString(4, o.value());
+                }
+                ps.setString(5, o.scope());
+                try (ResultSet rs = query(ps)) {
+                    if (!rs.next()) {
+                        throw new SQLException("lease_fence.campaign returned no row");
+                    }
+                    try {
+                        return campaignResult(election, rs.getString("status"),
+                                rs.getString("identity"), getLong(rs, "term"),
+                                getLong(rs, "validity_ms"), rs.getString("reason"));
+                    } catch (LeaseDeniedException e) {
+                        if ("stale".equals(e.status())) {
+                            return e.lease();   // tried once more by the caller
+                        }
+                        throw e;
+                    }
+                }
+            }
+        });
+    }
+
+    /**
+     * Waits, on {@code conn}, to become the leader of {@code election}
+     * ({@code lease_fence.campaign}: woken by the leader's resign or its
+     * lease's end, no polling) and returns the {@link Leader}, whose heartbeat
+     * thread then renews the lease on {@code conn} every {@code ttlMs / 3}:
+     * {@code conn} is the election's until {@link Leader#resign()}. A
+     * statement timeout or {@code cancelQuery} ends the wait (57014).
+     *
+     * @throws IllegalArgumentException  bad arguments (nothing sent)
+     * @throws LeaseBusyException        {@code options.waitMs()} ran out: still a follower
+     * @throws LeaseUnavailableException Redis unreachable (never a silent follower)
+     * @throws LeaseDeniedException      unreplicated, stale twice
+     * @throws LeaseUnknownException     the outcome is unknown (the server released
+     *                                   what it may have won)
+     */
+    public static Leader campaign(Connection conn, String election, long ttlMs,
+                                  LeadershipOptions options) throws SQLException {
+        return campaign(conn, election, ttlMs, options, null);
+    }
+
+    private static Leader campaign(Connection conn, String election, long ttlMs,
+                                   LeadershipOptions options, Thread work) throws SQLException {
+        checkElection(election, ttlMs, options);
+        if (conn == null) {
+            throw new IllegalArgumentException("campaign needs the connection the election runs on");
+        }
+        long sent = System.nanoTime();
+        Lease won = campaignRow(conn, election, ttlMs, options);
+        if ("stale".equals(won.status())) {
+            // stale wrote nothing and moved next_generation() past the stored
+            // one: one more try with a fresh generation is safe
+            sent = System.nanoTime();
+            won = campaignRow(conn, election, ttlMs, options);
+            if ("stale".equals(won.status())) {
+                throw leaseError(Boolean.FALSE, "stale", won, "campaign", election, won.reason());
+            }
+        }
+        Leader lead = new Leader(conn, election, won.identity(), won.generation(), options.value(),
+                ttlMs, won.validityMs() == null ? 0 : won.validityMs());
+        lead.startHeartbeat(sent + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(
+                lead.validityMs()), work);
+        return lead;
+    }
+
+    /**
+     * Campaigns on {@code conn} ({@link #campaign}), runs {@code work} as the
+     * leader in this thread, and resigns at the end. The work writes with
+     * {@link Leader#fenced} on other connections. When the leadership is
+     * lost, the heartbeat stops, {@link Leader#isLost()} turns true,
+     * {@link Leader#check()} and {@link Leader#fenced} throw
+     * {@link LeadershipLostException}, and this thread is interrupted (the
+     * interrupt is cleared when leadership returns).
+     *
+     * @return what {@code work} returned
+     * @throws LeadershipLostException the leadership was lost while the work ran
+     *                                 (the work's exception suppressed)
+     * @throws SQLException            campaign's exceptions, before the work runs;
+     *                                 else the work's, unchanged
+     */
+    public static <T> T leadership(Connection conn, String election, long ttlMs,
+                                   LeadershipOptions options, LeadershipWork<T> work)
+            throws SQLException {
+        if (work == null) {
+            throw new IllegalArgumentException("leadership needs the work to run");
+        }
+        Leader lead = campaign(conn, election, ttlMs, options, Thread.currentThread());
+        T result = null;
+        Throwable failure = null;
+        try {
+            result = work.run(lead);
+        } catch (SQLException | RuntimeException | Error e) {
+            failure = e;
+        } finally {
+            lead.stopHeartbeat();
+        }
+        LeadershipLostException lost = lead.lostBy();
+        SQLException resignError = null;
+        try {
+            lead.resign();
+        } catch (SQLException e) {
+            resignError = e;
+        }
+        if (lost != null) {
+            LeadershipLostException e = new LeadershipLostException(lost.status(), lead.lease(),
+                    lost.getMessage(), null);
+            e.initCause(lost);
+            if (failure != null) {
+                e.addSuppressed(failure);
+            }
+            throw e;
+        }
+        if (failure != null) {
+            if (resignError != null) {
+                failure.addSuppressed(resignError);
+            }
+            if (failure instanceof SQLException) {
+                throw (SQLException) failure;
+            }
+            if (failure instanceof RuntimeException) {
+                throw (RuntimeException) failure;
+            }
+            throw (Error) failure;
+        }
+        if (resignError != null) {
+            throw resignError;
+        }
+        return result;
+    }
+
+    /** {@code lease_fence.resign(election, identity)}: release's outcomes. */
+    static ReleaseOutcome resignOutcome(Connection conn, String election, String identity)
+            throws SQLException {
+        return ownTransaction(conn, c -> {
+            try (PreparedStatement ps = c.prepareStatement(
+                    "SELECT released, status, reason FROM lease_fence.resign("
+                    + "CAST(? AS text), CAST(? AS text))")) {
+                ps.setString(1, election);
+                ps.setString(2, identity);
+                try (ResultSet rs = query(ps)) {
+                    if (!rs.next()) {
+                        throw new SQLException("lease_fence.resign returned no row");
+                    }
+                    return releaseResult(getBoolean(rs, "released"), rs.getString("status"),
+                            rs.getString("reason"));
+                }
+            }
+        });
+    }
+
+    /** {@link #takeOver(Connection, String, long, long, String)} waiting at most
+     * 5000 ms, scope explicit. */
+    public static Lease takeOver(Connection conn, String resource, long ttlMs) throws SQLException {
+        return takeOver(conn, resource, ttlMs, 5000, "explicit");
+    }
+
+    /**
+     * {@code lease_fence.take_over}, for operators and supervisors (EXECUTE is
+     * not granted to PUBLIC): grants the caller the lease on {@code resource}
+     * whether or not someone holds it, with a generation above every one
+     * granted for it, and raises the resource's fence to it. The victim's
+     * renew answers lost; its fenced writes are refused.
+     *
+     * @param timeoutMs wait at most this long for a transaction that fenced the resource
+     * @param scope     {@code "explicit"} or {@code "session"}
+     * @throws IllegalArgumentException  bad arguments (nothing sent)
+     * @throws TakeOverTimeoutException  55P03: that transaction did not end in time;
+     *                                   nothing was taken
+     * @throws LeaseUnavailableException 08006: Redis unavailable; nothing was taken
+     * @throws LeaseUnknownException     08007: the outcome is unknown (the server
+     *                                   released what it may have taken)
+     * @throws SQLException              anything else (42501 without the grant)
+     */
+    public static Lease takeOver(Connection conn, String resource, long ttlMs, long timeoutMs,
+                                 String scope) throws SQLException {
+        if (resource == null || resource.isEmpty()) {
+            throw new IllegalArgumentException("takeOver needs a resource name");
+        }
+        if (ttlMs <= 0 || timeoutMs < 0) {
+            throw new IllegalArgumentException("takeOver needs ttlMs > 0 and timeoutMs >= 0; got "
+                    + "ttlMs " + ttlMs + ", timeoutMs " + timeoutMs);
+        }
+        if (!"explicit".equals(scope) && !"session".equals(scope)) {
+            throw new IllegalArgumentException("scope is \"explicit\" or \"session\", got " + scope);
+        }
+        return ownTransaction(conn, c -> {
+            try (PreparedStatement ps = c.prepareStatement(
+                    "SELECT acquired, status, resource, identity, generation, validity_ms, reason "
+                    + "FROM lease_fence.take_over(CAST(? AS text), CAST(? AS bigint), "
+                    + "CAST(? AS bigint), CAST(? AS text))")) {
+                ps.setString(1, resource);
+                ps.setLong(2, ttlMs);
+                ps.setLong(3, timeoutMs);
+                ps.setString(4, scope);
+                ResultSet rs;
+                try {
+                    rs = query(ps);
+                } catch (SQLException e) {
+                    throw takeOverError(resource, e);
+                }
+                try (rs) {
+                    if (!rs.next()) {
+                        throw new SQLException("lease_fence.take_over returned no row");
+                    }
+                    return acquireResult(new Lease(rs.getString("resource"),
+                            rs.getString("identity"), getLong(rs, "generation"),
+                            getLong(rs, "validity_ms"), getBoolean(rs, "acquired"),
+                            rs.getString("status"), rs.getString("reason")), false);
+                }
+            }
+        });
+    }
+
+    /** take_over's SQLSTATEs as the library's exceptions (package-private: tests). */
+    static SQLException takeOverError(String resource, SQLException e) {
+        String state = e.getSQLState();
+        ServerErrorMessage m = serverMessage(e);
+        String why = m != null && m.getMessage() != null ? m.getMessage() : e.getMessage();
+        String what = "take_over of lease \"" + resource + "\": ";
+        LeaseException mapped;
+        if ("55P03".equals(state)) {
+            mapped = new TakeOverTimeoutException("timeout", new Lease(resource, null, null, null,
+                    Boolean.FALSE, "timeout", why), what + "timeout", why);
+        } else if ("08006".equals(state)) {
+            mapped = new LeaseUnavailableException("unavailable", new Lease(resource, null, null,
+                    null, Boolean.FALSE, "unavailable", why), what + "unavailable", why);
+        } else if ("08007".equals(state)) {
+            mapped = new LeaseUnknownException("unknown", new Lease(resource, null, null, null,
+                    null, "unknown", why), what + "unknown", why);
+        } else {
+            return e;
+        }
+        mapped.initCause(e);
+        return mapped;
     }
 
     // ------------------------------------------------------------------
