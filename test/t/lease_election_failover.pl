@@ -57,7 +57,9 @@ sub finish_row
 {
 	my ($s) = @_;
 	my $out = $s->query("SELECT 'lf-done'");
-	$out =~ /(\{.*\})/ or die "harness: no row in: $out";
+	# (none: the statement's row came before, with an earlier query's
+	# output -- it returned too early; the points on it fail)
+	return {} unless $out =~ /(\{.*\})/;
 	return JSON::PP->new->decode($1);
 }
 

@@ -59,7 +59,9 @@ sub finish_row
 {
 	my ($s) = @_;
 	my $out = $s->query("SELECT 'lf-done'");
-	$out =~ /(\{.*\})/ or die "harness: no row in: $out";
+	# (none: the statement's row came before, with an earlier query's
+	# output -- it returned too early; the points on it fail)
+	return {} unless $out =~ /(\{.*\})/;
 	return JSON::PP->new->decode($1);
 }
 
@@ -114,8 +116,8 @@ need($from->cli('MIGRATE', '127.0.0.1', $to->port, '', '0', '5000', 'KEYS', lkey
 	is($l->{value}, $value, "and L's value");
 }
 # F tried again meanwhile (at least once a second: TRYAGAIN), and waits on
-LeaseFenceTopology::wait_for('F to try again while the slot migrates',
-	sub { acquire_round_trips($node) > $trips });
+LeaseFenceTopology::wait_for('F to try again while the slot migrates, or to return',
+	sub { acquire_round_trips($node) > $trips || !running($fpid) });
 ok(running($fpid), 'F still waits while the slot migrates');
 
 # SETSLOT NODE as redis-cli --cluster does it: the importing node first,
@@ -136,8 +138,8 @@ is($to->cli('GET', lkey($e)), $cl->{identity}, "the slot moved: L's lease is on 
 	is($l->{value}, $value, "and L's value");
 }
 $trips = acquire_round_trips($node);
-LeaseFenceTopology::wait_for('F to try again after the move',
-	sub { acquire_round_trips($node) > $trips });
+LeaseFenceTopology::wait_for('F to try again after the move, or to return',
+	sub { acquire_round_trips($node) > $trips || !running($fpid) });
 ok(running($fpid), 'F still waits after the move: it did not end busy');
 
 my $r = call($leader, "lease_fence.resign(" . lit($e) . ", " . lit($cl->{identity}) . ")");
