@@ -134,6 +134,14 @@ SELECT has_function_privilege('public', 'lease_fence.holder(text)', 'EXECUTE') A
        has_table_privilege('public', 'lease_fence.all_leases', 'SELECT') AS public_sees_all_leases,
        has_table_privilege('public', 'lease_fence.latency', 'SELECT') AS public_sees_latency;
 
+-- 1.5: campaign, leader, resign and take_over, none of them PUBLIC's
+ALTER EXTENSION lease_fence UPDATE TO '1.5';
+SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
+SELECT has_function_privilege('public', 'lease_fence.campaign(text, bigint, bigint, text, text)', 'EXECUTE') AS public_may_campaign,
+       has_function_privilege('public', 'lease_fence.leader(text)', 'EXECUTE') AS public_may_ask_leader,
+       has_function_privilege('public', 'lease_fence.resign(text, text)', 'EXECUTE') AS public_may_resign,
+       has_function_privilege('public', 'lease_fence.take_over(text, bigint, bigint, text)', 'EXECUTE') AS public_may_take_over;
+
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)
 CREATE TEMP TABLE updated AS

@@ -36,13 +36,19 @@
 #      SET NX PX + INCR, a prepared compare-and-set UPDATE, an EVALSHA
 #      compare-and-delete) and with SET NX PX and INCR as two commands: jobs
 #      per second, and the CPU time per job of the client, the backends and
-#      Redis, and the backends' context switches per job.
+#      Redis, and the backends' context switches per job;
+#   8. elections (test/bench/elections.py): failover from a frozen leader
+#      (its lease's end to the waiting follower's campaign returning: the
+#      excess over the TTL, median and p99), after resign(), after the
+#      leader's client closes its connection and after pg_terminate_backend;
+#      and the split-brain window: old-term writes committed after the new
+#      leader's campaign committed, with the old leader writing in a loop.
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 23 minutes on 2 CPUs
-# (section 7 alone: about 11).
+# servers as the postgres user, like test/run.sh.  About 27 minutes on 2 CPUs
+# (section 7 alone: about 11; section 8: about 4).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -63,6 +69,10 @@
 #                              one-round-trip job as one simple-query string;
 #                              and the controls without a lease, job_nolease
 #                              and b_noredis: test/bench/job.c)
+#   LF_BENCH_ELECTION_ROUNDS=50 rounds of each measurement of section 8
+#   LF_BENCH_ELECTION_TTL_MS=1000 the TTL the frozen leader and the old leader
+#                              of the split-brain window campaign with (the
+#                              handovers: 10 times it)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
@@ -89,11 +99,14 @@ CLIENT_ROUNDS=${LF_BENCH_CLIENT_ROUNDS:-3}
 JOB_ROUNDS=${LF_BENCH_JOB_ROUNDS:-5}
 JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
 JOB_MODES=${LF_BENCH_JOB_MODES:-a job b b2}
+ELECTION_ROUNDS=${LF_BENCH_ELECTION_ROUNDS:-50}
+ELECTION_TTL_MS=${LF_BENCH_ELECTION_TTL_MS:-1000}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
 # (libpq-dev and libhiredis-dev: section 7 builds a client, test/bench/job.c)
-lf_need_packages gnuplot-nox python3-redis valgrind strace libpq-dev libhiredis-dev || exit 1
+# (python3-psycopg: section 8's driver, test/bench/elections.py)
+lf_need_packages gnuplot-nox python3-redis python3-psycopg valgrind strace libpq-dev libhiredis-dev || exit 1
 
 started=$(date +%s)
 # the commit measured: the tree is copied now
@@ -577,6 +590,27 @@ fi
 fi
 
 # ---------------------------------------------------------------------
+# 8. elections: failover and the split-brain window
+# ---------------------------------------------------------------------
+# test/bench/elections.py, ELECTION_ROUNDS rounds of each, on one election
+# with ttl_ms ELECTION_TTL_MS: a frozen leader (it never renews: its client
+# sends nothing more, its backend stays healthy) and a follower waiting in
+# campaign(..., wait_ms NULL): the follower's win minus the leader's lease
+# end (the time before its campaign was sent + the TTL: an upper bound);
+# the follower's win after resign(), after the leader's client closed its
+# connection, and after pg_terminate_backend() of the leader's backend; and
+# the old leader writing in a loop under its term while the new leader
+# campaigns: old-term rows committed after the new leader's campaign did, in
+# the commit order of a counter row every transaction updates last (its
+# row lock is held to COMMIT).  Times on the monotonic clock of one process.
+if want 8 || want elections; then
+lf_log "8. elections: failover after a frozen leader, after resign / exit; the split-brain window ($ELECTION_ROUNDS rounds, ttl_ms $ELECTION_TTL_MS)"
+(cd "$LF_WORK" && lf_as_user "$PY" "$LF_SRC/test/bench/elections.py" "$ELECTION_ROUNDS" "$ELECTION_TTL_MS") \
+	>"$raw/elections.csv" 2>"$raw/elections.log" || { cat "$raw/elections.log" >&2; die "the elections section failed"; }
+grep -E '^election_' "$raw/elections.csv" >>"$samples"
+fi
+
+# ---------------------------------------------------------------------
 # 1, again: instructions per row, counted by callgrind
 # ---------------------------------------------------------------------
 # Wall and CPU times move with whatever else runs on the machine; the number
@@ -724,6 +758,8 @@ elapsed=$(( $(date +%s) - started ))
 	echo "cg_jobs=$CG_JOBS"
 	echo "job_rounds=$JOB_ROUNDS"
 	echo "job_seconds=$JOB_SECS"
+	echo "election_rounds=$ELECTION_ROUNDS"
+	echo "election_ttl_ms=$ELECTION_TTL_MS"
 } >"$raw/meta.txt"
 
 mkdir -p "$OUT"
