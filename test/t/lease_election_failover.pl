@@ -1,6 +1,7 @@
 # lease_election_failover.pl — an election through a Sentinel failover
-# (docs/guides/leader-election.md; a waiting campaign is a waiting acquire:
-# docs/guides/keepalive-and-waiting.md, "What each answer does to the wait").
+# (docs/guides/leader-election.md; docs/reference.md, lease_fence.campaign:
+# while Redis cannot be asked the wait goes on, and a wait that ends then is
+# unavailable, never busy).
 # A master, two replicas, three redis-sentinels (the master called down
 # after 1000 ms), and a node with lease_fence preloaded (the sentinel
 # watch).  A leader L holds election E (its key on both replicas); a
