@@ -2,13 +2,12 @@
 # (docs/guides/leader-election.md; docs/reference.md, lease_fence.campaign:
 # while Redis cannot be asked the wait goes on, and a wait that ends then is
 # unavailable, never busy).
-# A master, two replicas, three redis-sentinels (the master called down
-# after 1000 ms), and a node with lease_fence preloaded (the sentinel
+# A master, two replicas, three redis-sentinels, and a node with lease_fence preloaded (the sentinel
 # watch).  A leader L holds election E (its key on both replicas); a
 # follower F campaigns for E with a generous wait_ms; once F waits, the
 # master is killed (kill -9).  Pinned:
 #  - while the master is down (the sentinels are held back from calling it
-#    down until the test lets them), a campaign with a short wait_ms ends
+#    down until the test lets them: then after 3000 ms), a campaign with a short wait_ms ends
 #    unavailable (never busy, never a silent follower: no leader was seen);
 #    a campaign with a generous wait_ms that started while the master was
 #    down goes on through the unavailable attempts (the WARNINGs say so)
@@ -143,17 +142,28 @@ ok(running($gpid), 'G, campaigning while the master is down, waits on through un
 ok(running($fpid), 'F waits on while the master is down: not busy, not unavailable');
 need(scalar(grep { named($_) == $old_port } @sentinels), 3, 'every sentinel still names the dead master');
 
+# Let them fail over: the dead master is called down after 3000 ms.  (Not
+# the 1000 ms of the harness: on a loaded machine a sentinel has called the
+# freshly promoted master down a second after the switch and failed over
+# again, to the other replica, which had not yet synced what was written
+# in between -- a second failover that this test is not about.)
 for my $s (@sentinels)
 {
-	need($s->cli('SENTINEL', 'SET', 'lf', 'down-after-milliseconds', '1000'), 'OK',
-		'the sentinel ' . $s->port . ' calls the master down after 1000 ms again');
+	need($s->cli('SENTINEL', 'SET', 'lf', 'down-after-milliseconds', '3000'), 'OK',
+		'the sentinel ' . $s->port . ' calls the master down after 3000 ms');
 }
 
-# the failover: every sentinel names a replica
-LeaseFenceTopology::wait_for('every sentinel to name a new master', sub {
-	!grep { named($_) == $old_port } @sentinels });
-my ($new) = grep { $_->port == named($sentinels[0]) } @replicas;
-die 'harness: the sentinels name none of the replicas' unless $new;
+# the failover: every sentinel names the same replica, which says it is
+# the master, and none reports a failover under way
+my $new;
+LeaseFenceTopology::wait_for('the sentinels to agree on a new master', sub {
+	my %ports = map { named($_) => 1 } @sentinels;
+	my @ports = keys %ports;
+	return 0 unless @ports == 1 && $ports[0] != $old_port;
+	($new) = grep { $_->port == $ports[0] } @replicas;
+	return $new && (split /\n/, $new->cli('ROLE'))[0] eq 'master'
+	  && !grep { $_->cli('SENTINEL', 'master', 'lf') =~ /failover_in_progress|o_down|s_down/ } @sentinels;
+});
 
 my $cg = finish_row($g);
 is($cg->{status}, 'acquired', 'G, which campaigned while the master was down, wins after the failover');
