@@ -530,6 +530,80 @@ SELECT vg_step('all_leases_gone', count(*)::text, '0') FROM lease_fence.all_leas
 SELECT vg_step('latency_samples', (sum(count) FILTER (WHERE le = 'Infinity') > 0)::text, 'true')
 	FROM lease_fence.latency;
 
+-- ------------------------------------------------ elections: campaign, leader, resign, take_over
+-- bad arguments: 22023 before anything is sent
+SELECT * FROM lease_fence.campaign('vg:el', 30000, value => repeat('x', 1025));
+SELECT vg_step('campaign_value_too_long', :'SQLSTATE', '22023');
+SELECT * FROM lease_fence.campaign('vg:el', 30000, scope => 'transaction');
+SELECT vg_step('campaign_scope_transaction', :'SQLSTATE', '22023');
+SELECT * FROM lease_fence.leader(NULL);
+SELECT vg_step('leader_null', :'SQLSTATE', '22023');
+SELECT * FROM lease_fence.resign('vg:el', 'not-an-identity');
+SELECT vg_step('resign_bad_identity', :'SQLSTATE', '22023');
+SELECT * FROM lease_fence.take_over('vg:el', 30000, timeout_ms => -1);
+SELECT vg_step('take_over_bad_timeout', :'SQLSTATE', '22023');
+\! redisctl expect campaign_bad_nothing_written 0 EXISTS 'lease_fence:{vg:el}' 'lease_fence:{vg:el}:value'
+-- a win (with a value: the acquire script's third key), the fence raised to
+-- the term, leader() (its script's reply and the value), a follower whose
+-- wait ends busy (subscribed), a resign, and not_held after it
+SELECT c.identity AS el_id, c.term AS el_term
+	FROM lease_fence.campaign('vg:el', 30000, wait_ms => 10000, value => E'host-a\n''quoted'' \u00e9') c \gset
+SELECT vg_step('campaign_won', (:el_term > 0)::text, 'true');
+SELECT vg_step('campaign_fence', generation::text, :'el_term') FROM lease_fence.resource_fences WHERE resource = 'vg:el';
+SELECT vg_step('leader_held', l.held || ' ' || l.term || ' ' || l.identity || ' ' || (l.pid = pg_backend_pid()),
+		'true ' || :'el_term' || ' ' || :'el_id' || ' true', l::text)
+	FROM lease_fence.leader('vg:el') l;
+SELECT vg_step('leader_value', l.value, E'host-a\n''quoted'' \u00e9') FROM lease_fence.leader('vg:el') l;
+SELECT vg_step('campaign_busy', c.status, 'busy', c::text) FROM lease_fence.campaign('vg:el', 30000, wait_ms => 300) c;
+SELECT vg_step('resign_released', r.status, 'released', r::text) FROM lease_fence.resign('vg:el', :'el_id') r;
+SELECT vg_step('resign_not_held', r.status, 'not_held', r::text) FROM lease_fence.resign('vg:el', :'el_id') r;
+SELECT vg_step('leader_nobody', l.held || ' ' || l.term || ' ' || (l.value IS NULL), 'false ' || :'el_term' || ' true', l::text)
+	FROM lease_fence.leader('vg:el') l;
+-- a campaign that waits for the leader's TTL to run out (no resign), then wins
+SELECT c.identity AS el_ttl_id FROM lease_fence.campaign('vg:el-ttl', 1500, wait_ms => 10000, scope => 'explicit') c \gset
+SELECT c.status AS el_ttl_status, c.identity AS el_ttl_id2
+	FROM lease_fence.campaign('vg:el-ttl', 30000, wait_ms => 30000, scope => 'explicit') c \gset
+SELECT vg_step('campaign_won_after_ttl', :'el_ttl_status', 'acquired');
+SELECT vg_step('campaign_ttl_resign', r.status, 'released', r::text) FROM lease_fence.resign('vg:el-ttl', :'el_ttl_id2') r;
+-- a win whose transaction rolls back holds nothing
+BEGIN;
+SELECT vg_step('campaign_in_xact', c.status, 'acquired', c::text) FROM lease_fence.campaign('vg:el-rb', 30000, wait_ms => 0) c;
+ROLLBACK;
+\! redisctl expect campaign_rolled_back_released 0 EXISTS 'lease_fence:{vg:el-rb}'
+-- take_over: of a lease this session holds (marked lost in the lease
+-- table), of a resource whose generation key is above (healed, retried),
+-- and refused to a role without EXECUTE
+SELECT a.identity AS to_victim, a.generation AS to_victim_gen
+	FROM lease_fence.acquire('vg:to', 60000, scope => 'session') a \gset
+SELECT t.identity AS to_id, t.generation AS to_gen FROM lease_fence.take_over('vg:to', 30000) t \gset
+\setenv VG_TO_ID :to_id
+\! redisctl expect take_over_key_ours "$VG_TO_ID" GET 'lease_fence:{vg:to}'
+SELECT vg_step('take_over_fence', generation::text, :'to_gen') FROM lease_fence.resource_fences WHERE resource = 'vg:to';
+BEGIN;
+SET LOCAL lease_fence.generation = :to_victim_gen;
+INSERT INTO vg_ka VALUES (3);
+\set to_write_state :SQLSTATE
+ROLLBACK;
+SELECT vg_step('take_over_victim_write', :'to_write_state', 'LF010');
+SELECT vg_step('take_over_victim_renew', r.status, 'lost', r::text) FROM lease_fence.renew('vg:to', :'to_victim', 30000) r;
+SELECT vg_step('take_over_victim_release', r.status, 'not_held', r::text) FROM lease_fence.release('vg:to', :'to_victim') r;
+SELECT vg_step('take_over_release', r.status, 'released', r::text) FROM lease_fence.release('vg:to', :'to_id') r;
+SELECT lease_fence.next_generation() + 1000 AS to_stale_gen \gset
+\setenv VG_TO_STALE_GEN :to_stale_gen
+\! redisctl cli SET 'lease_fence:{vg:to-stale}:gen' "$VG_TO_STALE_GEN" >/dev/null
+SELECT vg_step('take_over_healed', t.status || '/' || (t.generation > :to_stale_gen)::text, 'acquired/true', t::text)
+	FROM lease_fence.take_over('vg:to-stale', 30000) t;
+SELECT identity AS to_stale_id FROM lease_fence.leases WHERE resource = 'vg:to-stale' AND state = 'held' \gset
+SELECT vg_step('take_over_healed_release', r.status, 'released', r::text) FROM lease_fence.release('vg:to-stale', :'to_stale_id') r;
+SET ROLE vg_app;
+SELECT * FROM lease_fence.take_over('vg:to', 30000);
+SELECT vg_step('take_over_no_grant', :'SQLSTATE', '42501');
+RESET ROLE;
+-- a value key holding more than lease_fence writes: leader() is XX001
+\! redisctl cli SETRANGE 'lease_fence:{vg:el-big}:value' 2047 x >/dev/null
+SELECT * FROM lease_fence.leader('vg:el-big');
+SELECT vg_step('leader_oversized_value', :'SQLSTATE', 'XX001');
+
 -- a key holding more than lease_fence writes: the scripts refuse to return
 -- it (LFOVERSIZED), and holder() and the acquire are XX001; its identity
 -- read back as text (\xNN for bytes that are not printable ASCII)
@@ -552,3 +626,11 @@ SELECT vg_step('release_in_xact_commit', :'SQLSTATE', 'LF010');
 SELECT vg_step('exit_down_acquired', a.status, 'acquired', a::text)
 	FROM lease_fence.acquire('vg:exit-down', 60000, 0, 'session') a;
 \! redisctl stop
+-- elections with Redis stopped: campaign unavailable (never busy), leader()
+-- and take_over() an ERROR 08006
+SELECT vg_step('campaign_redis_down', c.status || '/' || (c.identity IS NULL), 'unavailable/true', c::text)
+	FROM lease_fence.campaign('vg:el-down', 30000, wait_ms => 0) c;
+SELECT * FROM lease_fence.leader('vg:el-down');
+SELECT vg_step('leader_redis_down', :'SQLSTATE', '08006');
+SELECT * FROM lease_fence.take_over('vg:el-down', 30000);
+SELECT vg_step('take_over_redis_down', :'SQLSTATE', '08006');

@@ -50,6 +50,25 @@ SELECT vg_step('cluster_moved_released', r.status, 'released', r::text) FROM lea
 SELECT vg_step('cluster_redirects_counted', (count > 0)::text, 'true')
 	FROM lease_fence.stats WHERE operation = 'cluster' AND outcome = 'redirect_followed';
 
+-- ------------------------------------------------ an election on a Cluster, its slot moved
+-- the leader() and campaign scripts name three keys: ASK while the slot
+-- migrates (all three on the importing node), MOVED after
+SELECT c.identity AS el_id, c.term AS el_term
+	FROM lease_fence.campaign('vg:el-move', 30000, wait_ms => 10000, value => 'v', scope => 'explicit') c \gset
+SELECT vg_step('cluster_campaign_won', (:el_term > 0)::text, 'true');
+\! vgtopo migrate-start 'lease_fence:{vg:el-move}' 'lease_fence:{vg:el-move}:gen' 'lease_fence:{vg:el-move}:value' >/dev/null
+SELECT vg_step('cluster_leader_ask', l.held || ' ' || l.term || ' ' || l.value, 'true ' || :'el_term' || ' v', l::text)
+	FROM lease_fence.leader('vg:el-move') l;
+SELECT vg_step('cluster_campaign_ask_busy', c.status, 'busy', c::text)
+	FROM lease_fence.campaign('vg:el-move', 30000, wait_ms => 0) c;
+\! vgtopo migrate-end 'lease_fence:{vg:el-move}' >/dev/null
+SELECT vg_step('cluster_leader_moved', l.held || ' ' || l.term, 'true ' || :'el_term', l::text)
+	FROM lease_fence.leader('vg:el-move') l;
+SELECT vg_step('cluster_resign', r.status, 'released', r::text) FROM lease_fence.resign('vg:el-move', :'el_id') r;
+SELECT vg_step('cluster_take_over', t.status, 'acquired', t::text) FROM lease_fence.take_over('vg:el-move', 30000) t;
+SELECT identity AS el_to_id FROM lease_fence.leases WHERE resource = 'vg:el-move' AND state = 'held' \gset
+SELECT vg_step('cluster_take_over_release', r.status, 'released', r::text) FROM lease_fence.release('vg:el-move', :'el_to_id') r;
+
 -- ------------------------------------------------ the seed down: the map comes from a node seen before
 SET lease_fence.redis_port = 1;
 SELECT vg_step('cluster_known_node', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:seedless', 30000) a;
@@ -84,6 +103,19 @@ SET lease_fence.redis_min_replicas = 1;
 SET lease_fence.redis_replica_timeout_ms = 100;
 SELECT vg_step('sentinel_renew_unreplicated', r.status, 'unreplicated', r::text) FROM lease_fence.renew('vg:s4', :'id_s4', 30000) r;
 SELECT vg_step('sentinel_release_unreplicated', r.status, 'unknown', r::text) FROM lease_fence.release('vg:s4', :'id_s4') r;
+RESET lease_fence.redis_min_replicas;
+RESET lease_fence.redis_replica_timeout_ms;
+-- an election through the sentinel: campaign, leader(), resign(); and
+-- unreplicated (no replica to acknowledge the win: released, nothing held)
+SELECT c.identity AS s_el_id, c.term AS s_el_term FROM lease_fence.campaign('vg:s-el', 30000, wait_ms => 10000, scope => 'explicit') c \gset
+SELECT vg_step('sentinel_leader', l.held || ' ' || l.term, 'true ' || :'s_el_term', l::text) FROM lease_fence.leader('vg:s-el') l;
+SELECT vg_step('sentinel_resign', r.status, 'released', r::text) FROM lease_fence.resign('vg:s-el', :'s_el_id') r;
+SET lease_fence.redis_min_replicas = 1;
+SET lease_fence.redis_replica_timeout_ms = 100;
+SELECT vg_step('sentinel_campaign_unreplicated', c.status, 'unreplicated', c::text)
+	FROM lease_fence.campaign('vg:s-el', 30000, wait_ms => 0) c;
+SELECT * FROM lease_fence.take_over('vg:s-el', 30000);
+SELECT vg_step('sentinel_take_over_unreplicated', :'SQLSTATE', '08006');
 RESET lease_fence.redis_min_replicas;
 RESET lease_fence.redis_replica_timeout_ms;
 
