@@ -32,15 +32,12 @@
 
 #include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/pg_authid.h"
 #include "commands/async.h"
-#include "commands/dbcommands.h"
 #include "fence/fence.h"
 #include "funcapi.h"
 #include "lease/internal.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -176,10 +173,7 @@ lf_leader(PG_FUNCTION_ARGS)
 	LfAnswer   *ans;
 	Datum		values[7];
 	bool		nulls[7];
-	int			pid = 0;
-	Oid			dboid = InvalidOid;
-	Oid			roleid = InvalidOid;
-	bool		in_table = false;
+	LfShownHolder shown = {false};
 
 	election = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -233,23 +227,20 @@ lf_leader(PG_FUNCTION_ARGS)
 			values[3] = Int64GetDatum(ans->pttl_ms);
 			nulls[3] = false;
 		}
-		in_table = lf_table_holder(election, ans->value, &pid, &dboid, &roleid);
-		if (in_table ? lf_may_see_identity(roleid) :
-			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		lf_show_holder(election, ans->value, &shown);
+		if (shown.identity_visible)
 		{
 			values[4] = CStringGetTextDatum(ans->value);
 			nulls[4] = false;
 		}
 	}
-	if (in_table)
+	if (shown.in_table)
 	{
-		char	   *dbname = get_database_name(dboid);
-
-		values[5] = Int32GetDatum(pid);
+		values[5] = Int32GetDatum(shown.pid);
 		nulls[5] = false;
-		if (dbname)
+		if (shown.dbname)
 		{
-			values[6] = CStringGetTextDatum(dbname);
+			values[6] = CStringGetTextDatum(shown.dbname);
 			nulls[6] = false;
 		}
 	}

@@ -207,6 +207,17 @@ extern bool lf_table_holder(const char *resource, const char *identity, int *pid
 extern void lf_table_note_renewal(const char *resource, const char *identity, int64 valid_until);
 extern int64 lf_table_renewed_until(int slot, const char *identity);
 extern int	lf_table_take(const char *resource, const char *identity);
+
+/* what holder() and leader() show of a holder (lf_show_holder) */
+typedef struct LfShownHolder
+{
+	bool		in_table;		/* a backend of this cluster holds it */
+	bool		identity_visible;	/* the current user may see its identity */
+	int			pid;
+	char	   *dbname;			/* NULL: its database is gone */
+} LfShownHolder;
+
+extern void lf_show_holder(const char *resource, const char *identity, LfShownHolder *out);
 extern int	lf_table_taken_by(const LeaseEntry *e);
 
 /*

@@ -384,10 +384,7 @@ lf_holder(PG_FUNCTION_ARGS)
 	LfAnswer	ans;
 	Datum		values[6];
 	bool		nulls[6];
-	int			pid = 0;
-	Oid			dboid = InvalidOid;
-	Oid			roleid = InvalidOid;
-	bool		in_table = false;
+	LfShownHolder shown = {false};
 
 	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -418,9 +415,8 @@ lf_holder(PG_FUNCTION_ARGS)
 	nulls[0] = false;
 	if (ans.outcome == LF_ANS_HELD)
 	{
-		in_table = lf_table_holder(resource, ans.value, &pid, &dboid, &roleid);
-		if (in_table ? lf_may_see_identity(roleid) :
-			has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS))
+		lf_show_holder(resource, ans.value, &shown);
+		if (shown.identity_visible)
 		{
 			values[1] = CStringGetTextDatum(ans.value);
 			nulls[1] = false;
@@ -436,15 +432,13 @@ lf_holder(PG_FUNCTION_ARGS)
 		values[3] = Int64GetDatum(ans.generation);
 		nulls[3] = false;
 	}
-	if (in_table)
+	if (shown.in_table)
 	{
-		char	   *dbname = get_database_name(dboid);
-
-		values[4] = Int32GetDatum(pid);
+		values[4] = Int32GetDatum(shown.pid);
 		nulls[4] = false;
-		if (dbname)
+		if (shown.dbname)
 		{
-			values[5] = CStringGetTextDatum(dbname);
+			values[5] = CStringGetTextDatum(shown.dbname);
 			nulls[5] = false;
 		}
 	}

@@ -629,6 +629,27 @@ lf_table_renewed_until(int slot, const char *identity)
 }
 
 /*
+ * What holder() and leader() show of the holder of resource under identity
+ * (a backend of this cluster, if the table shows it): its pid and database,
+ * and whether the current user may see its identity -- all_leases' rule for
+ * a holder in the table, superusers and pg_read_all_stats for any other.
+ */
+void
+lf_show_holder(const char *resource, const char *identity, LfShownHolder *out)
+{
+	Oid			dboid = InvalidOid;
+	Oid			roleid = InvalidOid;
+
+	out->pid = 0;
+	out->dbname = NULL;
+	out->in_table = lf_table_holder(resource, identity, &out->pid, &dboid, &roleid);
+	out->identity_visible = out->in_table ? lf_may_see_identity(roleid) :
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	if (out->in_table)
+		out->dbname = get_database_name(dboid);
+}
+
+/*
  * take_over() took resource from identity: mark the lease lost to its
  * holder, if a backend of this cluster holds it (its next fenced write
  * under it, and its COMMIT after one, see it: lf_table_taken_by).  Returns

@@ -412,6 +412,26 @@ code_and_string(const redisReply *reply, long long *code, const redisReply **str
 }
 
 /*
+ * The generation key's value in a holder's or a leader's answer: none
+ * (''), or a generation; anything else makes the answer corrupt.  False
+ * when s is not a string at all (an unexpected reply).
+ */
+static bool
+generation_key_value(const redisReply *s, LfAnswer *a)
+{
+	if (s->type != REDIS_REPLY_STRING)
+		return false;
+	if (s->len > 0 && !lf_parse_canonical_generation(s->str, s->len, &a->generation))
+	{
+		a->outcome = LF_ANS_CORRUPT;
+		a->has_value = false;
+		a->has_election_value = false;
+		set_err(a, "the generation key holds something that is not a generation", NULL);
+	}
+	return true;
+}
+
+/*
  * What the reply of script means: the rows of scripts/answers.json.  reply
  * is a complete reply (hiredis's); it is only read.
  */
@@ -543,17 +563,8 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 			}
 			else
 				break;
-			/* the generation key's value: none (''), or a generation */
-			if (s->type != REDIS_REPLY_STRING)
+			if (!generation_key_value(s, a))
 				break;
-			if (s->len == 0)
-				return;
-			if (!lf_parse_canonical_generation(s->str, s->len, &a->generation))
-			{
-				a->outcome = LF_ANS_CORRUPT;
-				a->has_value = false;
-				set_err(a, "the generation key holds something that is not a generation", NULL);
-			}
 			return;
 		case LF_SCRIPT_LEADER:
 			/*
@@ -594,21 +605,8 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 			}
 			else
 				break;
-			if (s->type != REDIS_REPLY_STRING)
-			{
-				answer_init(a, LF_ANS_UNKNOWN);
-				a->replied = true;
+			if (!generation_key_value(s, a))
 				break;
-			}
-			if (s->len == 0)
-				return;
-			if (!lf_parse_canonical_generation(s->str, s->len, &a->generation))
-			{
-				a->outcome = LF_ANS_CORRUPT;
-				a->has_value = false;
-				a->has_election_value = false;
-				set_err(a, "the generation key holds something that is not a generation", NULL);
-			}
 			return;
 		case LF_SCRIPT_SEIZE:
 			/* {1, generation, previous identity} seized, {2, stored} stale */

@@ -236,16 +236,23 @@ run_timed(LfScript script, int nkeys, const char **keys, int nargs, const char *
  * ---------------------------------------------------------------------
  */
 
-LfAnswerOutcome
-lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
-				  int64 generation, int gen_key_ttl_s, const LfCall *call,
-				  LfAnswer *answer)
+/*
+ * A script that grants a lease (acquire, seize): KEYS lease, generation and,
+ * for a campaign, value; ARGV identity, ttl_ms, generation, generation key
+ * TTL and, for a campaign, the value (NULL: none, the value key deleted).
+ */
+static LfAnswerOutcome
+run_grant(LfScript script, const char *resource, const char *identity, int64 ttl_ms,
+		  int64 generation, int gen_key_ttl_s, bool with_value_key, const char *value,
+		  const LfCall *call, LfAnswer *answer)
 {
 	char		ttlbuf[MAXINT8LEN + 1];
 	char		genbuf[MAXINT8LEN + 1];
 	char		genttl[12];
-	const char *keys[2];
-	const char *args[4];
+	const char *keys[3];
+	const char *args[5];
+	int			nkeys = with_value_key ? 3 : 2;
+	int			i;
 
 	/* (pg_lltoa: printf-style formatting cost more than the rest of the args) */
 	pg_lltoa(generation, genbuf);
@@ -253,14 +260,26 @@ lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
 	pg_ltoa(gen_key_ttl_s, genttl);
 	keys[0] = lf_lease_key(resource);
 	keys[1] = lf_generation_key(resource);
+	if (with_value_key)
+		keys[2] = lf_value_key(resource);
 	args[0] = identity;
 	args[1] = ttlbuf;
 	args[2] = genbuf;
 	args[3] = genttl;
-	(void) run_timed(LF_SCRIPT_ACQUIRE, 2, keys, 4, args, call, answer);
-	pfree((char *) keys[0]);
-	pfree((char *) keys[1]);
+	args[4] = value;
+	(void) run_timed(script, nkeys, keys, value ? 5 : 4, args, call, answer);
+	for (i = 0; i < nkeys; i++)
+		pfree((char *) keys[i]);
 	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
+				  int64 generation, int gen_key_ttl_s, const LfCall *call,
+				  LfAnswer *answer)
+{
+	return run_grant(LF_SCRIPT_ACQUIRE, resource, identity, ttl_ms, generation,
+					 gen_key_ttl_s, false, NULL, call, answer);
 }
 
 /*
@@ -272,28 +291,8 @@ lf_script_campaign(const char *election, const char *identity, int64 ttl_ms,
 				   int64 generation, int gen_key_ttl_s, const char *value,
 				   const LfCall *call, LfAnswer *answer)
 {
-	char		ttlbuf[MAXINT8LEN + 1];
-	char		genbuf[MAXINT8LEN + 1];
-	char		genttl[12];
-	const char *keys[3];
-	const char *args[5];
-	int			i;
-
-	pg_lltoa(generation, genbuf);
-	pg_lltoa(ttl_ms, ttlbuf);
-	pg_ltoa(gen_key_ttl_s, genttl);
-	keys[0] = lf_lease_key(election);
-	keys[1] = lf_generation_key(election);
-	keys[2] = lf_value_key(election);
-	args[0] = identity;
-	args[1] = ttlbuf;
-	args[2] = genbuf;
-	args[3] = genttl;
-	args[4] = value;
-	(void) run_timed(LF_SCRIPT_ACQUIRE, 3, keys, value ? 5 : 4, args, call, answer);
-	for (i = 0; i < 3; i++)
-		pfree((char *) keys[i]);
-	return answer->outcome;
+	return run_grant(LF_SCRIPT_ACQUIRE, election, identity, ttl_ms, generation,
+					 gen_key_ttl_s, true, value, call, answer);
 }
 
 LfAnswerOutcome
@@ -376,25 +375,8 @@ lf_script_seize(const char *resource, const char *identity, int64 ttl_ms,
 				int64 generation, int gen_key_ttl_s, const LfCall *call,
 				LfAnswer *answer)
 {
-	char		ttlbuf[MAXINT8LEN + 1];
-	char		genbuf[MAXINT8LEN + 1];
-	char		genttl[12];
-	const char *keys[2];
-	const char *args[4];
-
-	pg_lltoa(generation, genbuf);
-	pg_lltoa(ttl_ms, ttlbuf);
-	pg_ltoa(gen_key_ttl_s, genttl);
-	keys[0] = lf_lease_key(resource);
-	keys[1] = lf_generation_key(resource);
-	args[0] = identity;
-	args[1] = ttlbuf;
-	args[2] = genbuf;
-	args[3] = genttl;
-	(void) run_timed(LF_SCRIPT_SEIZE, 2, keys, 4, args, call, answer);
-	pfree((char *) keys[0]);
-	pfree((char *) keys[1]);
-	return answer->outcome;
+	return run_grant(LF_SCRIPT_SEIZE, resource, identity, ttl_ms, generation,
+					 gen_key_ttl_s, false, NULL, call, answer);
 }
 
 LfAnswerOutcome
