@@ -18,6 +18,7 @@
 #  - such a transaction that commits within timeout_ms: the take-over waits
 #    for it, then takes the lease;
 #  - a take-over whose transaction rolls back holds nothing;
+#  - the answer lost: ERROR 08007, the fence unchanged, the key released;
 #  - Redis down: ERROR 08006, the fence unchanged.
 
 use strict;
@@ -187,6 +188,25 @@ my $victim = session($node);
 	like($out, qr/"status":"acquired"/, 'a take-over inside a transaction block takes');
 	is($redis->cli('EXISTS', lkey('res')), '0', 'its transaction rolled back: the lease was released');
 	is(fence_of('res'), $before, 'and the fence it raised is undone');
+}
+
+#
+# The answer lost (Redis paused past command_timeout_ms): 08007, the fence
+# unchanged, and what the take-over may have taken released again
+#
+{
+	my $before = fence_of('res');
+	my $operator = session($node);
+	# connected, and key_prefix checked, before Redis stops answering
+	sql_ok($operator, "SET lease_fence.command_timeout_ms = 200; SET lease_fence.cleanup_timeout_ms = 5000; "
+		  . "SELECT held FROM lease_fence.leader('res');");
+	pause_redis($redis, 1500);
+	my (undef, $err) = run_sql($operator, "SELECT * FROM " . take_over('res', 60000) . ";");
+	is(sqlstate($err), '08007', 'the answer lost: ERROR 08007, the outcome unknown');
+	is(fence_of('res'), $before, 'the resource fence is unchanged');
+	wait_pause_over($redis);
+	is($redis->cli('EXISTS', lkey('res')), '0', 'what it may have taken was released as its transaction ended');
+	$operator->quit;
 }
 
 #
