@@ -104,7 +104,7 @@ DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean);
 -- pid, database and since when for the waiters of this cluster; identities
 -- under holder()'s rule.
 CREATE FUNCTION @extschema@.queue(resource text,
-	OUT position integer, OUT identity text, OUT pid integer, OUT database text,
+	OUT "position" integer, OUT identity text, OUT pid integer, OUT database text,
 	OUT waiting_since timestamptz, OUT ttl_ms bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'lf_queue'
