@@ -1,5 +1,5 @@
 # lease_fair.pl — fair waiting: acquire(..., fair => true) grants a busy
-# resource in the order its waiters came (docs/guides/waiting.md).
+# resource in the order its waiters came (docs/guides/keepalive-and-waiting.md).
 #
 #  - bad input: fair NULL is ERROR 22023 before anything is sent;
 #  - arrival order: waiters started one after another (each visibly queued
