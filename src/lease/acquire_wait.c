@@ -297,9 +297,15 @@ acquire_fair_waiting(FunctionCallInfo fcinfo, LfRequest *req, AcquireArgs *a, in
 			if (rc & WL_LATCH_SET)
 				ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
+			spare = 0;			/* (as after a subscribed wait, below) */
 			continue;
 		}
 		w = lf_subscriber_wait(wake);
+		/*
+		 * Others were granted meanwhile, with generations drawn after this
+		 * wait's: the next attempt draws anew, or it would be stale.
+		 */
+		spare = 0;
 		if (w == 1)
 			lf_count(LF_C_WAIT_WOKEN);
 		else if (w == -1)
