@@ -30,6 +30,12 @@ generation is above every one granted before: the grant order).  MODE:
   fair     fair => true, nothing else: the Redis requests per grant and the
            handover times.
   unfair   fair => false, the same.
+  advisory the baseline, in the same load: pg_advisory_lock() and
+           pg_advisory_unlock() of one key instead of acquire() and
+           release() (PostgreSQL's own lock queue, no Redis): the handover
+           times of a lock that needs no Redis and wakes one waiter, through
+           the same sessions, processes and clock.  Grant order: the count
+           of grants, incremented by each holder while it holds.
 
 Redis requests: INFO commandstats before and after (every session has made
 its connection to Redis before: one grant of a resource of its own), the
@@ -93,20 +99,26 @@ def session(i, mode, grants, hold_s, counter, barrier, go, results):
         while True:
             sent = time.monotonic()
             stale = 0
-            while True:
-                st, ident, gen = conn.execute(
-                    "SELECT status, identity, generation FROM lease_fence.acquire(%s, 30000::bigint, "
-                    "wait_ms => %s::bigint, fair => %s)", (RESOURCE, WAIT_MS, fair)).fetchone()
-                # (a wait ends 'stale' after its fourth stale attempt: asked again)
-                if st != "stale":
-                    break
-                stale += 1
+            if mode == "advisory":
+                conn.execute("SELECT pg_advisory_lock(53)")
+                st, ident, gen = "acquired", None, None
+            else:
+                while True:
+                    st, ident, gen = conn.execute(
+                        "SELECT status, identity, generation FROM lease_fence.acquire(%s, 30000::bigint, "
+                        "wait_ms => %s::bigint, fair => %s)", (RESOURCE, WAIT_MS, fair)).fetchone()
+                    # (a wait ends 'stale' after its fourth stale attempt: asked again)
+                    if st != "stale":
+                        break
+                    stale += 1
             got = time.monotonic()
             if st != "acquired":
                 raise RuntimeError(f"acquire answered {st}")
             with counter.get_lock():
                 counter.value += 1
                 n = counter.value
+            if gen is None:
+                gen = n
             head = None
             if mode == "order":
                 h = conn.execute("SELECT identity FROM lease_fence.queue(%s) WHERE position = 1",
@@ -118,7 +130,11 @@ def session(i, mode, grants, hold_s, counter, barrier, go, results):
             if rest > 0:
                 time.sleep(rest)
             rel = time.monotonic()
-            (rst,) = conn.execute("SELECT status FROM lease_fence.release(%s, %s)", (RESOURCE, ident)).fetchone()
+            if mode == "advisory":
+                (rst,) = conn.execute("SELECT CASE WHEN pg_advisory_unlock(53) THEN 'released' END").fetchone()
+            else:
+                (rst,) = conn.execute("SELECT status FROM lease_fence.release(%s, %s)",
+                                      (RESOURCE, ident)).fetchone()
             rel_done = time.monotonic()
             if rst != "released":
                 raise RuntimeError(f"release answered {rst}")
@@ -140,7 +156,7 @@ def pct(vals, p):
 def main():
     mode, rnd, grants, waiters, hold_ms, sock = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
                                                  int(sys.argv[4]), float(sys.argv[5]), sys.argv[6])
-    if mode not in ("order", "fair", "unfair"):
+    if mode not in ("order", "fair", "unfair", "advisory"):
         die(f"unknown mode {mode}")
     r = redis.Redis(unix_socket_path=sock)
     ctx = multiprocessing.get_context("fork")
@@ -213,6 +229,8 @@ def main():
     out("fair_grants_per_session_max", mode, rnd, max(per), "grants")
     out("fair_grants_per_s", mode, rnd, f"{total / elapsed:.1f}", "tps")
     out("fair_stale", mode, rnd, f"{sum(x[8] for x in rows) / total:.3f}", "answers")
+    if mode == "advisory":
+        return
 
     # Redis requests per grant (every grant of the window, the last ones too)
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}

@@ -513,12 +513,13 @@ def main():
             out(f"     {mr('fair_order', 'in_order', '{:.3f}')} %; all rounds: {n_in:.0f} of {sum(judged.values()):.0f} "
                 f"grants (and {sum(empty.values()):.0f} after a release that found the queue empty)")
         if has("fair_requests", "fair") and has("fair_requests", "unfair"):
-            out(f"   {'':<62} {'fair => true':<22} {'unfair (today)':<22}")
+            out(f"   {'':<62} {'fair => true':<22} {'unfair (today)':<22} {'baseline ⁵':<22}")
 
-            def row(label, sec, f="{:.2f}", fv="fair", uv="unfair"):
+            def row(label, sec, f="{:.2f}", fv="fair", uv="unfair", bv=None):
                 a = mr(sec, fv, f) if has(sec, fv) else "-"
                 b = mr(sec, uv, f) if has(sec, uv) else "-"
-                out(f"   {label:<62} {a:<22} {b:<22}")
+                c = mr(sec, bv, f) if bv and has(sec, bv) else ""
+                out(f"   {label:<62} {a:<22} {b:<22} {c}".rstrip())
 
             row("Redis requests per grant ¹", "fair_requests")
             for mode in ("fair", "unfair"):
@@ -534,23 +535,23 @@ def main():
                               if s_ == f"fair_inside_{mode}"), key=lambda x: -x[1])
                 out(f"     {mode}: " + ", ".join(f"{v.upper()} {n:.2f}" for v, n in per))
             row("release sent -> next holder's acquire returned, median (ms) ³", "fair_handover_p50", "{:.2f}",
-                "fair_from_sent", "unfair_from_sent")
+                "fair_from_sent", "unfair_from_sent", "advisory_from_sent")
             row("release sent -> next holder's acquire returned, p99 (ms)", "fair_handover_p99", "{:.2f}",
-                "fair_from_sent", "unfair_from_sent")
+                "fair_from_sent", "unfair_from_sent", "advisory_from_sent")
             row("release returned -> next acquire returned, median (ms)", "fair_handover_p50", "{:.2f}",
-                "fair_from_done", "unfair_from_done")
+                "fair_from_done", "unfair_from_done", "advisory_from_done")
             row("release returned -> next acquire returned, p99 (ms)", "fair_handover_p99", "{:.2f}",
-                "fair_from_done", "unfair_from_done")
+                "fair_from_done", "unfair_from_done", "advisory_from_done")
             row("longest handover of a run, from release sent (ms)", "fair_handover_max", "{:.1f}",
-                "fair_from_sent", "unfair_from_sent")
-            row("grants that went to the session that had just released (%)", "fair_same_session", "{:.1f}")
-            row("wait: acquire sent -> returned, median (ms)", "fair_wait_p50", "{:.1f}")
-            row("wait: acquire sent -> returned, p99 (ms)", "fair_wait_p99", "{:.1f}")
-            row("longest wait of a run (ms)", "fair_wait_max", "{:.0f}")
+                "fair_from_sent", "unfair_from_sent", "advisory_from_sent")
+            row("grants that went to the session that had just released (%)", "fair_same_session", "{:.1f}", bv="advisory")
+            row("wait: acquire sent -> returned, median (ms)", "fair_wait_p50", "{:.1f}", bv="advisory")
+            row("wait: acquire sent -> returned, p99 (ms)", "fair_wait_p99", "{:.1f}", bv="advisory")
+            row("longest wait of a run (ms)", "fair_wait_max", "{:.0f}", bv="advisory")
             row(f"grants per session, fewest (of {meta.get('fair_grants', '?')}, {int(waiters) + 1 if waiters.isdigit() else '?'} sessions)",
-                "fair_grants_per_session_min", "{:.0f}")
-            row("grants per session, most", "fair_grants_per_session_max", "{:.0f}")
-            row("grants per second", "fair_grants_per_s", "{:.0f}")
+                "fair_grants_per_session_min", "{:.0f}", bv="advisory")
+            row("grants per session, most", "fair_grants_per_session_max", "{:.0f}", bv="advisory")
+            row("grants per second", "fair_grants_per_s", "{:.0f}", bv="advisory")
             row("waits that ended 'stale' (asked again) per grant ⁴", "fair_stale", "{:.3f}")
             rep.ratio("9  Redis requests per grant, fair / unfair",
                       rep.series("fair_requests", "fair"), rep.series("fair_requests", "unfair"))
@@ -560,6 +561,11 @@ def main():
             rep.ratio("9  handover median (from release sent), fair / unfair",
                       rep.series("fair_handover_p50", "fair_from_sent"),
                       rep.series("fair_handover_p50", "unfair_from_sent"))
+            if has("fair_handover_p99", "advisory_from_sent"):
+                for q, name in (("p99", "p99"), ("p50", "median")):
+                    rep.ratio(f"9  handover {name} (from release sent), fair / advisory lock",
+                              rep.series(f"fair_handover_{q}", "fair_from_sent"),
+                              rep.series(f"fair_handover_{q}", "advisory_from_sent"))
         if has("fair_ir", "fair") and has("fair_ir", "unfair"):
             a, b = rep.med("fair_ir", "fair"), rep.med("fair_ir", "unfair")
             out(f"   instructions per acquire + release, no contention (callgrind, executor of a single-user backend, "
@@ -580,6 +586,9 @@ def main():
         out("     once it returned (the next holder may have been granted before: then negative).")
         out("   ⁴ acquire(wait_ms > 0) answers 'stale' after its fourth stale attempt in one wait; fair.py asks again")
         out("     (the wait measured from the first ask).")
+        out("   ⁵ The same sessions, processes and clock under the same load, with pg_advisory_lock(53) and")
+        out("     pg_advisory_unlock(53) for acquire and release: PostgreSQL's own lock queue, no Redis (one SQL round")
+        out("     trip each way, one waiter woken): what the machine allows a handover through SQL here.")
         out()
 
     out("RATIOS (median of per-round ratios [their range])              value                target   met")

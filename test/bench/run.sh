@@ -81,7 +81,8 @@
 #                              of the split-brain window campaign with (the
 #                              handovers: 10 times it)
 #   LF_BENCH_FAIR_ROUNDS=5     interleaved rounds of section 9 (each: an
-#                              order run, a fair run, an unfair run)
+#                              order run, a fair run, an unfair run and
+#                              the pg_advisory_lock baseline)
 #   LF_BENCH_FAIR_GRANTS=1000  grants per section 9 run
 #   LF_BENCH_FAIR_WAITERS=16   waiters (one more session holds)
 #   LF_BENCH_FAIR_HOLD_MS=1    how long a holder holds
@@ -639,13 +640,15 @@ fi
 # before releasing: the grant after must go to it), "fair" and "unfair"
 # (fair => false, today's wait) measured alone: the Redis requests per grant
 # (INFO commandstats deltas of what the backends send) and the time from a
-# release to the next holder's acquire returning.
+# release to the next holder's acquire returning; and "advisory", the
+# baseline under the same load: pg_advisory_lock / pg_advisory_unlock of one
+# key through the same sessions (no Redis; PostgreSQL wakes one waiter).
 if want 9 || want fair; then
 lf_log "9. fair waiting: $FAIR_WAITERS waiters, holders hold $FAIR_HOLD_MS ms, $FAIR_GRANTS grants a run, $FAIR_ROUNDS rounds"
 : >"$raw/fair.csv"
 fair_load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((r = 1; r <= FAIR_ROUNDS; r++)); do
-	for v in $(rotate "$r" order fair unfair); do
+	for v in $(rotate "$r" order fair unfair advisory); do
 		(cd "$LF_WORK" && lf_as_user "$PY" "$LF_SRC/test/bench/fair.py" "$v" "$r" "$FAIR_GRANTS" \
 			"$FAIR_WAITERS" "$FAIR_HOLD_MS" "$LF_REDIS_SOCK") >>"$raw/fair.csv" 2>>"$raw/fair.log" ||
 			{ cat "$raw/fair.log" >&2; die "section 9, $v round $r, failed"; }
