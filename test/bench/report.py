@@ -501,7 +501,7 @@ def main():
         out(f"9. fair waiting (test/bench/fair.py): {waiters} waiters and a holder on one resource, each holder holds "
             f"{meta.get('fair_hold_ms', '?')} ms, releases and acquires again")
         out(f"   (wait_ms 60000); {meta.get('fair_grants', '?')} grants a run, {meta.get('fair_rounds', '?')} "
-            f"interleaved rounds of three runs; median over the rounds [min..max]; load average during the section: "
+            f"interleaved rounds of four runs (order, fair, unfair, baseline); median over the rounds [min..max]; load average during the section: "
             f"{meta.get('fair_load', '?')}")
         if has("fair_order", "in_order"):
             judged = rep.series("fair_order", "judged")
@@ -563,7 +563,7 @@ def main():
                       rep.series("fair_handover_p50", "unfair_from_sent"))
             if has("fair_handover_p99", "advisory_from_sent"):
                 for q, name in (("p99", "p99"), ("p50", "median")):
-                    rep.ratio(f"9  handover {name} (from release sent), fair / advisory lock",
+                    rep.ratio(f"9  handover {name}, fair / pg_advisory_lock baseline",
                               rep.series(f"fair_handover_{q}", "fair_from_sent"),
                               rep.series(f"fair_handover_{q}", "advisory_from_sent"))
         if has("fair_ir", "fair") and has("fair_ir", "unfair"):

@@ -54,8 +54,8 @@
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 27 minutes on 2 CPUs
-# (section 7 alone: about 11; section 8: about 4).
+# servers as the postgres user, like test/run.sh.  About 30 minutes on 2 CPUs
+# (section 7 alone: about 11; section 8: about 4; section 9: about 3).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -635,7 +635,7 @@ fi
 # ---------------------------------------------------------------------
 # test/bench/fair.py: FAIR_WAITERS + 1 sessions (one process and connection
 # each) acquire one resource in a loop (wait_ms 60000), hold it FAIR_HOLD_MS
-# and release it, FAIR_GRANTS grants a run; three runs a round, the order
+# and release it, FAIR_GRANTS grants a run; four runs a round, the order
 # rotated: "order" (fair => true, each holder reads queue()'s next identity
 # before releasing: the grant after must go to it), "fair" and "unfair"
 # (fair => false, today's wait) measured alone: the Redis requests per grant
