@@ -1,16 +1,19 @@
 # lease_fair_failover.pl — fair waiting through a Sentinel failover
-# (docs/guides/waiting.md).  A master, two replicas, three redis-sentinels,
+# (docs/guides/keepalive-and-waiting.md).  A master, two replicas, three redis-sentinels,
 # and a node with lease_fence preloaded (the sentinel watch); a table
 # protected by the fence, written by every holder under its generation and
 # the resource's fence.
 #
 # R: a holder H and four fair waiters W1, W4, W2, W3 (queued in that
-# order, the queue replicated); the master is killed (kill -9), the
+# order, the queue replicated; W1, W2 and W3 with fair_waiter_ttl_ms 60000,
+# so that their places, and the queue key, whose TTL is its longest-lived
+# waiter's, outlive the outage); the master is killed (kill -9), the
 # sentinels held back until the test lets them; W4 is cancelled while
 # there is no master (its leave cannot reach Redis: its place ends by its
 # waiter key's TTL).  R2: a holder H2 and two fair waiters V1, V2, whose
 # lease and queue the new master is made to lose after the failover (as
-# when they had not reached a replica).  Pinned:
+# when they had not reached a replica, or the queue's TTL ran out while
+# there was no master).  Pinned:
 #  - while there is no master the waiters wait on (never busy); W4's cancel
 #    is 57014, with the WARNING that its place ends by the waiter TTL;
 #  - the kept queue: after the failover queue() shows W1, W2, W3 in their
@@ -104,12 +107,14 @@ sub named
 	return $port;
 }
 
-# a fair waiter of $resource, started (and queued, $n-th) one after another
+# a fair waiter of $resource, started (and queued, $n-th) one after
+# another; $ttl: its lease_fence.fair_waiter_ttl_ms (default: 3000)
 sub start_waiter
 {
-	my ($resource, $n, $what) = @_;
+	my ($resource, $n, $what, $ttl) = @_;
 	my $s = session($node);
 	my $pid = sql_ok($s, 'SELECT pg_backend_pid()');
+	sql_ok($s, "SET lease_fence.fair_waiter_ttl_ms = $ttl") if $ttl;
 	start_sql($s, "SELECT row_to_json(a) FROM lease_fence.acquire(" . lit($resource)
 		  . ", 600000, wait_ms => 600000, fair => true) a;");
 	LeaseFenceTopology::wait_for("$what to queue", sub {
@@ -126,7 +131,9 @@ my $held = acquire($h, 'R', 600000);
 $held->{name} = 'H';
 need($held->{status}, 'acquired', 'H acquires R');
 need(fenced_write($h, 1, $held->{generation}, 'R', 'H'), '', "H's fenced write");
-my @w = map { start_waiter('R', $_ + 1, (qw(W1 W4 W2 W3))[$_]) } 0 .. 3;
+# (W1, W2, W3 keep their places for a minute: the queue outlives the
+# outage; W4's ends 3000 ms after its last request, the default)
+my @w = map { start_waiter('R', $_ + 1, (qw(W1 W4 W2 W3))[$_], $_ == 1 ? undef : 60000) } 0 .. 3;
 my ($w1, $w4, $w2, $w3) = @w;
 my $h2 = session($node);
 my $held2 = acquire($h2, 'R2', 600000);
