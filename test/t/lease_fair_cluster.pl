@@ -1,5 +1,6 @@
 # lease_fair_cluster.pl — fair waiting on a Redis Cluster
-# (docs/guides/waiting.md; docs/guides/redis-deployments.md, "Cluster").
+# (docs/guides/keepalive-and-waiting.md; docs/guides/redis-deployments.md,
+# "Cluster").
 # Three masters, real servers on 127.0.0.1, and a node whose lease helper
 # talks to them through one seed.  For a resource whose slot is another
 # master's, and for one whose name starts with '}' (its keys spelt in
