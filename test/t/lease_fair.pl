@@ -89,7 +89,6 @@ for my $i (0 .. 3)
 	wait_queued('f-order', $i + 1, "waiter $i");
 }
 my $q = sql_ok($node, "SELECT string_agg(position || ':' || pid, ' ' ORDER BY position) FROM lease_fence.queue('f-order')");
-my @pids = map { sql_ok($_, 'SELECT pg_backend_pid()') } ();
 like($q, qr/^1:\d+ 2:\d+ 3:\d+ 4:\d+$/, "queue(): four waiters, positions 1 to 4, each with its pid ($q)");
 is(sql_ok($node, "SELECT count(*) FROM lease_fence.all_leases WHERE resource = 'f-order' AND state = 'waiting'"),
 	'4', "all_leases: the four waiters, state 'waiting'");
