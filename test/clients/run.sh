@@ -187,16 +187,18 @@ CREATE TABLE knex_item (
 SELECT lease_fence.protect('django_item'), lease_fence.protect('sa_item'),
        lease_fence.protect('knex_item');
 GRANT SELECT, INSERT, UPDATE, DELETE ON account, ledger, django_item, sa_item, knex_item TO app;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.fence_resource(text) TO app;
 -- leader election (1.5); take_over is an operator's, granted to app here so
 -- that the libraries' tests can play the operator with the same role
-GRANT EXECUTE ON FUNCTION lease_fence.campaign(text, bigint, bigint, text, text),
+GRANT EXECUTE ON FUNCTION lease_fence.campaign(text, bigint, bigint, text, text, boolean),
                           lease_fence.leader(text),
                           lease_fence.resign(text, text),
                           lease_fence.take_over(text, bigint, bigint, text) TO app;
+-- fair waiting (1.5): the tests watch a resource's queue as app
+GRANT EXECUTE ON FUNCTION lease_fence.queue(text) TO app;
 SQL
 
 # The portable edition (portable/lease_fence_portable.sql): a second server
