@@ -91,6 +91,54 @@ class VerbsTest < Minitest::Test
     LeaseFence.release(@conn, got)
   end
 
+  # fair: true, two waiters queued in a known order (the second starts
+  # only once the first is visibly queued): the holder's release grants the
+  # first one; the second still waits, first in the queue now, and gets it
+  # (with a higher generation) when the first releases
+  def test_fair_acquire_grants_waiters_in_arrival_order
+    res = LFTest.resource("fair")
+    held = LeaseFence.acquire(@other, res, ttl_ms: 600_000)
+    first_conn = LFTest.connect
+    second_conn = LFTest.connect
+    first = Thread.new { LeaseFence.acquire(first_conn, res, ttl_ms: 600_000, wait_ms: 600_000, fair: true) }
+    LFTest.wait_queued(res, 1)
+    assert_equal [[1, first_conn.backend_pid]], LFTest.queue(res)
+    second = Thread.new { LeaseFence.acquire(second_conn, res, ttl_ms: 600_000, wait_ms: 600_000, fair: true) }
+    LFTest.wait_queued(res, 2)
+    assert_equal [[1, first_conn.backend_pid], [2, second_conn.backend_pid]], LFTest.queue(res)
+
+    assert_equal "released", LeaseFence.release(@other, held)
+    a = first.value
+    assert_equal true, a.acquired
+    assert_operator a.generation, :>, held.generation
+    assert_equal [[1, second_conn.backend_pid]], LFTest.queue(res), "the second waiter is next"
+    assert second.alive?, "the second waiter was granted while the first holds the lease"
+
+    assert_equal "released", LeaseFence.release(first_conn, a)
+    b = second.value
+    assert_equal true, b.acquired
+    assert_operator b.generation, :>, a.generation
+    assert_empty LFTest.queue(res)
+    LeaseFence.release(second_conn, b)
+  ensure
+    [first, second].each { |t| t&.kill }
+    [first_conn, second_conn].each { |c| c&.close }
+  end
+
+  # the other verbs take fair: too and send it (BEGIN and the acquire in one
+  # string for a PG::Connection): a free lease is granted to each
+  def test_every_acquiring_verb_takes_fair
+    res = LFTest.resource("fairverbs")
+    gens = []
+    gens << LeaseFence.job(@conn, res, ttl_ms: 60_000, fair: true) { |lease| lease.generation }
+    gens << LeaseFence.transaction_lease(@conn, res, ttl_ms: 60_000, fair: true) { |lease| lease.generation }
+    gens << LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 60_000, watch: @other, fair: true, &:generation)
+    lease = LeaseFence.try_acquire(@conn, res, ttl_ms: 60_000, fair: true)
+    gens << lease.generation
+    LeaseFence.release(@conn, lease)
+    assert_equal gens.sort.uniq, gens, "each verb was granted, in turn"
+  end
+
   # a generation key that holds no generation: the server's XX001 is
   # DataCorrupted (still a PG::DataCorrupted), for every verb that acquires
   def test_corrupt_generation_key_is_data_corrupted
@@ -270,6 +318,8 @@ class VerbsTest < Minitest::Test
     assert_raises(ArgumentError) { LeaseFence.acquire(@conn, "", ttl_ms: 1000) }
     assert_raises(ArgumentError) { LeaseFence.fenced(@conn, -1) { flunk "ran" } }
     assert_raises(ArgumentError) { LeaseFence.job(@conn, res, ttl_ms: 1000) }   # no block
+    assert_raises(ArgumentError) { LeaseFence.acquire(@conn, res, ttl_ms: 1000, fair: "yes") }
+    assert_raises(ArgumentError) { LeaseFence.job(@conn, res, ttl_ms: 1000, fair: nil) { flunk "ran" } }
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(Object.new, res, ttl_ms: 1000) }
     @conn.exec("BEGIN")
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(@conn, res, ttl_ms: 1000) }
