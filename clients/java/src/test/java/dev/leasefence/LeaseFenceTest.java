@@ -157,6 +157,43 @@ class LeaseFenceTest {
         return out;
     }
 
+    /** lease_fence.queue(resource): "position:pid" of each waiter, position 1 first. */
+    static List<String> queue(Connection c, String resource) throws SQLException {
+        List<String> out = new ArrayList<>();
+        try (PreparedStatement ps = c.prepareStatement(
+                "SELECT position, pid FROM lease_fence.queue(?) ORDER BY position")) {
+            ps.setString(1, resource);
+            try (ResultSet rs = ps.executeQuery()) {
+                while (rs.next()) {
+                    out.add(rs.getInt(1) + ":" + rs.getInt(2));
+                }
+            }
+        }
+        return out;
+    }
+
+    /** Until {@code n} waiters are queued for {@code resource} (no time limit:
+     * the suite's own timeout ends a test that never gets there). */
+    static void waitQueued(Connection c, String resource, int n) throws Exception {
+        while (queue(c, resource).size() != n) {
+            Thread.sleep(10);
+        }
+    }
+
+    static int pid(Connection c) throws SQLException {
+        return c.unwrap(org.postgresql.PGConnection.class).getBackendPID();
+    }
+
+    /** {@code call} on a thread of its own (not the common pool: with one CPU
+     * free it runs one blocking task at a time). */
+    static <T> java.util.concurrent.FutureTask<T> started(java.util.concurrent.Callable<T> call) {
+        java.util.concurrent.FutureTask<T> task = new java.util.concurrent.FutureTask<>(call);
+        Thread t = new Thread(task);
+        t.setDaemon(true);
+        t.start();
+        return task;
+    }
+
     static void assumeRedisCli() {
         assumeTrue(REDIS_SOCK != null && !REDIS_SOCK.isEmpty(), "LF_REDIS_SOCK is not set");
         boolean found = REDIS_CLI.contains(File.separator) && Files.isExecutable(Path.of(REDIS_CLI));
@@ -489,6 +526,69 @@ class LeaseFenceTest {
         assertTrue(mine.generation() > held.generation());
         assertTrue(waitedMs < 8000, "woken by the release, not at the deadline: " + waitedMs + " ms");
         assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(other, mine));
+    }
+
+    /**
+     * fair: two waiters queued in a known order (the second starts only once
+     * the first is visibly queued); the holder's release grants the first,
+     * the second still waits, first in the queue now, and gets the lease
+     * (a higher generation) when the first releases.
+     */
+    @Test
+    void fairAcquireGrantsWaitersInArrivalOrder() throws Exception {
+        String res = resource("");
+        Lease held = LeaseFence.acquire(conn, res, 600000);
+        Connection firstConn = open();
+        Connection secondConn = open();
+        LeaseOptions fair = LeaseOptions.DEFAULTS.fair(true);
+        java.util.concurrent.FutureTask<Lease> first = started(
+                () -> LeaseFence.acquire(firstConn, res, 600000, 0, 600000, true, fair));
+        waitQueued(conn, res, 1);
+        assertEquals(List.of("1:" + pid(firstConn)), queue(conn, res));
+        java.util.concurrent.FutureTask<Lease> second = started(
+                () -> LeaseFence.acquire(secondConn, res, 600000, 0, 600000, true, fair));
+        waitQueued(conn, res, 2);
+        assertEquals(List.of("1:" + pid(firstConn), "2:" + pid(secondConn)), queue(conn, res));
+
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+        Lease a = first.get();
+        assertTrue(a.generation() > held.generation());
+        assertEquals(List.of("1:" + pid(secondConn)), queue(conn, res), "the second waiter is next");
+        assertFalse(second.isDone(), "the second waiter was granted while the first holds the lease");
+
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(firstConn, a));
+        Lease b = second.get();
+        assertTrue(b.generation() > a.generation());
+        assertEquals(List.of(), queue(conn, res));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(secondConn, b));
+    }
+
+    /** Every verb that acquires takes LeaseOptions (fair), checked before
+     * anything is sent, and is granted a free lease with fair(true). */
+    @Test
+    void everyAcquiringVerbTakesFair() throws Exception {
+        String res = resource("");
+        LeaseOptions fair = LeaseOptions.DEFAULTS.fair(true);
+        assertFalse(LeaseOptions.DEFAULTS.fair());
+        assertTrue(fair.fair());
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.acquire(conn, res, 1000, 0, 0, true, null));
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.job(conn, res, 1000, 0, 0, null, (l, c) -> fail("ran")));
+        List<Long> gens = new ArrayList<>();
+        gens.add(LeaseFence.job(conn, res, 60000, 0, 0, fair, (l, c) -> l.generation()));
+        gens.add(LeaseFence.transactionLease(conn, res, 60000, 0, 0, false, fair,
+                (l, c) -> l.generation()));
+        Connection watch = open();
+        gens.add(LeaseFence.keptAliveLease(conn, watch, res, 60000, 0, 0, 0, fair,
+                (l, c) -> l.lease().generation()));
+        Lease t = LeaseFence.tryAcquire(conn, res, 60000, 0, 0, fair).orElseThrow();
+        gens.add(t.generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, t));
+        Lease o = LeaseFence.acquireOutcome(conn, res, 60000, 0, 0, fair);
+        gens.add(o.generation());
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, o));
+        assertEquals(gens.stream().sorted().distinct().toList(), gens, "each verb was granted, in turn");
     }
 
     @Test
