@@ -66,7 +66,8 @@ endif
 # build time (scripts/embed.sh), for src/redis/redis_script.c only
 LUA_SCRIPTS = scripts/acquire.lua scripts/renew.lua scripts/release.lua \
 	scripts/check.lua scripts/claim.lua scripts/takeover.lua \
-	scripts/holder.lua scripts/leader.lua scripts/seize.lua
+	scripts/holder.lua scripts/leader.lua scripts/seize.lua \
+	scripts/acquire_fair.lua scripts/leave.lua scripts/queue.lua
 
 EXTRA_CLEAN = output_iso tmp_check src/redis/lua_scripts.h src/redis/lua_scripts.h.tmp
 

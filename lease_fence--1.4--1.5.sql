@@ -16,13 +16,14 @@
 -- frozen client loses it when its TTL runs out.  Statuses as acquire's.
 CREATE FUNCTION @extschema@.campaign(election text, ttl_ms bigint,
 	wait_ms bigint DEFAULT NULL, value text DEFAULT NULL, scope text DEFAULT 'session',
+	fair boolean DEFAULT false,
 	OUT status text, OUT identity text, OUT term bigint, OUT validity_ms bigint,
 	OUT reason text)
 RETURNS record
 AS 'MODULE_PATHNAME', 'lf_campaign'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION @extschema@.campaign(text, bigint, bigint, text, text) IS
+COMMENT ON FUNCTION @extschema@.campaign(text, bigint, bigint, text, text, boolean) IS
 'waits to lead an election; a win raises the election''s resource fence to the term; status acquired, busy, stale, unavailable, unknown or unreplicated';
 
 -- Who leads an election, in one round trip: held, the term, the leader's
@@ -64,7 +65,53 @@ COMMENT ON FUNCTION @extschema@.take_over(text, bigint, bigint, text) IS
 
 -- Each sends requests to Redis, as acquire() does: not PUBLIC's (README
 -- shows the GRANTs).
-REVOKE EXECUTE ON FUNCTION @extschema@.campaign(text, bigint, bigint, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION @extschema@.campaign(text, bigint, bigint, text, text, boolean) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.leader(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.resign(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.take_over(text, bigint, bigint, text) FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- Fair waiting
+------------------------------------------------------------------------------
+
+-- acquire() gains fair: a waiting acquire is granted in the order the
+-- waiters' first requests reached Redis, one waiter woken per release, and a
+-- waiter that leaves (cancel, timeout, exit) leaves its queue at once.  It
+-- comes last with a default, so every 1.4 call means what it meant.  A new
+-- signature needs a new function, and the 1.4 one is dropped (both would
+-- match a call of six arguments or fewer): EXECUTE granted on it goes with
+-- it, and is granted again on the new one in the transaction of the update
+-- (README; a GRANT made here would be the extension's initial privilege,
+-- which pg_dump leaves out).
+CREATE FUNCTION @extschema@.acquire(resource text, ttl_ms bigint,
+                                    min_validity_ms bigint DEFAULT 0,
+                                    scope text DEFAULT 'explicit',
+                                    wait_ms bigint DEFAULT 0,
+                                    keepalive boolean DEFAULT false,
+                                    fair boolean DEFAULT false)
+RETURNS @extschema@.lease
+AS 'MODULE_PATHNAME', 'lf_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean, boolean) IS
+'acquire a Redis lease with a fresh identity and a durable generation, waiting up to wait_ms while it is busy (in arrival order if fair), kept alive by a background worker if keepalive; status acquired, busy, stale, insufficient_validity, unavailable, unknown or unreplicated';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean, boolean) FROM PUBLIC;
+
+DROP FUNCTION @extschema@.acquire(text, bigint, bigint, text, bigint, boolean);
+
+-- Who waits in a resource's fair queue, first to last, as Redis holds it;
+-- pid, database and since when for the waiters of this cluster; identities
+-- under holder()'s rule.
+CREATE FUNCTION @extschema@.queue(resource text,
+	OUT "position" integer, OUT identity text, OUT pid integer, OUT database text,
+	OUT waiting_since timestamptz, OUT ttl_ms bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'lf_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 16;
+
+COMMENT ON FUNCTION @extschema@.queue(text) IS
+'asks Redis who waits in a resource''s fair queue: position (1: next), identity, pid, database, waiting_since, ttl_ms of the waiter''s place';
+
+-- It sends a request to Redis, as holder() does: not PUBLIC's.
+REVOKE EXECUTE ON FUNCTION @extschema@.queue(text) FROM PUBLIC;

@@ -8,7 +8,10 @@
 --   key's TTL
 -- Replies: {1, generation} acquired (the key set NX PX ttl_ms, the generation
 --   stored); {0, PTTL of the lease key} busy; {2, stored generation} stale
---   (ARGV[3] is not above it); an error reply if ttl_ms is not a positive
+--   (ARGV[3] is not above it).  A fair queue (acquire_fair.lua) goes first:
+--   while its first live waiter lives, the answer is {0, '-1'} busy even if
+--   nobody holds the lease (its dead waiters met on the way are removed).
+--   An error reply if ttl_ms is not a positive
 --   integer, and LFOVERSIZED if the generation key holds more than 256
 --   bytes (no stored value longer is ever returned; nothing is written).
 --   Generations compare as decimal strings, never as Lua numbers.
@@ -23,6 +26,13 @@ if not ttl or ttl <= 0 or ttl % 1 ~= 0 then
 end
 local left = redis.call('PTTL', KEYS[1])
 if left ~= -2 then return {0, tostring(left)} end
+local q = KEYS[1] .. ':queue'
+while true do
+  local h = redis.call('ZRANGE', q, 0, 0)
+  if #h == 0 then break end
+  if redis.call('EXISTS', q .. ':' .. h[1]) == 1 then return {0, '-1'} end
+  redis.call('ZREM', q, h[1])
+end
 if redis.call('STRLEN', KEYS[2]) > 256 then
   return redis.error_reply('LFOVERSIZED lease_fence: the generation key holds more than 256 bytes')
 end

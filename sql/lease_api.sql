@@ -99,7 +99,7 @@ SELECT pg_temp.try($$SELECT * FROM lease_fence.redis_connections()$$);
 SELECT pg_temp.try($$SELECT lease_fence.redis_disconnect()$$);
 SELECT count(*) AS leases_view_is_public FROM lease_fence.leases;
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.claim_key_prefix() TO regress_lf_client;
@@ -111,7 +111,7 @@ SELECT acquired, status FROM lease_fence.acquire('r', 1000);
 -- and a GRANT does not make a non-superuser able to take one over
 SELECT pg_temp.try($$SELECT lease_fence.claim_key_prefix()$$);
 RESET ROLE;
-REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
                            lease_fence.renew(text, text, bigint, bigint),
                            lease_fence.release(text, text),
                            lease_fence.claim_key_prefix() FROM regress_lf_client;

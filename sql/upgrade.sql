@@ -134,13 +134,29 @@ SELECT has_function_privilege('public', 'lease_fence.holder(text)', 'EXECUTE') A
        has_table_privilege('public', 'lease_fence.all_leases', 'SELECT') AS public_sees_all_leases,
        has_table_privilege('public', 'lease_fence.latency', 'SELECT') AS public_sees_latency;
 
--- 1.5: campaign, leader, resign and take_over, none of them PUBLIC's
+-- 1.5: campaign, leader, resign, take_over and queue, none of them
+-- PUBLIC's; acquire gains fair: one function again, which a role granted
+-- the 1.4 one may not execute until granted again (in the update's
+-- transaction, docs/operations.md)
+CREATE ROLE lf_up_app15;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_up_app15;
+BEGIN;
 ALTER EXTENSION lease_fence UPDATE TO '1.5';
 SELECT extversion FROM pg_extension WHERE extname = 'lease_fence';
-SELECT has_function_privilege('public', 'lease_fence.campaign(text, bigint, bigint, text, text)', 'EXECUTE') AS public_may_campaign,
+SELECT p.oid::regprocedure AS acquire,
+       has_function_privilege('lf_up_app15', p.oid, 'EXECUTE') AS app_execute,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace AND proname = 'acquire';
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO lf_up_app15;
+COMMIT;
+SELECT has_function_privilege('lf_up_app15', 'lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean)', 'EXECUTE') AS app_execute_granted;
+REVOKE EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) FROM lf_up_app15;
+DROP ROLE lf_up_app15;
+SELECT has_function_privilege('public', 'lease_fence.campaign(text, bigint, bigint, text, text, boolean)', 'EXECUTE') AS public_may_campaign,
        has_function_privilege('public', 'lease_fence.leader(text)', 'EXECUTE') AS public_may_ask_leader,
        has_function_privilege('public', 'lease_fence.resign(text, text)', 'EXECUTE') AS public_may_resign,
-       has_function_privilege('public', 'lease_fence.take_over(text, bigint, bigint, text)', 'EXECUTE') AS public_may_take_over;
+       has_function_privilege('public', 'lease_fence.take_over(text, bigint, bigint, text)', 'EXECUTE') AS public_may_take_over,
+       has_function_privilege('public', 'lease_fence.queue(text)', 'EXECUTE') AS public_may_ask_queue;
 
 -- the members of an updated extension are those of a fresh install (a guard
 -- for the day a direct lease_fence--1.1.sql or later script is added)

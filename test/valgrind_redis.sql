@@ -37,7 +37,7 @@ SELECT pg_backend_pid() AS pid_a \gset
 SELECT vg_step('preloaded', current_setting('shared_preload_libraries'), 'lease_fence');
 -- a role that may not see where Redis is (reasons and WARNINGs hide it)
 CREATE ROLE vg_app;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO vg_app;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO vg_app;
 
 -- ------------------------------------------------ acquired, busy, renewed, released, not_held, lost
 SELECT vg_step('acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:basic', 30000) a;

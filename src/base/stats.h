@@ -73,7 +73,10 @@
 	X(ALL_LEASES_CAPPED, "all_leases", "capped") \
 	X(ELECTION_WON, "election", "won") \
 	X(TAKEOVER_TAKEN, "takeover", "taken") \
-	X(TAKEOVER_TIMEOUT, "takeover", "timeout")
+	X(TAKEOVER_TIMEOUT, "takeover", "timeout") \
+	X(FAIR_QUEUED, "fair", "queued") \
+	X(FAIR_GRANTED, "fair", "granted") \
+	X(FAIR_LEFT, "fair", "left")
 
 typedef enum LfCounter
 {

@@ -141,6 +141,9 @@ acquire_unreplicated(FunctionCallInfo fcinfo, LfRequest *req, const char *resour
  * for the resource when it is tried again, exactly as for an acquirer that
  * drew it and took that long to reach Redis: lease order and generation order
  * still agree.  So a wait draws one generation, not one per wake-up.
+ *
+ * A fair acquire (a->fair) asks under the wait's identity, joins the queue
+ * when a->join, and a busy answer leaves its rank in req->fair_position.
  */
 LfCounter
 lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, int64 *spare,
@@ -159,8 +162,13 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 	int64		validity;
 	LeaseEntry *e;
 
-	lf_new_identity(identity);
+	/* a fair wait asks under one identity: its place in the queue */
+	if (a->fair && a->fair_identity[0] != '\0')
+		strlcpy(identity, a->fair_identity, sizeof(identity));
+	else
+		lf_new_identity(identity);
 	*retry = false;
+	req->fair_position = -1;
 
 	/* once per connection: is key_prefix ours?  (before drawing anything) */
 	if (!lf_key_prefix_is_ours(req, resource, WARNING))
@@ -177,7 +185,11 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 	/* validity is measured from before the request is sent */
 	call = lf_request_call(req, lf_command_timeout_ms);
 	start = lf_now_ms();
-	if (a->campaign)
+	if (a->fair)
+		lf_script_acquire_fair(resource, identity, ttl, generation, lf_gen_key_ttl_s,
+							   lf_fair_waiter_ttl_ms, a->join, a->campaign, a->election_value,
+							   &call, &ans);
+	else if (a->campaign)
 		lf_script_campaign(resource, identity, ttl, generation, lf_gen_key_ttl_s,
 						   a->election_value, &call, &ans);
 	else
@@ -217,6 +229,8 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 		case LF_ANS_BUSY:
 			*pttl = ans.has_pttl ? ans.pttl_ms : -1;
 			*spare = generation;
+			if (a->fair)
+				req->fair_position = ans.position;
 			return LF_C_ACQUIRE_BUSY;
 		default:
 			/* unknown, and every answer the acquire script never gives */
@@ -240,6 +254,9 @@ lf_acquire_once(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 		validity = lf_validity_after(ttl, lf_now_ms() - start);
 	}
 
+	/* (the grant took a fair waiter's entry out of its queue) */
+	if (a->fair)
+		lf_fair_granted();
 	e = lf_add_lease(resource, identity, generation, scope, STATE_HELD, ttl, minv, validity);
 	if (validity < minv)
 	{

@@ -180,6 +180,155 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 }
 
 /*
+ * A fair acquire, waiting until deadline: its place in the resource's
+ * queue is taken by its first request (acquire_fair.lua) and kept under one
+ * identity, renewed by a request at least every third of
+ * lease_fence.fair_waiter_ttl_ms.  Woken by a message on its own channel,
+ * which a release sends to the queue's head only (and a waiter leaving, or
+ * a request finding the lease free while another waiter is the head); the
+ * head also wakes when the holder's lease runs out.  Its subscription is
+ * made after the first busy answer; at the head, another request follows
+ * it (a release in between was sent to nobody).  However the wait ends
+ * without a grant, it leaves the queue: here when its answer ends it, at
+ * the end of its (sub)transaction when an error does (lease_registry.c).
+ */
+static Datum
+acquire_fair_waiting(FunctionCallInfo fcinfo, LfRequest *req, AcquireArgs *a, int64 deadline)
+{
+	bool		subscribed = false;
+	bool		no_subscription = false;
+	bool		waited = false;
+	int			stale = 0;
+	int64		poll = 10;
+	int64		spare = 0;
+	int64		renew_every = Max(lf_fair_waiter_ttl_ms / 3, 1);
+
+	lf_new_identity(a->fair_identity);
+	a->join = deadline > lf_now_ms();
+	if (a->join)
+		lf_fair_open(a->resource, a->fair_identity);	/* (without, nothing joins) */
+	for (;;)
+	{
+		int64		pttl = -1;
+		Datum		row = (Datum) 0;
+		bool		retry = false;
+		LfCounter	status = lf_acquire_once(fcinfo, req, a, &spare, &pttl, &row, &retry);
+		int64		asked = lf_now_ms();
+		int64		now = asked;
+		int64		wake;
+		int			w;
+
+		if (status == LF_C_ACQUIRE_ACQUIRED)
+			return row;
+		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry)
+		{
+			lf_fair_leave(lf_now_ms() + lf_cleanup_timeout_ms);
+			return row;
+		}
+		if (status == LF_C_ACQUIRE_BUSY && req->fair_position >= 0)
+			lf_fair_queued();
+		if (retry)
+		{
+			/* nothing held, no answer (Redis unreachable, a failover): not yet */
+			int			rc;
+
+			if (now >= deadline)
+			{
+				lf_fair_leave(lf_now_ms() + lf_cleanup_timeout_ms);
+				return row;
+			}
+			wake = Min(deadline, now + Min(jittered(poll), renew_every));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), lf_wait_event());
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
+		{
+			if (waited && status == LF_C_ACQUIRE_BUSY)
+				lf_count(LF_C_WAIT_DEADLINE);
+			lf_fair_leave(lf_now_ms() + lf_cleanup_timeout_ms);
+			return lf_status_row(fcinfo, req, status, a->resource);
+		}
+		if (status == LF_C_ACQUIRE_STALE)
+			continue;			/* healed: the next generation is above, the place kept */
+		if (!waited)
+		{
+			lf_count(LF_C_WAIT_WAITED);
+			waited = true;
+		}
+		if (!subscribed && !no_subscription)
+		{
+			char		err[LF_ERRLEN];
+
+			if (lf_subscribe_wake(a->resource, a->fair_identity,
+								  lf_request_timeout(req, lf_connect_timeout_ms), err))
+				subscribed = true;
+			else
+			{
+				char		buf[LF_ERRLEN];
+
+				no_subscription = true;
+				ereport(DEBUG1,
+						errmsg("waiting for resource \"%s\" without a subscription: %s",
+							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
+			}
+			/* the head: a release before the subscription woke nobody */
+			if (req->fair_position == 0 || !subscribed)
+				continue;
+			now = lf_now_ms();
+		}
+
+		/* until a message, the head's holder's lease running out, a renewal, the deadline */
+		wake = Min(deadline, asked + renew_every);
+		if (req->fair_position == 0 && pttl >= 0)
+			wake = Min(wake, now + pttl + 1);
+		if (!subscribed)
+		{
+			int			rc;
+
+			wake = Min(wake, now + jittered(poll));
+			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), lf_wait_event());
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		w = lf_subscriber_wait(wake);
+		if (w == 1)
+			lf_count(LF_C_WAIT_WOKEN);
+		else if (w == -1)
+		{
+			CHECK_FOR_INTERRUPTS();
+			ereport(ERROR,
+					errcode(ERRCODE_QUERY_CANCELED),
+					errmsg("wait for resource \"%s\" interrupted", a->resource));
+		}
+		else if (w == -2)
+		{
+			/* the subscription is gone: poll from here on (as acquire_waiting) */
+			int			rc;
+
+			subscribed = false;
+			no_subscription = true;
+			(void) lf_redis_disconnect_all();
+			now = lf_now_ms();
+			wake = Min(deadline, now + jittered(poll));
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   (long) Max(wake - now, 1), lf_wait_event());
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+/*
  * acquire_waiting until deadline, each of its requests bounded by the
  * wait's hard deadline (req->hard_deadline, for this call only); the
  * wait's subscription ends with it, however it ends.
@@ -192,7 +341,14 @@ lf_acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a
 	req->hard_deadline = deadline + lf_command_timeout_ms;
 	PG_TRY();
 	{
-		result = acquire_waiting(fcinfo, req, a, deadline);
+		if (a->fair)
+		{
+			AcquireArgs fa = *a;
+
+			result = acquire_fair_waiting(fcinfo, req, &fa, deadline);
+		}
+		else
+			result = acquire_waiting(fcinfo, req, a, deadline);
 	}
 	PG_CATCH();
 	{

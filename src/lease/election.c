@@ -85,7 +85,7 @@ hold_until_commit(LeaseEntry *e)
 /*
  * lease_fence.campaign(election text, ttl_ms bigint, wait_ms bigint DEFAULT
  *						NULL, value text DEFAULT NULL, scope text DEFAULT
- *						'session')
+ *						'session', fair boolean DEFAULT false)
  *	  RETURNS (status, identity, term, validity_ms, reason)
  *
  * Waits until this session leads the election (wait_ms NULL: until
@@ -131,6 +131,14 @@ lf_campaign(PG_FUNCTION_ARGS)
 	}
 	a.scope = check_lasting_scope(fcinfo, 4, "campaign()");
 	a.campaign = true;
+	if (PG_NARGS() > 5)
+	{
+		if (PG_ARGISNULL(5))
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("fair must not be NULL"));
+		a.fair = PG_GETARG_BOOL(5);
+	}
 
 	row = lf_acquire_waiting(fcinfo, &req, &a, lf_now_ms() + wait_ms);
 	e = req.granted;

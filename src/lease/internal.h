@@ -47,7 +47,9 @@ typedef enum LeaseState
 	STATE_UNKNOWN,				/* outcome unknown, cleanup pending */
 	STATE_UNCONFIRMED,			/* cleanup tried, not confirmed */
 	STATE_RELEASED,
-	STATE_LOST					/* a renew found it lost: writes under it refused */
+	STATE_LOST,					/* a renew found it lost: writes under it refused */
+	STATE_WAITING				/* a fair waiter's place in its queue (fair_wait.c):
+								 * shown in all_leases, never in the registry */
 } LeaseState;
 
 /* one lease of this session */
@@ -189,6 +191,15 @@ extern void lf_idle_note_transaction_lease(List *leases);
 extern void lf_idle_update(List *leases);
 extern void lf_idle_expiry_init(void);
 
+/* fair_wait.c: this backend's place in a fair queue */
+extern int	lf_fair_waiter_ttl_ms;
+extern void lf_fair_open(const char *resource, const char *identity);
+extern bool lf_fair_is_open(void);
+extern void lf_fair_queued(void);
+extern void lf_fair_granted(void);
+extern void lf_fair_leave(int64 deadline);
+extern void lf_fair_init(void);
+
 /* lease_table.c: every lease of the cluster, in shared memory (all_leases) */
 extern const char *const lf_scope_names[];	/* LeaseScope as the views name it */
 extern const char *const lf_state_names[];	/* LeaseState as the views name it */
@@ -203,7 +214,7 @@ extern void lf_table_rows(ReturnSetInfo *rsinfo);
 extern void lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e);
 extern bool lf_may_see_identity(Oid holder_role);
 extern bool lf_table_holder(const char *resource, const char *identity, int *pid,
-							Oid *dboid, Oid *roleid);
+							Oid *dboid, Oid *roleid, TimestampTz *since);
 extern void lf_table_note_renewal(const char *resource, const char *identity, int64 valid_until);
 extern int64 lf_table_renewed_until(int slot, const char *identity);
 extern int	lf_table_take(const char *resource, const char *identity);
@@ -215,6 +226,7 @@ typedef struct LfShownHolder
 	bool		identity_visible;	/* the current user may see its identity */
 	int			pid;
 	char	   *dbname;			/* NULL: its database is gone */
+	TimestampTz since;			/* in the table: since when it holds (or waits) */
 } LfShownHolder;
 
 extern void lf_show_holder(const char *resource, const char *identity, LfShownHolder *out);
@@ -251,6 +263,9 @@ typedef struct LfRequest
 
 	/* the lease an acquire granted (set with the acquired row), else NULL */
 	LeaseEntry *granted;
+
+	/* a fair acquire's last busy answer: its rank in the queue (0: the head; -1: none) */
+	int64		fair_position;
 } LfRequest;
 
 /* what one call came to: everything its row shows */
@@ -299,6 +314,9 @@ typedef struct AcquireArgs
 	bool		keepalive;
 	bool		campaign;		/* campaign(): the election's value goes with the grant */
 	const char *election_value; /* campaign(): NULL for none */
+	bool		fair;			/* granted in the order waiters came (acquire_fair.lua) */
+	bool		join;			/* fair: join the queue when not granted */
+	char		fair_identity[33];	/* fair: the waiter's identity, the whole wait's */
 } AcquireArgs;
 
 extern void lf_new_identity(char *identity);

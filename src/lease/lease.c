@@ -39,6 +39,7 @@
 #include "utils/builtins.h"
 
 PG_FUNCTION_INFO_V1(lf_acquire);
+PG_FUNCTION_INFO_V1(lf_queue);
 PG_FUNCTION_INFO_V1(lf_renew);
 PG_FUNCTION_INFO_V1(lf_release);
 PG_FUNCTION_INFO_V1(lf_keepalive_state);
@@ -54,7 +55,11 @@ PG_FUNCTION_INFO_V1(lf_redis_disconnect_sql);
 /*
  * lease_fence.acquire(resource text, ttl_ms bigint, min_validity_ms bigint
  *					   DEFAULT 0, scope text DEFAULT 'explicit', wait_ms bigint
- *					   DEFAULT 0, keepalive boolean DEFAULT false)
+ *					   DEFAULT 0, keepalive boolean DEFAULT false, fair boolean
+ *					   DEFAULT false)
+ *
+ * fair: granted in the order the waiters' first requests reached Redis
+ * (acquire_wait.c); with wait_ms 0, busy while anybody waits in the queue.
  *
  * (Called with four arguments by the 1.1 definition, until ALTER EXTENSION
  * UPDATE.)
@@ -74,6 +79,9 @@ lf_acquire(PG_FUNCTION_ARGS)
 	a.keepalive = false;
 	a.campaign = false;
 	a.election_value = NULL;
+	a.fair = false;
+	a.join = false;
+	a.fair_identity[0] = '\0';
 	if (PG_NARGS() > 4)
 	{
 		if (PG_ARGISNULL(4))
@@ -94,6 +102,14 @@ lf_acquire(PG_FUNCTION_ARGS)
 					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					errmsg("keepalive must not be NULL"));
 		a.keepalive = PG_GETARG_BOOL(5);
+	}
+	if (PG_NARGS() > 6)
+	{
+		if (PG_ARGISNULL(6))
+			ereport(ERROR,
+					errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("fair must not be NULL"));
+		a.fair = PG_GETARG_BOOL(6);
 	}
 	/*
 	 * A kept-alive lease never outlives keepalive_max_ms, the first grant
@@ -443,6 +459,85 @@ lf_holder(PG_FUNCTION_ARGS)
 		}
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls)));
+}
+
+/*
+ * lease_fence.queue(resource text)
+ *	  RETURNS SETOF (position, identity, pid, database, waiting_since, ttl_ms)
+ *
+ * The live waiters of resource's fair queue as Redis holds them, first to
+ * last (at most LF_QUEUE_SHOWN; position 1 is the next to be granted), with
+ * the pid, database and since when of those that wait in this cluster, and
+ * each identity under holder()'s rule.  After the key_prefix owner check,
+ * as holder(); errors as holder()'s.
+ */
+Datum
+lf_queue(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *resource;
+	LfRequest	req;
+	LfCall		call = {lf_command_timeout_ms, LF_INTERRUPTIBLE, false};
+	LfAnswer	ans;
+	int			i;
+
+	resource = lf_check_resource_arg(PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0));
+	InitMaterializedSRF(fcinfo, 0);
+	lf_request_init(&req);
+	(void) lf_key_prefix_is_ours(&req, resource, ERROR);
+	lf_script_queue(resource, &call, &ans);
+	if (ans.outcome == LF_ANS_INTERRUPTED)
+		CHECK_FOR_INTERRUPTS();
+	if (ans.outcome == LF_ANS_CORRUPT)
+		ereport(ERROR,
+				errcode(ERRCODE_DATA_CORRUPTED),
+				errmsg("the queue of resource \"%s\" holds a member longer than 64 bytes", resource),
+				errdetail("lease_fence queues 32-byte identities; the queue script refuses to read more."),
+				errhint("Something other than lease_fence wrote the queue key of that resource: delete it."));
+	if (ans.outcome != LF_ANS_WAITERS)
+		ereport(ERROR,
+				errcode(ERRCODE_CONNECTION_FAILURE),
+				errmsg("could not ask Redis who waits for resource \"%s\"", resource),
+				errdetail("Redis was unavailable or did not answer: %s.", lf_answer_outcome_name(ans.outcome)),
+				errdetail_log("%s", ans.err));
+
+	for (i = 0; i < ans.n_waiters; i++)
+	{
+		Datum		values[6];
+		bool		nulls[6];
+		LfShownHolder shown;
+
+		memset(nulls, true, sizeof(nulls));
+		lf_show_holder(resource, ans.waiters[i].identity, &shown);
+		values[0] = Int32GetDatum(i + 1);
+		nulls[0] = false;
+		if (shown.identity_visible)
+		{
+			values[1] = CStringGetTextDatum(ans.waiters[i].identity);
+			nulls[1] = false;
+		}
+		if (shown.in_table)
+		{
+			values[2] = Int32GetDatum(shown.pid);
+			nulls[2] = false;
+			if (shown.dbname)
+			{
+				values[3] = CStringGetTextDatum(shown.dbname);
+				nulls[3] = false;
+			}
+			values[4] = TimestampTzGetDatum(shown.since);
+			nulls[4] = false;
+		}
+		if (ans.waiters[i].pttl_ms >= 0)
+		{
+			values[5] = Int64GetDatum(ans.waiters[i].pttl_ms);
+			nulls[5] = false;
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	if (ans.waiters)
+		pfree(ans.waiters);
+	return (Datum) 0;
 }
 
 /*

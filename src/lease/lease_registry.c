@@ -993,9 +993,33 @@ release_at_xact_end(bool committed)
 	maybe_trim(NULL);
 }
 
+/*
+ * A fair wait an error or a termination ended leaves its queue at the end
+ * of the (sub)transaction it ran in, within cleanup_timeout_ms (the exit's
+ * budget when the backend exits).
+ */
+static void
+leave_open_queue(void)
+{
+	if (lf_fair_is_open())
+		lf_fair_leave(proc_exit_inprogress || ProcDiePending ? exit_cleanup_deadline() :
+					  lf_now_ms() + lf_cleanup_timeout_ms);
+}
+
+static void
+lease_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		leave_open_queue();
+}
+
 static void
 lease_xact_callback(XactEvent event, void *arg)
 {
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		leave_open_queue();
 	if (reg.xact_generation_set &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		 event == XACT_EVENT_PREPARE))
@@ -1107,6 +1131,8 @@ lf_registry_init(void)
 							 &lf_commit_check, LF_COMMIT_CHECK_NEAR_EXPIRY, commit_check_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
 	RegisterXactCallback(lease_xact_callback, NULL);
+	RegisterSubXactCallback(lease_subxact_callback, NULL);
+	lf_fair_init();
 	lf_die_deadline_hook = exit_cleanup_deadline;
 	lf_idle_expiry_init();
 }

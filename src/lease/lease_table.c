@@ -128,7 +128,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 /* constants: what lease_fence.all_leases shows for each scope and state */
 /* the names of LeaseScope and LeaseState as the views show them (internal.h) */
 const char *const lf_scope_names[] = {"explicit", "session", "transaction"};
-const char *const lf_state_names[] = {"held", "unknown", "unconfirmed", "released", "lost"};
+const char *const lf_state_names[] = {"held", "unknown", "unconfirmed", "released", "lost", "waiting"};
 
 static Size
 table_bytes(void)
@@ -542,11 +542,13 @@ lf_table_put_entry(ReturnSetInfo *rsinfo, const LeaseEntry *e)
 }
 
 /*
- * Does a backend of this cluster hold resource under identity?  Its pid,
- * database and role, if so (holder(), in lease.c).
+ * Does a backend of this cluster hold resource under identity (or wait for
+ * it in a fair queue under that identity)?  Its pid, database, role and
+ * since when, if so (holder(), leader(), queue()).
  */
 bool
-lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid)
+lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid, Oid *roleid,
+				TimestampTz *since)
 {
 	LeaseSlot  *copy;
 	int			i;
@@ -567,6 +569,7 @@ lf_table_holder(const char *resource, const char *identity, int *pid, Oid *dboid
 		*pid = copy->pid;
 		*dboid = copy->dboid;
 		*roleid = copy->roleid;
+		*since = copy->acquired_at;
 		found = true;
 	}
 	pfree(copy);
@@ -642,7 +645,8 @@ lf_show_holder(const char *resource, const char *identity, LfShownHolder *out)
 
 	out->pid = 0;
 	out->dbname = NULL;
-	out->in_table = lf_table_holder(resource, identity, &out->pid, &dboid, &roleid);
+	out->since = 0;
+	out->in_table = lf_table_holder(resource, identity, &out->pid, &dboid, &roleid, &out->since);
 	out->identity_visible = out->in_table ? lf_may_see_identity(roleid) :
 		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 	if (out->in_table)

@@ -114,6 +114,10 @@ typedef enum LfScript
 	LF_SCRIPT_HOLDER,			/* KEYS lease, gen; no ARGV */
 	LF_SCRIPT_LEADER,			/* KEYS lease, gen, value; no ARGV */
 	LF_SCRIPT_SEIZE,			/* KEYS lease, gen; ARGV identity, ttl_ms, generation, gen ttl */
+	LF_SCRIPT_ACQUIRE_FAIR,		/* KEYS lease, gen[, value]; ARGV identity, ttl_ms, generation,
+								 * gen ttl, waiter ttl, join, publish[, value] */
+	LF_SCRIPT_LEAVE,			/* KEYS lease; ARGV identity, PUBLISH or SPUBLISH */
+	LF_SCRIPT_QUEUE,			/* KEYS lease; ARGV how many */
 	LF_NUM_SCRIPTS
 } LfScript;
 
@@ -141,6 +145,9 @@ typedef enum LfAnswerOutcome
 	LF_ANS_TAKEN_OVER,			/* takeover: value, if has_value (else none) */
 	LF_ANS_SEIZED,				/* seize: generation; value (the previous
 								 * holder's identity), if has_value */
+	LF_ANS_LEFT,				/* leave: the waiter left its queue */
+	LF_ANS_NOT_QUEUED,			/* leave: it was not queued (granted, or dead) */
+	LF_ANS_WAITERS,				/* queue: waiters, n_waiters */
 	LF_ANS_NOSCRIPT,			/* EVALSHA: not run (the runner sends EVAL then) */
 	LF_ANS_UNAVAILABLE,			/* certainly not applied */
 	LF_ANS_UNKNOWN,				/* it may have run; nobody can tell */
@@ -148,6 +155,16 @@ typedef enum LfAnswerOutcome
 	LF_ANS_SENT_DEFERRED,		/* LF_DEFER: sent; its reply is read later */
 	LF_NUM_ANSWER_OUTCOMES
 } LfAnswerOutcome;
+
+/* the most waiters queue() shows: two elements each in a small reply */
+#define LF_QUEUE_SHOWN 500
+
+/* one live waiter of a fair queue, as the queue script answers it */
+typedef struct LfWaiter
+{
+	char		identity[65];	/* the script refuses a longer member */
+	int64		pttl_ms;		/* what its waiter key has left; -1: no expiry */
+} LfWaiter;
 
 /* room for a claim value (a longer one is cut: it is only shown) */
 #define LF_VALUELEN 256
@@ -163,6 +180,9 @@ typedef struct LfAnswer
 	int64		stored;			/* stale */
 	bool		has_pttl;		/* busy, held: pttl_ms is known */
 	int64		pttl_ms;
+	int64		position;		/* busy (fair): rank in the queue, 0 the head; -1 not queued */
+	int			n_waiters;		/* waiters: how many */
+	LfWaiter   *waiters;		/* waiters: palloc'd (the caller's), NULL when none */
 	bool		oversized;		/* corrupt: a key held more than 256 bytes */
 	bool		has_value;		/* claimed, ours, others, taken_over */
 	char		value[LF_VALUELEN];
@@ -225,10 +245,26 @@ extern LfAnswerOutcome lf_script_leader(const char *election, const LfCall *call
 extern LfAnswerOutcome lf_script_seize(const char *resource, const char *identity,
 									   int64 ttl_ms, int64 generation, int gen_key_ttl_s,
 									   const LfCall *call, LfAnswer *answer);
+/*
+ * Fair waiting: an acquire in the order waiters came (join: enter the
+ * queue when not granted), the waiter leaving its queue, and the queue.
+ */
+extern LfAnswerOutcome lf_script_acquire_fair(const char *resource, const char *identity,
+											  int64 ttl_ms, int64 generation, int gen_key_ttl_s,
+											  int waiter_ttl_ms, bool join, bool campaign,
+											  const char *value, const LfCall *call,
+											  LfAnswer *answer);
+extern LfAnswerOutcome lf_script_leave(const char *resource, const char *identity,
+									   const LfCall *call, LfAnswer *answer);
+extern LfAnswerOutcome lf_script_queue(const char *resource, const LfCall *call,
+									   LfAnswer *answer);
 /* the connection the owner key's requests go on; 0: none open */
 extern uint64 lf_owner_connection_serial(void);
 /* subscribe to resource's release channel (lf_subscriber_wait waits on it) */
 extern bool lf_subscribe_release(const char *resource, int timeout_ms, char *err);
+/* subscribe to a fair waiter's own channel (a release wakes the head only) */
+extern bool lf_subscribe_wake(const char *resource, const char *identity, int timeout_ms,
+							  char *err);
 extern void lf_scripts_init(void);
 
 #endif							/* LF_REDIS_H */

@@ -51,6 +51,9 @@ static const char *const outcome_names[LF_NUM_ANSWER_OUTCOMES] = {
 	[LF_ANS_OTHERS] = "others",
 	[LF_ANS_TAKEN_OVER] = "taken_over",
 	[LF_ANS_SEIZED] = "seized",
+	[LF_ANS_LEFT] = "left",
+	[LF_ANS_NOT_QUEUED] = "not_queued",
+	[LF_ANS_WAITERS] = "waiters",
 	[LF_ANS_NOSCRIPT] = "noscript",
 	[LF_ANS_UNAVAILABLE] = "unavailable",
 	[LF_ANS_UNKNOWN] = "unknown",
@@ -68,6 +71,9 @@ static const char *const script_names[LF_NUM_SCRIPTS] = {
 	[LF_SCRIPT_HOLDER] = "holder",
 	[LF_SCRIPT_LEADER] = "leader",
 	[LF_SCRIPT_SEIZE] = "seize",
+	[LF_SCRIPT_ACQUIRE_FAIR] = "acquire_fair",
+	[LF_SCRIPT_LEAVE] = "leave",
+	[LF_SCRIPT_QUEUE] = "queue",
 };
 
 /*
@@ -456,6 +462,26 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 
 	switch (script)
 	{
+		case LF_SCRIPT_ACQUIRE_FAIR:
+			/* acquire's, and busy is {0, PTTL, position} (-1: not queued) */
+			if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
+				reply->element[0]->type == REDIS_REPLY_INTEGER &&
+				reply->element[0]->integer == 0 &&
+				reply->element[1]->type == REDIS_REPLY_STRING &&
+				reply->element[2]->type == REDIS_REPLY_INTEGER &&
+				reply->element[2]->integer >= -1)
+			{
+				a->outcome = LF_ANS_BUSY;
+				s = reply->element[1];
+				a->has_pttl = parse_pttl(s->str, s->len, &a->pttl_ms);
+				a->position = reply->element[2]->integer;
+				return;
+			}
+			/* its busy has a position: {0, PTTL} is no answer of its */
+			if (!code_and_string(reply, &code, &s) || code == 0)
+				break;
+			/* acquired and stale as acquire's */
+			/* FALLTHROUGH */
 		case LF_SCRIPT_ACQUIRE:
 			/* {1, generation} acquired, {0, PTTL} busy, {2, stored} stale */
 			if (!code_and_string(reply, &code, &s))
@@ -641,6 +667,48 @@ lf_decode_reply(LfScript script, const redisReply *reply, LfAnswer *a)
 				return;
 			}
 			break;
+		case LF_SCRIPT_LEAVE:
+			/* 1 left, 0 not queued */
+			if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1)
+				a->outcome = LF_ANS_LEFT;
+			else if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0)
+				a->outcome = LF_ANS_NOT_QUEUED;
+			else
+				break;
+			return;
+		case LF_SCRIPT_QUEUE:
+			/* {identity, PTTL of its waiter key, ...}: the live waiters in order */
+			{
+				size_t		i;
+				int			n;
+
+				if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0 ||
+					reply->elements > 2 * LF_QUEUE_SHOWN)
+					break;
+				for (i = 0; i < reply->elements; i += 2)
+					if (reply->element[i]->type != REDIS_REPLY_STRING ||
+						reply->element[i]->len == 0 ||
+						reply->element[i]->len >= sizeof(a->waiters[0].identity) ||
+						memchr(reply->element[i]->str, '\0', reply->element[i]->len) != NULL ||
+						reply->element[i + 1]->type != REDIS_REPLY_INTEGER ||
+						reply->element[i + 1]->integer < -1)
+						break;
+				if (i < reply->elements)
+					break;
+				n = (int) (reply->elements / 2);
+				a->outcome = LF_ANS_WAITERS;
+				a->n_waiters = n;
+				a->waiters = n > 0 ? palloc(n * sizeof(LfWaiter)) : NULL;
+				for (i = 0; i < (size_t) n; i++)
+				{
+					const redisReply *id = reply->element[2 * i];
+
+					memcpy(a->waiters[i].identity, id->str, id->len);
+					a->waiters[i].identity[id->len] = '\0';
+					a->waiters[i].pttl_ms = reply->element[2 * i + 1]->integer;
+				}
+				return;
+			}
 		case LF_NUM_SCRIPTS:
 			break;
 	}

@@ -90,6 +90,18 @@ static const char leader_script[] = LF_LUA_LEADER;
  */
 static const char seize_script[] = LF_LUA_SEIZE;
 
+/*
+ * Fair waiting.  acquire_fair: KEYS lease, generation[, value]; ARGV
+ * identity, ttl_ms, generation, generation key TTL, waiter TTL in ms, '1'
+ * to join the queue ('0' not), PUBLISH or SPUBLISH[, value].  {1,
+ * generation} acquired, {0, PTTL, position} busy, {2, stored} stale.
+ * leave: KEYS lease; ARGV identity, PUBLISH or SPUBLISH; 1 left, 0 not
+ * queued.  queue: KEYS lease; ARGV how many; {identity, PTTL, ...}.
+ */
+static const char acquire_fair_script[] = LF_LUA_ACQUIRE_FAIR;
+static const char leave_script[] = LF_LUA_LEAVE;
+static const char queue_script[] = LF_LUA_QUEUE;
+
 typedef struct LuaScript
 {
 	const char *text;
@@ -107,6 +119,9 @@ static const LuaScript scripts[LF_NUM_SCRIPTS] = {
 	{holder_script, LF_LUA_HOLDER_SHA1},
 	{leader_script, LF_LUA_LEADER_SHA1},
 	{seize_script, LF_LUA_SEIZE_SHA1},
+	{acquire_fair_script, LF_LUA_ACQUIRE_FAIR_SHA1},
+	{leave_script, LF_LUA_LEAVE_SHA1},
+	{queue_script, LF_LUA_QUEUE_SHA1},
 };
 
 /*
@@ -144,8 +159,8 @@ run_script(LfScript script, int nkeys, const char **keys,
 		   LfAnswer *answer, int64 start)
 {
 	const LuaScript *s = &scripts[script];
-	const char *argv[12];
-	size_t		argvlen[12];
+	const char *argv[16];
+	size_t		argvlen[16];
 	char		numkeys[12];
 	int			argc = 0;
 	int			i;
@@ -198,6 +213,7 @@ latency_op(LfScript script, bool keepalive_worker)
 	switch (script)
 	{
 		case LF_SCRIPT_ACQUIRE:
+		case LF_SCRIPT_ACQUIRE_FAIR:
 			return LF_LAT_ACQUIRE;
 		case LF_SCRIPT_RENEW:
 			return keepalive_worker ? LF_LAT_KEEPALIVE_RENEW : LF_LAT_RENEW;
@@ -379,6 +395,81 @@ lf_script_seize(const char *resource, const char *identity, int64 ttl_ms,
 					 gen_key_ttl_s, false, NULL, call, answer);
 }
 
+/*
+ * An acquire in the order the resource's waiters came (acquire_fair.lua):
+ * join, and this identity enters the queue when it is not granted; a
+ * campaign's value as lf_script_campaign's.
+ */
+LfAnswerOutcome
+lf_script_acquire_fair(const char *resource, const char *identity, int64 ttl_ms,
+					   int64 generation, int gen_key_ttl_s, int waiter_ttl_ms, bool join,
+					   bool campaign, const char *value, const LfCall *call,
+					   LfAnswer *answer)
+{
+	char		ttlbuf[MAXINT8LEN + 1];
+	char		genbuf[MAXINT8LEN + 1];
+	char		genttl[12];
+	char		wttl[12];
+	const char *keys[3];
+	const char *args[8];
+	int			nkeys = campaign ? 3 : 2;
+	int			i;
+
+	pg_lltoa(generation, genbuf);
+	pg_lltoa(ttl_ms, ttlbuf);
+	pg_ltoa(gen_key_ttl_s, genttl);
+	pg_ltoa(waiter_ttl_ms, wttl);
+	keys[0] = lf_lease_key(resource);
+	keys[1] = lf_generation_key(resource);
+	if (campaign)
+		keys[2] = lf_value_key(resource);
+	args[0] = identity;
+	args[1] = ttlbuf;
+	args[2] = genbuf;
+	args[3] = genttl;
+	args[4] = wttl;
+	args[5] = join ? "1" : "0";
+	args[6] = lf_release_publish();
+	args[7] = value;
+	(void) run_timed(LF_SCRIPT_ACQUIRE_FAIR, nkeys, keys, campaign && value ? 8 : 7, args,
+					 call, answer);
+	for (i = 0; i < nkeys; i++)
+		pfree((char *) keys[i]);
+	return answer->outcome;
+}
+
+/* A waiter leaves its queue; the next one is woken if it was the head. */
+LfAnswerOutcome
+lf_script_leave(const char *resource, const char *identity, const LfCall *call,
+				LfAnswer *answer)
+{
+	const char *keys[1];
+	const char *args[2];
+
+	keys[0] = lf_lease_key(resource);
+	args[0] = identity;
+	args[1] = lf_release_publish();
+	(void) run_timed(LF_SCRIPT_LEAVE, 1, keys, 2, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
+/* The live waiters of resource's queue, at most LF_QUEUE_SHOWN (answer->waiters). */
+LfAnswerOutcome
+lf_script_queue(const char *resource, const LfCall *call, LfAnswer *answer)
+{
+	char		n[12];
+	const char *keys[1];
+	const char *args[1];
+
+	pg_ltoa(LF_QUEUE_SHOWN, n);
+	keys[0] = lf_lease_key(resource);
+	args[0] = n;
+	(void) run_timed(LF_SCRIPT_QUEUE, 1, keys, 1, args, call, answer);
+	pfree((char *) keys[0]);
+	return answer->outcome;
+}
+
 LfAnswerOutcome
 lf_script_claim(const char *owner_id, const char *claim_value, const LfCall *call,
 				LfAnswer *answer)
@@ -429,6 +520,22 @@ lf_subscribe_release(const char *resource, int timeout_ms, char *err)
 	return ok;
 }
 
+/*
+ * Subscribe to a fair waiter's channel, <lease key>:wake:<identity>: a
+ * release (or a waiter leaving) wakes only the queue's head.
+ */
+bool
+lf_subscribe_wake(const char *resource, const char *identity, int timeout_ms, char *err)
+{
+	char	   *key = lf_lease_key(resource);
+	char	   *channel = psprintf("%s:wake:%s", key, identity);
+	bool		ok = lf_redis_subscribe(channel, timeout_ms, err);
+
+	pfree(channel);
+	pfree(key);
+	return ok;
+}
+
 /* ---------------------------------------------------------------------
  * The key names (internal.h)
  * ---------------------------------------------------------------------
@@ -444,6 +551,9 @@ lf_subscribe_release(const char *resource, int timeout_ms, char *err)
  * key can be spelt the same (those end in '}', ':gen' or ':value').  The key_prefix
  * holds no brace (its check hook refuses them), and every other resource
  * keeps the key names of 1.1, so leases held across an upgrade stay valid.
+ * The scripts name a lease's fair queue after its lease key (<lease
+ * key>:queue, a waiter's key <lease key>:queue:<identity>): one slot too,
+ * and no lease, generation or value key ends so.
  */
 typedef enum KeyKind
 {

@@ -411,7 +411,7 @@ def setup_database(pg):
                   'committed_at timestamptz NOT NULL DEFAULT clock_timestamp())')
         c.execute('CREATE ROLE app LOGIN')
         c.execute('GRANT EXECUTE ON FUNCTION '
-                  'lease_fence.acquire(text, bigint, bigint, text, bigint, boolean), '
+                  'lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean), '
                   'lease_fence.renew(text, text, bigint, bigint), '
                   'lease_fence.release(text, text), '
                   'lease_fence.fence_resource(text) TO app')

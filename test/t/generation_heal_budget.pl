@@ -43,7 +43,7 @@ my $BUDGET = 1 << 24;
 my $EPOCH = 1 << 40;
 
 sql_ok($node, 'CREATE ROLE lf_app LOGIN');
-sql_ok($node, 'GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_app');
+sql_ok($node, 'GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO lf_app');
 
 sub counter
 {

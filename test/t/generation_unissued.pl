@@ -28,7 +28,7 @@ my $node = $redis->node('unissued');
 $node->safe_psql('postgres', q{
 CREATE TABLE t (id int PRIMARY KEY, v text);
 SELECT lease_fence.protect('t');
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO PUBLIC;
 });
 
 # SQL in a background session: (stdout, stderr)

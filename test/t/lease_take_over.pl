@@ -39,8 +39,8 @@ sql_ok($node, <<'SQL');
 CREATE TABLE work (id int PRIMARY KEY, who text);
 SELECT lease_fence.protect('work');
 CREATE ROLE lf_app LOGIN;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
-	lease_fence.campaign(text, bigint, bigint, text, text) TO lf_app;
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
+	lease_fence.campaign(text, bigint, bigint, text, text, boolean) TO lf_app;
 SQL
 
 sub counter

@@ -66,7 +66,7 @@ $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
 	is((split /\n/, $out)[-1], '500ms', 'privileges: timeouts are user-settable');
 
 	$node->safe_psql('postgres', q{
-		GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_app;
+		GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO lf_app;
 		GRANT EXECUTE ON FUNCTION lease_fence.renew(text, text, bigint, bigint) TO lf_app;
 		GRANT EXECUTE ON FUNCTION lease_fence.release(text, text) TO lf_app;
 	});

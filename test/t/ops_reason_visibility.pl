@@ -26,7 +26,7 @@ my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('reason_visibility');
 $node->safe_psql('postgres', 'CREATE DATABASE second');
 my $grants = q{
-	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
 	                          lease_fence.holder(text) TO lf_app, lf_reader;};
 $node->safe_psql('postgres', q{
 	CREATE ROLE lf_app LOGIN;

@@ -44,7 +44,7 @@ CREATE ROLE lf_a LOGIN;
 CREATE ROLE lf_b LOGIN;
 CREATE ROLE lf_nobody LOGIN;
 CREATE ROLE lf_mon LOGIN IN ROLE pg_read_all_stats;
-GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
                           lease_fence.renew(text, text, bigint, bigint),
                           lease_fence.release(text, text),
                           lease_fence.holder(text) TO lf_a, lf_b;
@@ -297,7 +297,7 @@ $node->stop;
 		FROM pg_settings WHERE name LIKE 'lease\_fence.max\_tracked\_leases%'}),
 		'lease_fence.max_tracked_leases=1024/postmaster lease_fence.max_tracked_leases_share=50/sighup',
 		'shares: the defaults, 1024 slots and half of them for one database or role (reload)');
-	my $grant = q{GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean) TO lf_flood;};
+	my $grant = q{GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean) TO lf_flood;};
 	$d->safe_psql('postgres', qq{CREATE ROLE lf_flood LOGIN; $grant});
 	# another database, with a key_prefix of its own
 	$d->safe_psql('postgres', q{CREATE DATABASE other;

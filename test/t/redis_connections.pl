@@ -118,7 +118,7 @@ is(sqlstate($err), '42501', 'redis_connections(): EXECUTE is not PUBLIC\'s');
 ($out, $err) = run_sql($node, 'SELECT lease_fence.redis_disconnect()', user => 'lf_app');
 is(sqlstate($err), '42501', 'redis_disconnect(): EXECUTE is not PUBLIC\'s');
 sql_ok($node, q{
-	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean),
+	GRANT EXECUTE ON FUNCTION lease_fence.acquire(text, bigint, bigint, text, bigint, boolean, boolean),
 		lease_fence.release(text, text), lease_fence.redis_connections(),
 		lease_fence.redis_disconnect() TO lf_app, lf_reader;
 });

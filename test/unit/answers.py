@@ -84,6 +84,12 @@ def expect_fields(row, got):
         want = "null" if ev is None else ev.encode().hex()
         if got.get("election_value") != want:
             why.append("election_value %s, the table says %s" % (got.get("election_value"), want))
+    if "position" in row and got.get("position") != str(row["position"]):
+        why.append("position %s, the table says %s" % (got.get("position"), row["position"]))
+    if "waiters" in row:
+        want = ",".join("%s:%d" % (i.encode().hex(), t) for i, t in row["waiters"])
+        if got.get("waiters") != want:
+            why.append("waiters %s, the table says %s" % (got.get("waiters"), want))
     return why
 
 

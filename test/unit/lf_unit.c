@@ -13,7 +13,8 @@
  *                            whole, in two pieces (at every split point)
  *                            and byte by byte, each decoded as SCRIPT's
  *                            reply: "outcome=... generation=... stored=...
- *                            pttl=N|null value=HEX|null election_value=HEX|null" when every way
+ *                            pttl=N|null value=HEX|null election_value=HEX|null position=N
+ *                            waiters=HEX:N,...|null" when every way
  *                            read and decoded the same, else "error=why"
  *     transport NAME         a request without a reply (not_sent, no_reply,
  *                            interrupted): "outcome=..."
@@ -38,6 +39,23 @@
 #include "base/stats.h"
 
 static int	failures = 0;
+
+/* the decoder pallocs the queue script's waiters: no backend here */
+void *
+palloc(Size size)
+{
+	void	   *p = malloc(size);
+
+	if (p == NULL)
+		abort();
+	return p;
+}
+
+void
+pfree(void *pointer)
+{
+	free(pointer);
+}
 
 static void
 check(bool ok, const char *what)
@@ -278,8 +296,28 @@ format_answer(const LfAnswer *a, char *buf, size_t len)
 	}
 	if (a->has_pttl)
 		snprintf(pttl, sizeof(pttl), INT64_FORMAT, a->pttl_ms);
-	snprintf(buf, len, "outcome=%s generation=" INT64_FORMAT " stored=" INT64_FORMAT " pttl=%s value=%s election_value=%s",
-			 lf_answer_table_name(a->outcome), a->generation, a->stored, pttl, value, ev);
+	{
+		/* waiters: identity hex ':' pttl, comma-separated; "null" when not a queue */
+		static char waiters[LF_QUEUE_SHOWN * 150 + 8];
+		size_t		w = 0;
+		int			k;
+
+		strcpy(waiters, a->outcome == LF_ANS_WAITERS ? "" : "null");
+		if (a->outcome == LF_ANS_WAITERS)
+			for (k = 0; k < a->n_waiters; k++)
+			{
+				const char *id = a->waiters[k].identity;
+
+				if (k > 0)
+					waiters[w++] = ',';
+				for (i = 0; id[i]; i++)
+					w += snprintf(waiters + w, 3, "%02x", (unsigned char) id[i]);
+				w += snprintf(waiters + w, 24, ":" INT64_FORMAT, a->waiters[k].pttl_ms);
+			}
+		snprintf(buf, len, "outcome=%s generation=" INT64_FORMAT " stored=" INT64_FORMAT " pttl=%s value=%s election_value=%s position=" INT64_FORMAT " waiters=%s",
+				 lf_answer_table_name(a->outcome), a->generation, a->stored, pttl, value, ev,
+				 a->position, waiters);
+	}
 }
 
 /*
@@ -333,6 +371,8 @@ read_and_decode(LfScript script, const char *bytes, size_t len, const size_t *cu
 	{
 		lf_decode_reply(script, (redisReply *) reply, &ans);
 		format_answer(&ans, line, linelen);
+		if (ans.waiters)
+			pfree(ans.waiters);
 	}
 	if (reply)
 		freeReplyObject(reply);
