@@ -37,11 +37,15 @@ func queueOf(t *testing.T, c *pgx.Conn, resource string) []string {
 	return out
 }
 
-// waitQueued: until n waiters are queued for resource (go test's -timeout
-// ends a test that never gets there).
+// waitQueued: until n waiters are queued for resource, a logical condition
+// waited for 30 s at most (then the test fails, never hangs).
 func waitQueued(t *testing.T, c *pgx.Conn, resource string, n int) {
 	t.Helper()
-	for len(queueOf(t, c, resource)) != n {
+	end := time.Now().Add(30 * time.Second)
+	for q := queueOf(t, c, resource); len(q) != n; q = queueOf(t, c, resource) {
+		if time.Now().After(end) {
+			t.Fatalf("never %d waiter(s) queued for %s: %v", n, resource, q)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }

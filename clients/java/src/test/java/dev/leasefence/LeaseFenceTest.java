@@ -172,10 +172,15 @@ class LeaseFenceTest {
         return out;
     }
 
-    /** Until {@code n} waiters are queued for {@code resource} (no time limit:
-     * the suite's own timeout ends a test that never gets there). */
+    /** Until {@code n} waiters are queued for {@code resource}: a logical
+     * condition, waited for 30 s at most (then the test fails, never hangs). */
     static void waitQueued(Connection c, String resource, int n) throws Exception {
-        while (queue(c, resource).size() != n) {
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        List<String> q;
+        while ((q = queue(c, resource)).size() != n) {
+            if (System.nanoTime() > end) {
+                fail("never " + n + " waiter(s) queued for " + resource + ": " + q);
+            }
             Thread.sleep(10);
         }
     }
