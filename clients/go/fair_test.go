@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sort"
 	"testing"
 	"time"
 
@@ -118,38 +117,65 @@ func TestFairAcquireGrantsWaitersInArrivalOrder(t *testing.T) {
 	}
 }
 
-// Every verb that acquires takes Fair() and is granted a free lease with it.
+// Every other verb that acquires takes Fair() and sends it: each, waiting
+// while another session holds the lease, is visibly queued, and is granted
+// when the holder releases.
 func TestEveryAcquiringVerbTakesFair(t *testing.T) {
 	needServers(t)
 	ctx := context.Background()
-	c := connect(t)
+	check := connect(t)
 	res := resourceName(t)
-	var gens []int64
-	record := func(_ context.Context, l *Lease, _ *pgx.Conn) error {
-		gens = append(gens, l.Generation)
-		return nil
+	watch := connect(t)
+	generation := func(out *int64) LeaseWork {
+		return func(_ context.Context, l *Lease, _ *pgx.Conn) error { *out = l.Generation; return nil }
 	}
-	if err := Job(ctx, c, res, 60000, record, Fair()); err != nil {
-		t.Fatal(err)
+	verbs := []struct {
+		name string
+		call func(c *pgx.Conn) (int64, error)
+	}{
+		{"TryAcquire", func(c *pgx.Conn) (int64, error) {
+			l, err := TryAcquire(ctx, c, res, 60000, Wait(600000), Fair())
+			if err != nil || l == nil {
+				return 0, fmt.Errorf("%+v %v", l, err)
+			}
+			_, err = Release(ctx, c, l)
+			return l.Generation, err
+		}},
+		{"Job", func(c *pgx.Conn) (g int64, err error) {
+			err = Job(ctx, c, res, 60000, generation(&g), Wait(600000), Fair())
+			return
+		}},
+		{"TransactionLease", func(c *pgx.Conn) (g int64, err error) {
+			err = TransactionLease(ctx, c, res, 60000, generation(&g), Wait(600000), Fair())
+			return
+		}},
+		{"KeptAliveLeaseConns", func(c *pgx.Conn) (g int64, err error) {
+			err = KeptAliveLeaseConns(ctx, c, watch, res, 60000, generation(&g), Wait(600000), Fair())
+			return
+		}},
 	}
-	if err := TransactionLease(ctx, c, res, 60000, record, Fair()); err != nil {
-		t.Fatal(err)
-	}
-	if err := KeptAliveLeaseConns(ctx, c, connect(t), res, 60000, record, Fair()); err != nil {
-		t.Fatal(err)
-	}
-	l, err := TryAcquire(ctx, c, res, 60000, Fair())
-	if err != nil || l == nil {
-		t.Fatalf("TryAcquire: %+v %v", l, err)
-	}
-	gens = append(gens, l.Generation)
-	if s, err := Release(ctx, c, l); err != nil || s != Released {
-		t.Fatalf("release: %v %v", s, err)
-	}
-	sorted := append([]int64(nil), gens...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	if len(gens) != 4 || !reflect.DeepEqual(gens, sorted) || gens[0] == gens[1] || gens[1] == gens[2] || gens[2] == gens[3] {
-		t.Fatalf("generations %v: each verb granted, in turn", gens)
+	for _, v := range verbs {
+		held, err := Acquire(ctx, check, res, 600000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := connect(t)
+		type result struct {
+			g   int64
+			err error
+		}
+		done := make(chan result, 1)
+		go func() { g, err := v.call(c); done <- result{g, err} }()
+		waitQueued(t, check, res, 1)
+		if got, want := queueOf(t, check, res), []string{entry(1, c)}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: queue %v, want %v", v.name, got, want)
+		}
+		if s, err := Release(ctx, check, held); err != nil || s != Released {
+			t.Fatalf("holder's release: %v %v", s, err)
+		}
+		if r := <-done; r.err != nil || r.g <= held.Generation {
+			t.Fatalf("%s: generation %d (holder's %d), %v", v.name, r.g, held.Generation, r.err)
+		}
 	}
 }
 

@@ -125,18 +125,40 @@ class VerbsTest < Minitest::Test
     [first_conn, second_conn].each { |c| c&.close }
   end
 
-  # the other verbs take fair: too and send it (BEGIN and the acquire in one
-  # string for a PG::Connection): a free lease is granted to each
+  # every other verb that acquires sends fair: too (job and
+  # transaction_lease: BEGIN and the acquire in one string): each, waiting
+  # while another session holds the lease, is visibly queued, and is
+  # granted when the holder releases
   def test_every_acquiring_verb_takes_fair
     res = LFTest.resource("fairverbs")
-    gens = []
-    gens << LeaseFence.job(@conn, res, ttl_ms: 60_000, fair: true) { |lease| lease.generation }
-    gens << LeaseFence.transaction_lease(@conn, res, ttl_ms: 60_000, fair: true) { |lease| lease.generation }
-    gens << LeaseFence.kept_alive_lease(@conn, res, ttl_ms: 60_000, watch: @other, fair: true, &:generation)
-    lease = LeaseFence.try_acquire(@conn, res, ttl_ms: 60_000, fair: true)
-    gens << lease.generation
-    LeaseFence.release(@conn, lease)
-    assert_equal gens.sort.uniq, gens, "each verb was granted, in turn"
+    verbs = {
+      "try_acquire" => lambda { |c|
+        l = LeaseFence.try_acquire(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true)
+        LeaseFence.release(c, l)
+        l.generation
+      },
+      "job" => ->(c) { LeaseFence.job(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true) { |l| l.generation } },
+      "transaction_lease" => lambda { |c|
+        LeaseFence.transaction_lease(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true) { |l| l.generation }
+      },
+      "kept_alive_lease" => lambda { |c|
+        LeaseFence.kept_alive_lease(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true, &:generation)
+      }
+    }
+    verbs.each do |name, call|
+      held = LeaseFence.acquire(@other, res, ttl_ms: 600_000)
+      c = LFTest.connect
+      begin
+        waiter = Thread.new { call.call(c) }
+        LFTest.wait_queued(res, 1)
+        assert_equal [[1, c.backend_pid]], LFTest.queue(res), name
+        assert_equal "released", LeaseFence.release(@other, held)
+        assert_operator waiter.value, :>, held.generation, name
+      ensure
+        waiter&.kill
+        c.close
+      end
+    end
   end
 
   # a generation key that holds no generation: the server's XX001 is

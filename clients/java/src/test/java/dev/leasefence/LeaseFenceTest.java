@@ -568,8 +568,17 @@ class LeaseFenceTest {
         assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(secondConn, b));
     }
 
-    /** Every verb that acquires takes LeaseOptions (fair), checked before
-     * anything is sent, and is granted a free lease with fair(true). */
+    /** A verb that acquires, called on a connection; returns the generation granted. */
+    interface AcquiringVerb {
+        long call(Connection c) throws Exception;
+    }
+
+    /**
+     * Every other verb that acquires takes LeaseOptions (null refused before
+     * anything is sent) and sends fair: each, waiting while another session
+     * holds the lease, is visibly queued, and is granted when the holder
+     * releases.
+     */
     @Test
     void everyAcquiringVerbTakesFair() throws Exception {
         String res = resource("");
@@ -580,20 +589,33 @@ class LeaseFenceTest {
                 () -> LeaseFence.acquire(conn, res, 1000, 0, 0, true, null));
         assertThrows(IllegalArgumentException.class,
                 () -> LeaseFence.job(conn, res, 1000, 0, 0, null, (l, c) -> fail("ran")));
-        List<Long> gens = new ArrayList<>();
-        gens.add(LeaseFence.job(conn, res, 60000, 0, 0, fair, (l, c) -> l.generation()));
-        gens.add(LeaseFence.transactionLease(conn, res, 60000, 0, 0, false, fair,
-                (l, c) -> l.generation()));
+        Map<String, AcquiringVerb> verbs = new LinkedHashMap<>();
+        verbs.put("tryAcquire", c -> {
+            Lease l = LeaseFence.tryAcquire(c, res, 60000, 0, 600000, fair).orElseThrow();
+            LeaseFence.release(c, l);
+            return l.generation();
+        });
+        verbs.put("acquireOutcome", c -> {
+            Lease l = LeaseFence.acquireOutcome(c, res, 60000, 0, 600000, fair);
+            LeaseFence.release(c, l);
+            return l.generation();
+        });
+        verbs.put("job", c -> LeaseFence.job(c, res, 60000, 0, 600000, fair,
+                (l, w) -> l.generation()));
+        verbs.put("transactionLease", c -> LeaseFence.transactionLease(c, res, 60000, 0, 600000,
+                false, fair, (l, w) -> l.generation()));
         Connection watch = open();
-        gens.add(LeaseFence.keptAliveLease(conn, watch, res, 60000, 0, 0, 0, fair,
-                (l, c) -> l.lease().generation()));
-        Lease t = LeaseFence.tryAcquire(conn, res, 60000, 0, 0, fair).orElseThrow();
-        gens.add(t.generation());
-        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, t));
-        Lease o = LeaseFence.acquireOutcome(conn, res, 60000, 0, 0, fair);
-        gens.add(o.generation());
-        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, o));
-        assertEquals(gens.stream().sorted().distinct().toList(), gens, "each verb was granted, in turn");
+        verbs.put("keptAliveLease", c -> LeaseFence.keptAliveLease(c, watch, res, 60000, 0, 600000,
+                0, fair, (l, w) -> l.lease().generation()));
+        for (Map.Entry<String, AcquiringVerb> verb : verbs.entrySet()) {
+            Lease held = LeaseFence.acquire(conn, res, 600000);
+            Connection c = open();
+            java.util.concurrent.FutureTask<Long> waiter = started(() -> verb.getValue().call(c));
+            waitQueued(conn, res, 1);
+            assertEquals(List.of("1:" + pid(c)), queue(conn, res), verb.getKey());
+            assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+            assertTrue(waiter.get() > held.generation(), verb.getKey());
+        }
     }
 
     @Test
