@@ -62,6 +62,9 @@ type LeadershipOptions struct {
 	// or "explicit" (behind a transaction-pooling proxy: kept until Resign
 	// or the TTL).
 	Scope string
+	// Fair waits in the election's queue (lease_fence.campaign's fair):
+	// candidates win in the order they came.
+	Fair bool
 }
 
 const maxLeaderValue = 1024
@@ -231,7 +234,7 @@ func resign(ctx context.Context, c *pgx.Conn, election, identity string) (Releas
 }
 
 const campaignSQL = "SELECT status, identity, term, validity_ms, reason " +
-	"FROM lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text)"
+	"FROM lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text, $6::boolean)"
 
 // campaignResult: the granted row as a *Lease (Generation = term), or the
 // error for its status (no connection: for the unit tests).
@@ -299,8 +302,8 @@ func Campaign(ctx context.Context, conn *pgx.Conn, election string, o Leadership
 	if o.Value != "" {
 		value = text(o.Value)
 	}
-	s := stmt{campaignSQL, [][]byte{text(election), i64(o.TTLMs), wait, value, text(o.Scope)},
-		[]uint32{oidText, oidInt8, oidInt8, oidText, oidText}}
+	s := stmt{campaignSQL, [][]byte{text(election), i64(o.TTLMs), wait, value, text(o.Scope), boolean(o.Fair)},
+		[]uint32{oidText, oidInt8, oidInt8, oidText, oidText, oidBool}}
 	var (
 		lease *Lease
 		sent  time.Time

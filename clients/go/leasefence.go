@@ -78,6 +78,7 @@ type options struct {
 	minValidityMs int64
 	waitMs        int64
 	keepalive     bool
+	fair          bool
 	noStaleRetry  bool
 	pollMs        int64
 	timeoutMs     *int64 // TakeOver
@@ -95,6 +96,11 @@ func Wait(ms int64) Option { return func(o *options) { o.waitMs = ms } }
 // KeepAlive (TransactionLease): the server's keep-alive worker renews the
 // lease while the transaction runs (needs shared_preload_libraries).
 func KeepAlive() Option { return func(o *options) { o.keepalive = true } }
+
+// Fair: wait in the resource's queue (lease_fence.acquire's fair): waiters
+// are granted in the order they came; with no Wait, busy while anyone is
+// queued too.
+func Fair() Option { return func(o *options) { o.fair = true } }
 
 // NoStaleRetry: report "stale" as a *LeaseError instead of trying once more
 // (a stale acquire wrote nothing and moved the generation past the stored
@@ -261,12 +267,13 @@ func (r row) lease() (*Lease, error) {
 // Leases
 
 const acquireSQL = "SELECT acquired, status, resource, identity, generation, validity_ms, reason " +
-	"FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)"
+	"FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean, $7::boolean)"
 
 func acquireStmt(resource string, ttlMs int64, o options, scope string) stmt {
 	return stmt{acquireSQL,
-		[][]byte{text(resource), i64(ttlMs), i64(o.minValidityMs), text(scope), i64(o.waitMs), boolean(o.keepalive)},
-		[]uint32{oidText, oidInt8, oidInt8, oidText, oidInt8, oidBool}}
+		[][]byte{text(resource), i64(ttlMs), i64(o.minValidityMs), text(scope), i64(o.waitMs), boolean(o.keepalive),
+			boolean(o.fair)},
+		[]uint32{oidText, oidInt8, oidInt8, oidText, oidInt8, oidBool, oidBool}}
 }
 
 // acquireRows: the acquire (after first, e.g. BEGIN, in the same round

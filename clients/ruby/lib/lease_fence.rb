@@ -23,14 +23,16 @@ module LeaseFence
   # insufficient_validity, unreplicated) for a definite no, LeaseUnknown
   # when Redis may have granted it. +stale+ is retried once unless
   # +retry_stale+ is false. +wait_ms+ > 0: while the lease is busy, wait up to
-  # that long. One statement on the idle connection. Release it yourself.
-  def acquire(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, retry_stale: true)
-    Translate.acquired(acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale))
+  # that long; with +fair+: true, in the resource's queue, granted in the
+  # order the waiters came (wait_ms 0: busy while anyone is queued too).
+  # One statement on the idle connection. Release it yourself.
+  def acquire(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, retry_stale: true, fair: false)
+    Translate.acquired(acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale, fair))
   end
 
   # acquire, but nil when the lease is busy; acquire's exceptions otherwise.
-  def try_acquire(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, retry_stale: true)
-    Translate.try_acquired(acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale))
+  def try_acquire(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, retry_stale: true, fair: false)
+    Translate.try_acquired(acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale, fair))
   end
 
   # Run the block in one transaction holding a transaction-scoped lease on
@@ -47,14 +49,15 @@ module LeaseFence
   # TransactionRolledBack: PostgreSQL rolls such a transaction back at
   # COMMIT, nothing of it is committed. With a PG::Connection, BEGIN and the
   # acquire go in one round trip. Returns the block's value.
-  def job(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, &block)
-    lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, false, &block)
+  def job(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, fair: false, &block)
+    lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, false, fair, &block)
   end
 
   # job's guarantees; +keepalive+: true has the server renew the lease
   # while the transaction runs (needs shared_preload_libraries = 'lease_fence').
-  def transaction_lease(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, keepalive: false, &block)
-    lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, keepalive, &block)
+  def transaction_lease(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, keepalive: false, fair: false,
+                        &block)
+    lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, keepalive, fair, &block)
   end
 
   # One transaction whose writes carry +lease+'s generation and fence its
@@ -95,14 +98,15 @@ module LeaseFence
   # the end the lease is released; not_held there raises LeaseLost (it was
   # lost while the block ran). If the block raised, its exception
   # propagates unchanged (the lease is released all the same).
-  def kept_alive_lease(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, watch: nil, retry_stale: true)
+  def kept_alive_lease(conn, resource, ttl_ms:, min_validity_ms: 0, wait_ms: 0, watch: nil, retry_stale: true,
+                       fair: false)
     raise ArgumentError, "kept_alive_lease needs a block" unless block_given?
     if !watch.nil? && watch.equal?(conn)
       raise ArgumentError, "watch must be another connection than the lease owner's: queries on " \
                            "the owner's connection make it look active"
     end
 
-    params = acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, true)
+    params = acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, true, fair)
     db = DB.for(conn)
     DB.for(watch) unless watch.nil? # a type error now rather than at the first check
     row = Lease.from_row(db.alone(ACQUIRE_SQL, params))
@@ -160,18 +164,19 @@ module LeaseFence
   # helpers
   # ------------------------------------------------------------------
 
-  def acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
+  def acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive, fair)
     raise ArgumentError, "a resource is a non-empty String, got #{resource.inspect}" unless
       resource.is_a?(String) && !resource.empty?
 
     check_ms(ttl_ms, "ttl_ms", 1)
     check_ms(min_validity_ms, "min_validity_ms", 0)
     check_ms(wait_ms, "wait_ms", 0)
-    [resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive ? true : false]
+    check_fair(fair)
+    [resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive ? true : false, fair]
   end
 
-  def acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale)
-    params = acquire_params(resource, ttl_ms, min_validity_ms, "explicit", wait_ms, false)
+  def acquire_alone(conn, resource, ttl_ms, min_validity_ms, wait_ms, retry_stale, fair)
+    params = acquire_params(resource, ttl_ms, min_validity_ms, "explicit", wait_ms, false, fair)
     db = DB.for(conn)
     lease = Lease.from_row(db.alone(ACQUIRE_SQL, params))
     # stale wrote nothing in Redis and moved next_generation() past the
@@ -180,10 +185,10 @@ module LeaseFence
     lease
   end
 
-  def lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, keepalive)
+  def lease_transaction(conn, resource, ttl_ms, min_validity_ms, wait_ms, keepalive, fair)
     raise ArgumentError, "a lease transaction needs a block" unless block_given?
 
-    params = acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, keepalive)
+    params = acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, keepalive, fair)
     db = DB.for(conn)
     fence_errors do
       db.transaction(ACQUIRE_SQL, params) do |row|
@@ -200,6 +205,12 @@ module LeaseFence
     raise ArgumentError, "#{name} is an Integer >= #{min}, got #{value.inspect}"
   end
 
+  def check_fair(value)
+    return if [true, false].include?(value)
+
+    raise ArgumentError, "fair is true or false, got #{value.inspect}"
+  end
+
   def check_generation(value)
     return if value.is_a?(Integer) && value >= 0
 
@@ -213,5 +224,5 @@ module LeaseFence
   end
 
   private_class_method :acquire_params, :acquire_alone, :lease_transaction, :check_ms,
-                       :check_generation, :check_lease
+                       :check_generation, :check_lease, :check_fair
 end

@@ -164,6 +164,34 @@ class LeadershipTest < Minitest::Test
     assert_equal "released", b.resign
   end
 
+  # fair: true, two candidates queued in a known order behind the leader:
+  # its resign makes the first one leader, the second is then first in the
+  # queue and still waits; it leads after the first resigns, with a higher term
+  def test_fair_campaign_elects_candidates_in_arrival_order
+    election = LFTest.resource("fair")
+    a = LeaseFence.campaign(conn, election, ttl_ms: 600_000)
+    b_conn = conn
+    c_conn = conn
+    b_won = Thread.new { LeaseFence.campaign(b_conn, election, ttl_ms: 600_000, fair: true) }
+    LFTest.wait_queued(election, 1)
+    c_won = Thread.new { LeaseFence.campaign(c_conn, election, ttl_ms: 600_000, fair: true) }
+    LFTest.wait_queued(election, 2)
+    assert_equal [[1, b_conn.backend_pid], [2, c_conn.backend_pid]], LFTest.queue(election)
+
+    assert_equal "released", a.resign
+    b = b_won.value
+    assert_operator b.term, :>, a.term
+    assert_equal [[1, c_conn.backend_pid]], LFTest.queue(election), "the second candidate is next"
+    assert c_won.alive?, "the second candidate won while the first leads"
+
+    assert_equal "released", b.resign
+    c = c_won.value
+    assert_operator c.term, :>, b.term
+    assert_equal "released", c.resign
+  ensure
+    [b_won, c_won].each { |t| t&.kill }
+  end
+
   # leadership: the value (a newline, quotes, multibyte), term and identity
   # are what lease_fence.leader() shows while it leads; its fenced write
   # commits; at the end it resigned (leader() shows nobody, the last term).
@@ -290,6 +318,8 @@ class LeadershipTest < Minitest::Test
       -> { LeaseFence.campaign(untouchable, "e", ttl_ms: 1000, value: big) },
       -> { LeaseFence.campaign(untouchable, "e", ttl_ms: 1000, value: "é" * 513) },
       -> { LeaseFence.campaign(untouchable, "e", ttl_ms: 1000, scope: "transaction") },
+      -> { LeaseFence.campaign(untouchable, "e", ttl_ms: 1000, fair: "yes") },
+      -> { LeaseFence.leadership(untouchable, "e", ttl_ms: 1000, fair: nil) { flunk "ran" } },
       -> { LeaseFence.leadership(untouchable, "e", ttl_ms: 1000) },
       -> { LeaseFence.leadership(untouchable, "e", ttl_ms: -1) { flunk "ran" } },
       -> { LeaseFence.take_over(untouchable, "r", ttl_ms: 0) },

@@ -78,6 +78,19 @@ module LFTest
                      [owner, balance]).getvalue(0, 0).to_i
   end
 
+  # lease_fence.queue(resource) (granted to app by the harness): [position,
+  # pid] of each waiter, position 1 first
+  def queue(resource)
+    @queue_conn ||= connect
+    @queue_conn.exec_params("SELECT position, pid FROM lease_fence.queue($1) ORDER BY position", [resource])
+          .map { |r| [r["position"].to_i, r["pid"]&.to_i] }
+  end
+
+  # until +n+ waiters are queued for +resource+
+  def wait_queued(resource, n)
+    wait_until("#{n} waiter(s) queued for #{resource}") { queue(resource).size == n }
+  end
+
   def account(conn, id)
     row = conn.exec_params("SELECT owner, balance, fence FROM account WHERE id = $1", [id]).first
     { owner: row["owner"], balance: row["balance"].to_i, fence: row["fence"]&.to_i }

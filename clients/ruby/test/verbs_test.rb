@@ -91,6 +91,76 @@ class VerbsTest < Minitest::Test
     LeaseFence.release(@conn, got)
   end
 
+  # fair: true, two waiters queued in a known order (the second starts
+  # only once the first is visibly queued): the holder's release grants the
+  # first one; the second still waits, first in the queue now, and gets it
+  # (with a higher generation) when the first releases
+  def test_fair_acquire_grants_waiters_in_arrival_order
+    res = LFTest.resource("fair")
+    held = LeaseFence.acquire(@other, res, ttl_ms: 600_000)
+    first_conn = LFTest.connect
+    second_conn = LFTest.connect
+    first = Thread.new { LeaseFence.acquire(first_conn, res, ttl_ms: 600_000, wait_ms: 600_000, fair: true) }
+    LFTest.wait_queued(res, 1)
+    assert_equal [[1, first_conn.backend_pid]], LFTest.queue(res)
+    second = Thread.new { LeaseFence.acquire(second_conn, res, ttl_ms: 600_000, wait_ms: 600_000, fair: true) }
+    LFTest.wait_queued(res, 2)
+    assert_equal [[1, first_conn.backend_pid], [2, second_conn.backend_pid]], LFTest.queue(res)
+
+    assert_equal "released", LeaseFence.release(@other, held)
+    a = first.value
+    assert_equal true, a.acquired
+    assert_operator a.generation, :>, held.generation
+    assert_equal [[1, second_conn.backend_pid]], LFTest.queue(res), "the second waiter is next"
+    assert second.alive?, "the second waiter was granted while the first holds the lease"
+
+    assert_equal "released", LeaseFence.release(first_conn, a)
+    b = second.value
+    assert_equal true, b.acquired
+    assert_operator b.generation, :>, a.generation
+    assert_empty LFTest.queue(res)
+    LeaseFence.release(second_conn, b)
+  ensure
+    [first, second].each { |t| t&.kill }
+    [first_conn, second_conn].each { |c| c&.close }
+  end
+
+  # every other verb that acquires sends fair: too (job and
+  # transaction_lease: BEGIN and the acquire in one string): each, waiting
+  # while another session holds the lease, is visibly queued, and is
+  # granted when the holder releases
+  def test_every_acquiring_verb_takes_fair
+    res = LFTest.resource("fairverbs")
+    verbs = {
+      "try_acquire" => lambda { |c|
+        l = LeaseFence.try_acquire(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true)
+        LeaseFence.release(c, l)
+        l.generation
+      },
+      "job" => ->(c) { LeaseFence.job(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true) { |l| l.generation } },
+      "transaction_lease" => lambda { |c|
+        LeaseFence.transaction_lease(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true) { |l| l.generation }
+      },
+      "kept_alive_lease" => lambda { |c|
+        LeaseFence.kept_alive_lease(c, res, ttl_ms: 60_000, wait_ms: 600_000, fair: true, &:generation)
+      }
+    }
+    verbs.each do |name, call|
+      held = LeaseFence.acquire(@other, res, ttl_ms: 600_000)
+      c = LFTest.connect
+      begin
+        waiter = Thread.new { call.call(c) }
+        LFTest.wait_queued(res, 1)
+        assert_equal [[1, c.backend_pid]], LFTest.queue(res), name
+        assert_equal "released", LeaseFence.release(@other, held)
+        assert_operator waiter.value, :>, held.generation, name
+      ensure
+        waiter&.kill
+        c.close
+      end
+    end
+  end
+
   # a generation key that holds no generation: the server's XX001 is
   # DataCorrupted (still a PG::DataCorrupted), for every verb that acquires
   def test_corrupt_generation_key_is_data_corrupted
@@ -270,6 +340,8 @@ class VerbsTest < Minitest::Test
     assert_raises(ArgumentError) { LeaseFence.acquire(@conn, "", ttl_ms: 1000) }
     assert_raises(ArgumentError) { LeaseFence.fenced(@conn, -1) { flunk "ran" } }
     assert_raises(ArgumentError) { LeaseFence.job(@conn, res, ttl_ms: 1000) }   # no block
+    assert_raises(ArgumentError) { LeaseFence.acquire(@conn, res, ttl_ms: 1000, fair: "yes") }
+    assert_raises(ArgumentError) { LeaseFence.job(@conn, res, ttl_ms: 1000, fair: nil) { flunk "ran" } }
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(Object.new, res, ttl_ms: 1000) }
     @conn.exec("BEGIN")
     assert_raises(LeaseFence::ConnectionError) { LeaseFence.acquire(@conn, res, ttl_ms: 1000) }

@@ -6,7 +6,7 @@ module LeaseFence
   class ConnectionError < ArgumentError; end
 
   ACQUIRE_SQL = "SELECT acquired, status, resource, identity, generation, validity_ms, reason " \
-                "FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)"
+                "FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean, $7::boolean)"
   SET_GENERATION_SQL = "SELECT lease_fence.set_generation($1::bigint, $2::text)"
   RENEW_SQL = "SELECT renewed, status, validity_ms, reason " \
               "FROM lease_fence.renew($1::text, $2::text, $3::bigint, $4::bigint)"

@@ -2,7 +2,7 @@
 
 module LeaseFence
   CAMPAIGN_SQL = "SELECT status, identity, term, validity_ms, reason " \
-                 "FROM lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text)"
+                 "FROM lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text, $6::boolean)"
   RESIGN_SQL = "SELECT released, status, reason FROM lease_fence.resign($1::text, $2::text)"
   TAKE_OVER_SQL = "SELECT acquired, status, resource, identity, generation, validity_ms, reason " \
                   "FROM lease_fence.take_over($1::text, $2::bigint, $3::bigint, $4::text)"
@@ -179,12 +179,15 @@ module LeaseFence
   # (released when conn's session ends) or "explicit" (behind a
   # transaction-pooling proxy: kept until resign or the TTL).
   #
+  # +fair+: true queues this candidate behind those that came before it
+  # (lease_fence.campaign's fair: granted in arrival order).
+  #
   # Raises ArgumentError before anything is sent; LeaseBusy (wait_ms ran
   # out), LeaseUnavailable (Redis unreachable: never a silent follower),
   # LeaseDenied (unreplicated, stale twice), LeaseUnknown (the server
   # released what it may have won).
-  def campaign(conn, election, ttl_ms:, value: nil, wait_ms: nil, scope: "session")
-    params = campaign_params(election, ttl_ms, value, wait_ms, scope)
+  def campaign(conn, election, ttl_ms:, value: nil, wait_ms: nil, scope: "session", fair: false)
+    params = campaign_params(election, ttl_ms, value, wait_ms, scope, fair)
     db = DB.for(conn)
     row = nil
     sent = nil
@@ -210,10 +213,10 @@ module LeaseFence
   # (or lead.check!) raises LeadershipLost before sending anything; when
   # the block ends after a loss, leadership raises LeadershipLost. An
   # exception of the block propagates (the leader resigns all the same).
-  def leadership(conn, election, ttl_ms:, value: nil, wait_ms: nil, scope: "session")
+  def leadership(conn, election, ttl_ms:, value: nil, wait_ms: nil, scope: "session", fair: false)
     raise ArgumentError, "leadership needs a block" unless block_given?
 
-    lead = campaign(conn, election, ttl_ms: ttl_ms, value: value, wait_ms: wait_ms, scope: scope)
+    lead = campaign(conn, election, ttl_ms: ttl_ms, value: value, wait_ms: wait_ms, scope: scope, fair: fair)
     begin
       result = yield lead
     rescue Exception # rubocop:disable Lint/RescueException
@@ -299,7 +302,7 @@ module LeaseFence
     end
   end
 
-  def campaign_params(election, ttl_ms, value, wait_ms, scope)
+  def campaign_params(election, ttl_ms, value, wait_ms, scope, fair)
     raise ArgumentError, "an election is a non-empty String, got #{election.inspect}" unless
       election.is_a?(String) && !election.empty?
 
@@ -311,8 +314,9 @@ module LeaseFence
     end
     raise ArgumentError, "scope is \"session\" or \"explicit\", got #{scope.inspect}" unless
       %w[session explicit].include?(scope)
+    check_fair(fair)
 
-    [election, ttl_ms, wait_ms, value, scope]
+    [election, ttl_ms, wait_ms, value, scope, fair]
   end
 
   private_class_method :campaign_params, :campaign_acquired, :take_over_error, :sqlstate_of

@@ -14,28 +14,40 @@ import java.nio.charset.StandardCharsets;
  * @param scope  {@code "session"} (released when the campaign connection's
  *               session ends) or {@code "explicit"} (behind a transaction-pooling
  *               proxy: kept until resign or the TTL)
+ * @param fair   wait in the election's queue ({@code lease_fence.campaign}'s
+ *               {@code fair}): candidates win in the order they came
  */
-public record LeadershipOptions(String value, Long waitMs, String scope) {
+public record LeadershipOptions(String value, Long waitMs, String scope, boolean fair) {
 
-    /** No value, no wait limit, scope session. */
+    /** No value, no wait limit, scope session, not fair. */
     public static final LeadershipOptions DEFAULTS = new LeadershipOptions(null, null, "session");
+
+    /** Not fair. */
+    public LeadershipOptions(String value, Long waitMs, String scope) {
+        this(value, waitMs, scope, false);
+    }
 
     /** The longest value, in bytes. */
     public static final int MAX_VALUE_BYTES = 1024;
 
     /** These options with {@code value}. */
     public LeadershipOptions withValue(String value) {
-        return new LeadershipOptions(value, waitMs, scope);
+        return new LeadershipOptions(value, waitMs, scope, fair);
     }
 
     /** These options with {@code waitMs}. */
     public LeadershipOptions withWaitMs(long waitMs) {
-        return new LeadershipOptions(value, waitMs, scope);
+        return new LeadershipOptions(value, waitMs, scope, fair);
     }
 
     /** These options with {@code scope}. */
     public LeadershipOptions withScope(String scope) {
-        return new LeadershipOptions(value, waitMs, scope);
+        return new LeadershipOptions(value, waitMs, scope, fair);
+    }
+
+    /** These options with {@code fair}. */
+    public LeadershipOptions fair(boolean fair) {
+        return new LeadershipOptions(value, waitMs, scope, fair);
     }
 
     void check() {

@@ -220,7 +220,7 @@ public final class LeaseFence {
     private static final String ACQUIRE_SQL =
             "SELECT acquired, status, resource, identity, generation, validity_ms, reason "
             + "FROM lease_fence.acquire(CAST(? AS text), CAST(? AS bigint), CAST(? AS bigint), "
-            + "CAST(? AS text), CAST(? AS bigint), CAST(? AS boolean))";
+            + "CAST(? AS text), CAST(? AS bigint), CAST(? AS boolean), CAST(? AS boolean))";
 
     private static Long getLong(ResultSet rs, String column) throws SQLException {
         long v = rs.getLong(column);
@@ -234,7 +234,7 @@ public final class LeaseFence {
 
     private static Lease acquireRow(Connection conn, String resource, long ttlMs,
                                     long minValidityMs, String scope, long waitMs,
-                                    boolean keepalive) throws SQLException {
+                                    boolean keepalive, boolean fair) throws SQLException {
         try (PreparedStatement ps = conn.prepareStatement(ACQUIRE_SQL)) {
             ps.setString(1, resource);
             ps.setLong(2, ttlMs);
@@ -242,6 +242,7 @@ public final class LeaseFence {
             ps.setString(4, scope);
             ps.setLong(5, waitMs);
             ps.setBoolean(6, keepalive);
+            ps.setBoolean(7, fair);
             try (ResultSet rs = query(ps)) {
                 if (!rs.next()) {
                     throw new SQLException("lease_fence.acquire returned no row");
@@ -258,13 +259,15 @@ public final class LeaseFence {
      * when busyIsEmpty, or the exception. */
     private static Lease acquireChecked(Connection conn, String resource, long ttlMs,
                                         long minValidityMs, String scope, long waitMs,
-                                        boolean keepalive, boolean retryStale,
+                                        boolean keepalive, boolean fair, boolean retryStale,
                                         boolean busyIsNull) throws SQLException {
-        Lease lease = acquireRow(conn, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+        Lease lease = acquireRow(conn, resource, ttlMs, minValidityMs, scope, waitMs, keepalive,
+                fair);
         if ("stale".equals(lease.status()) && Boolean.FALSE.equals(lease.acquired()) && retryStale) {
             // stale left nothing in Redis and moved next_generation() past the
             // stored one: one more try with a fresh generation is safe
-            lease = acquireRow(conn, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+            lease = acquireRow(conn, resource, ttlMs, minValidityMs, scope, waitMs, keepalive,
+                    fair);
         }
         return acquireResult(lease, busyIsNull);
     }
@@ -349,8 +352,29 @@ public final class LeaseFence {
      */
     public static Lease acquire(Connection conn, String resource, long ttlMs, long minValidityMs,
                                 long waitMs, boolean retryStale) throws SQLException {
+        return acquire(conn, resource, ttlMs, minValidityMs, waitMs, retryStale,
+                LeaseOptions.DEFAULTS);
+    }
+
+    /**
+     * {@link #acquire(Connection, String, long, long, long, boolean)} with
+     * {@code options}: {@code LeaseOptions.DEFAULTS.fair(true)} waits in the
+     * resource's queue, granted in the order the waiters came.
+     */
+    public static Lease acquire(Connection conn, String resource, long ttlMs, long minValidityMs,
+                                long waitMs, boolean retryStale, LeaseOptions options)
+            throws SQLException {
+        boolean fair = fair(options);
         return ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, minValidityMs,
-                "explicit", waitMs, false, retryStale, false));
+                "explicit", waitMs, false, fair, retryStale, false));
+    }
+
+    /** {@code options.fair()}; null options are refused before anything is sent. */
+    private static boolean fair(LeaseOptions options) {
+        if (options == null) {
+            throw new IllegalArgumentException("options are needed (LeaseOptions.DEFAULTS)");
+        }
+        return options.fair();
     }
 
     /** {@link #tryAcquire(Connection, String, long, long, long)} with no minimum
@@ -372,8 +396,17 @@ public final class LeaseFence {
      */
     public static Optional<Lease> tryAcquire(Connection conn, String resource, long ttlMs,
                                              long minValidityMs, long waitMs) throws SQLException {
+        return tryAcquire(conn, resource, ttlMs, minValidityMs, waitMs, LeaseOptions.DEFAULTS);
+    }
+
+    /** {@link #tryAcquire(Connection, String, long, long, long)} with {@code options}
+     * ({@link LeaseOptions#fair(boolean)}). */
+    public static Optional<Lease> tryAcquire(Connection conn, String resource, long ttlMs,
+                                             long minValidityMs, long waitMs,
+                                             LeaseOptions options) throws SQLException {
+        boolean fair = fair(options);
         return Optional.ofNullable(ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs,
-                minValidityMs, "explicit", waitMs, false, true, true)));
+                minValidityMs, "explicit", waitMs, false, fair, true, true)));
     }
 
     /**
@@ -383,8 +416,17 @@ public final class LeaseFence {
      */
     public static Lease acquireOutcome(Connection conn, String resource, long ttlMs,
                                        long minValidityMs, long waitMs) throws SQLException {
+        return acquireOutcome(conn, resource, ttlMs, minValidityMs, waitMs, LeaseOptions.DEFAULTS);
+    }
+
+    /** {@link #acquireOutcome(Connection, String, long, long, long)} with {@code options}
+     * ({@link LeaseOptions#fair(boolean)}). */
+    public static Lease acquireOutcome(Connection conn, String resource, long ttlMs,
+                                       long minValidityMs, long waitMs, LeaseOptions options)
+            throws SQLException {
+        boolean fair = fair(options);
         return ownTransaction(conn, c -> acquireRow(c, resource, ttlMs, minValidityMs,
-                "explicit", waitMs, false));
+                "explicit", waitMs, false, fair));
     }
 
     /** {@link #transactionLease(Connection, String, long, long, long, boolean, LeaseWork)}
@@ -415,9 +457,20 @@ public final class LeaseFence {
     public static <T> T transactionLease(Connection conn, String resource, long ttlMs,
                                          long minValidityMs, long waitMs, boolean keepalive,
                                          LeaseWork<T> work) throws SQLException {
+        return transactionLease(conn, resource, ttlMs, minValidityMs, waitMs, keepalive,
+                LeaseOptions.DEFAULTS, work);
+    }
+
+    /** {@link #transactionLease(Connection, String, long, long, long, boolean, LeaseWork)}
+     * with {@code options} ({@link LeaseOptions#fair(boolean)}). */
+    public static <T> T transactionLease(Connection conn, String resource, long ttlMs,
+                                         long minValidityMs, long waitMs, boolean keepalive,
+                                         LeaseOptions options, LeaseWork<T> work)
+            throws SQLException {
+        boolean fair = fair(options);
         return inTransaction(conn, c -> {
             Lease lease = acquireChecked(c, resource, ttlMs, minValidityMs, "transaction",
-                    waitMs, keepalive, true, false);
+                    waitMs, keepalive, fair, true, false);
             return work.run(lease, c);
         });
     }
@@ -456,9 +509,18 @@ public final class LeaseFence {
      */
     public static <T> T job(Connection conn, String resource, long ttlMs, long minValidityMs,
                             long waitMs, LeaseWork<T> work) throws SQLException {
+        return job(conn, resource, ttlMs, minValidityMs, waitMs, LeaseOptions.DEFAULTS, work);
+    }
+
+    /** {@link #job(Connection, String, long, long, long, LeaseWork)} with {@code options}
+     * ({@link LeaseOptions#fair(boolean)}). */
+    public static <T> T job(Connection conn, String resource, long ttlMs, long minValidityMs,
+                            long waitMs, LeaseOptions options, LeaseWork<T> work)
+            throws SQLException {
+        boolean fair = fair(options);
         return inTransaction(conn, c -> {
             Lease lease = acquireChecked(c, resource, ttlMs, minValidityMs, "transaction",
-                    waitMs, false, true, false);
+                    waitMs, false, fair, true, false);
             return work.run(lease, c);
         });
     }
@@ -567,13 +629,24 @@ public final class LeaseFence {
     public static <T> T keptAliveLease(DataSource pool, String resource, long ttlMs,
                                        long minValidityMs, long waitMs, long pollMs,
                                        KeptAliveWork<T> work) throws SQLException {
+        return keptAliveLease(pool, resource, ttlMs, minValidityMs, waitMs, pollMs,
+                LeaseOptions.DEFAULTS, work);
+    }
+
+    /** {@link #keptAliveLease(DataSource, String, long, long, long, long, KeptAliveWork)}
+     * with {@code options} ({@link LeaseOptions#fair(boolean)}). */
+    public static <T> T keptAliveLease(DataSource pool, String resource, long ttlMs,
+                                       long minValidityMs, long waitMs, long pollMs,
+                                       LeaseOptions options, KeptAliveWork<T> work)
+            throws SQLException {
+        fair(options);
         if (pool == null) {
             throw new IllegalArgumentException("keptAliveLease needs a DataSource");
         }
         checkKeptAliveArgs(resource, ttlMs, minValidityMs, waitMs, pollMs, work);
         try (Connection conn = pool.getConnection(); Connection watch = pool.getConnection()) {
             return keptAliveLease(conn, watch, resource, ttlMs, minValidityMs, waitMs, pollMs,
-                    work);
+                    options, work);
         }
     }
 
@@ -635,6 +708,17 @@ public final class LeaseFence {
     public static <T> T keptAliveLease(Connection conn, Connection watch, String resource,
                                        long ttlMs, long minValidityMs, long waitMs, long pollMs,
                                        KeptAliveWork<T> work) throws SQLException {
+        return keptAliveLease(conn, watch, resource, ttlMs, minValidityMs, waitMs, pollMs,
+                LeaseOptions.DEFAULTS, work);
+    }
+
+    /** {@link #keptAliveLease(Connection, Connection, String, long, long, long, long, KeptAliveWork)}
+     * with {@code options} ({@link LeaseOptions#fair(boolean)}). */
+    public static <T> T keptAliveLease(Connection conn, Connection watch, String resource,
+                                       long ttlMs, long minValidityMs, long waitMs, long pollMs,
+                                       LeaseOptions options, KeptAliveWork<T> work)
+            throws SQLException {
+        boolean fair = fair(options);
         if (conn == null || watch == null) {
             throw new IllegalArgumentException("keptAliveLease needs two connections: one holds "
                     + "the lease, the other watches it");
@@ -649,7 +733,7 @@ public final class LeaseFence {
         Lease row;
         try {
             row = ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, minValidityMs,
-                    "session", waitMs, true, true, false));
+                    "session", waitMs, true, fair, true, false));
         } catch (LeaseUnknownException e) {
             // it may be held by this session: one more conditional release
             Lease maybe = e.lease();
@@ -859,7 +943,7 @@ public final class LeaseFence {
     private static final String CAMPAIGN_SQL =
             "SELECT status, identity, term, validity_ms, reason FROM lease_fence.campaign("
             + "CAST(? AS text), CAST(? AS bigint), CAST(? AS bigint), CAST(? AS text), "
-            + "CAST(? AS text))";
+            + "CAST(? AS text), CAST(? AS boolean))";
 
     private static void checkElection(String election, long ttlMs, LeadershipOptions options) {
         if (election == null || election.isEmpty()) {
@@ -908,6 +992,7 @@ public final class LeaseFence {
                     ps.setString(4, o.value());
                 }
                 ps.setString(5, o.scope());
+                ps.setBoolean(6, o.fair());
                 try (ResultSet rs = query(ps)) {
                     if (!rs.next()) {
                         throw new SQLException("lease_fence.campaign returned no row");

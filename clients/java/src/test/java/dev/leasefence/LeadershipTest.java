@@ -182,6 +182,43 @@ class LeadershipTest {
     }
 
     /**
+     * fair: two candidates queued in a known order behind the leader: its
+     * resign makes the first one leader; the second is then first in the
+     * queue and still waits; it leads after the first resigns, with a
+     * higher term.
+     */
+    @Test
+    void fairCampaignElectsCandidatesInArrivalOrder() throws Exception {
+        Connection check = open();
+        String election = election();
+        Leader a = LeaseFence.campaign(open(), election, 600000, LeadershipOptions.DEFAULTS);
+        Connection bConn = open();
+        Connection cConn = open();
+        LeadershipOptions fair = LeadershipOptions.DEFAULTS.fair(true);
+        assertTrue(fair.fair());
+        java.util.concurrent.FutureTask<Leader> bWon = LeaseFenceTest.started(
+                () -> LeaseFence.campaign(bConn, election, 600000, fair));
+        LeaseFenceTest.waitQueued(check, election, 1);
+        java.util.concurrent.FutureTask<Leader> cWon = LeaseFenceTest.started(
+                () -> LeaseFence.campaign(cConn, election, 600000, fair));
+        LeaseFenceTest.waitQueued(check, election, 2);
+        assertEquals(List.of("1:" + LeaseFenceTest.pid(bConn), "2:" + LeaseFenceTest.pid(cConn)),
+                LeaseFenceTest.queue(check, election));
+
+        assertEquals(ReleaseStatus.RELEASED, a.resign());
+        Leader b = bWon.get();
+        assertTrue(b.term() > a.term());
+        assertEquals(List.of("1:" + LeaseFenceTest.pid(cConn)), LeaseFenceTest.queue(check, election),
+                "the second candidate is next");
+        assertFalse(cWon.isDone(), "the second candidate won while the first leads");
+
+        assertEquals(ReleaseStatus.RELEASED, b.resign());
+        Leader c = cWon.get();
+        assertTrue(c.term() > b.term());
+        assertEquals(ReleaseStatus.RELEASED, c.resign());
+    }
+
+    /**
      * A resigns while B waits in campaign: B wins. A renews its lease (TTL 10
      * minutes) until it resigns, so only the resign can have handed it over.
      */

@@ -157,6 +157,48 @@ class LeaseFenceTest {
         return out;
     }
 
+    /** lease_fence.queue(resource): "position:pid" of each waiter, position 1 first. */
+    static List<String> queue(Connection c, String resource) throws SQLException {
+        List<String> out = new ArrayList<>();
+        try (PreparedStatement ps = c.prepareStatement(
+                "SELECT position, pid FROM lease_fence.queue(?) ORDER BY position")) {
+            ps.setString(1, resource);
+            try (ResultSet rs = ps.executeQuery()) {
+                while (rs.next()) {
+                    out.add(rs.getInt(1) + ":" + rs.getInt(2));
+                }
+            }
+        }
+        return out;
+    }
+
+    /** Until {@code n} waiters are queued for {@code resource}: a logical
+     * condition, waited for 30 s at most (then the test fails, never hangs). */
+    static void waitQueued(Connection c, String resource, int n) throws Exception {
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        List<String> q;
+        while ((q = queue(c, resource)).size() != n) {
+            if (System.nanoTime() > end) {
+                fail("never " + n + " waiter(s) queued for " + resource + ": " + q);
+            }
+            Thread.sleep(10);
+        }
+    }
+
+    static int pid(Connection c) throws SQLException {
+        return c.unwrap(org.postgresql.PGConnection.class).getBackendPID();
+    }
+
+    /** {@code call} on a thread of its own (not the common pool: with one CPU
+     * free it runs one blocking task at a time). */
+    static <T> java.util.concurrent.FutureTask<T> started(java.util.concurrent.Callable<T> call) {
+        java.util.concurrent.FutureTask<T> task = new java.util.concurrent.FutureTask<>(call);
+        Thread t = new Thread(task);
+        t.setDaemon(true);
+        t.start();
+        return task;
+    }
+
     static void assumeRedisCli() {
         assumeTrue(REDIS_SOCK != null && !REDIS_SOCK.isEmpty(), "LF_REDIS_SOCK is not set");
         boolean found = REDIS_CLI.contains(File.separator) && Files.isExecutable(Path.of(REDIS_CLI));
@@ -489,6 +531,91 @@ class LeaseFenceTest {
         assertTrue(mine.generation() > held.generation());
         assertTrue(waitedMs < 8000, "woken by the release, not at the deadline: " + waitedMs + " ms");
         assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(other, mine));
+    }
+
+    /**
+     * fair: two waiters queued in a known order (the second starts only once
+     * the first is visibly queued); the holder's release grants the first,
+     * the second still waits, first in the queue now, and gets the lease
+     * (a higher generation) when the first releases.
+     */
+    @Test
+    void fairAcquireGrantsWaitersInArrivalOrder() throws Exception {
+        String res = resource("");
+        Lease held = LeaseFence.acquire(conn, res, 600000);
+        Connection firstConn = open();
+        Connection secondConn = open();
+        LeaseOptions fair = LeaseOptions.DEFAULTS.fair(true);
+        java.util.concurrent.FutureTask<Lease> first = started(
+                () -> LeaseFence.acquire(firstConn, res, 600000, 0, 600000, true, fair));
+        waitQueued(conn, res, 1);
+        assertEquals(List.of("1:" + pid(firstConn)), queue(conn, res));
+        java.util.concurrent.FutureTask<Lease> second = started(
+                () -> LeaseFence.acquire(secondConn, res, 600000, 0, 600000, true, fair));
+        waitQueued(conn, res, 2);
+        assertEquals(List.of("1:" + pid(firstConn), "2:" + pid(secondConn)), queue(conn, res));
+
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+        Lease a = first.get();
+        assertTrue(a.generation() > held.generation());
+        assertEquals(List.of("1:" + pid(secondConn)), queue(conn, res), "the second waiter is next");
+        assertFalse(second.isDone(), "the second waiter was granted while the first holds the lease");
+
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(firstConn, a));
+        Lease b = second.get();
+        assertTrue(b.generation() > a.generation());
+        assertEquals(List.of(), queue(conn, res));
+        assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(secondConn, b));
+    }
+
+    /** A verb that acquires, called on a connection; returns the generation granted. */
+    interface AcquiringVerb {
+        long call(Connection c) throws Exception;
+    }
+
+    /**
+     * Every other verb that acquires takes LeaseOptions (null refused before
+     * anything is sent) and sends fair: each, waiting while another session
+     * holds the lease, is visibly queued, and is granted when the holder
+     * releases.
+     */
+    @Test
+    void everyAcquiringVerbTakesFair() throws Exception {
+        String res = resource("");
+        LeaseOptions fair = LeaseOptions.DEFAULTS.fair(true);
+        assertFalse(LeaseOptions.DEFAULTS.fair());
+        assertTrue(fair.fair());
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.acquire(conn, res, 1000, 0, 0, true, null));
+        assertThrows(IllegalArgumentException.class,
+                () -> LeaseFence.job(conn, res, 1000, 0, 0, null, (l, c) -> fail("ran")));
+        Map<String, AcquiringVerb> verbs = new LinkedHashMap<>();
+        verbs.put("tryAcquire", c -> {
+            Lease l = LeaseFence.tryAcquire(c, res, 60000, 0, 600000, fair).orElseThrow();
+            LeaseFence.release(c, l);
+            return l.generation();
+        });
+        verbs.put("acquireOutcome", c -> {
+            Lease l = LeaseFence.acquireOutcome(c, res, 60000, 0, 600000, fair);
+            LeaseFence.release(c, l);
+            return l.generation();
+        });
+        verbs.put("job", c -> LeaseFence.job(c, res, 60000, 0, 600000, fair,
+                (l, w) -> l.generation()));
+        verbs.put("transactionLease", c -> LeaseFence.transactionLease(c, res, 60000, 0, 600000,
+                false, fair, (l, w) -> l.generation()));
+        Connection watch = open();
+        verbs.put("keptAliveLease", c -> LeaseFence.keptAliveLease(c, watch, res, 60000, 0, 600000,
+                0, fair, (l, w) -> l.lease().generation()));
+        for (Map.Entry<String, AcquiringVerb> verb : verbs.entrySet()) {
+            Lease held = LeaseFence.acquire(conn, res, 600000);
+            Connection c = open();
+            java.util.concurrent.FutureTask<Long> waiter = started(() -> verb.getValue().call(c));
+            waitQueued(conn, res, 1);
+            assertEquals(List.of("1:" + pid(c)), queue(conn, res), verb.getKey());
+            assertEquals(ReleaseStatus.RELEASED, LeaseFence.release(conn, held));
+            assertTrue(waiter.get() > held.generation(), verb.getKey());
+        }
     }
 
     @Test
