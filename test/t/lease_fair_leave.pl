@@ -16,8 +16,9 @@
 #     crashed; fair_waiter_ttl_ms 300): the next waiter is granted once the
 #     frozen one's waiter key expired; continued, the frozen one rejoins at
 #     the end and is granted after, never while another holds the lease.
-#  4. Redis frozen (SIGSTOP) and continued while five waiters queue: the
-#     three whose command_timeout_ms outlasts the freeze are granted in
+#  4. Redis frozen (SIGSTOP) and continued while six waiters queue: the
+#     four whose command_timeout_ms outlasts the freeze are granted, each
+#     to the head queue() showed, those whose waiter keys outlast it in
 #     their order, one holder at a time; the two whose requests timed out
 #     end unknown (never busy, never acquired); nobody is lost.
 #  5. Fair and unfair acquires of one resource: while a fair waiter lives
@@ -48,6 +49,9 @@ use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('fair_leave', "shared_preload_libraries = 'lease_fence'");
+# one session for the test's own SQL (counters, queue(), releases): no new
+# backend per look
+my $ctl = session($node);
 
 # processes this test stopped (a backend, Redis): continued whatever happens
 my %stopped;
@@ -59,7 +63,7 @@ sub thaw { my ($pid) = @_; kill('CONT', $pid) or die "harness: SIGCONT $pid: $!"
 sub counter
 {
 	my ($operation, $outcome) = @_;
-	return sql_ok($node,
+	return sql_ok($ctl,
 		"SELECT count FROM lease_fence.stats WHERE operation = '$operation' AND outcome = '$outcome'") + 0;
 }
 
@@ -92,7 +96,7 @@ sub start_fair
 sub queue_ids
 {
 	my ($resource) = @_;
-	my $out = sql_ok($node, "SELECT identity FROM lease_fence.queue(" . lit($resource) . ") ORDER BY position");
+	my $out = sql_ok($ctl, "SELECT identity FROM lease_fence.queue(" . lit($resource) . ") ORDER BY position");
 	return [ split /\n/, $out ];
 }
 
@@ -101,16 +105,28 @@ sub queue_pids
 {
 	my ($resource) = @_;
 	my %m = map { split /\|/ } split /\n/,
-	  sql_ok($node, "SELECT pid, identity FROM lease_fence.queue(" . lit($resource) . ")");
+	  sql_ok($ctl, "SELECT pid, identity FROM lease_fence.queue(" . lit($resource) . ")");
 	return \%m;
+}
+
+# wait until $sql (on the test's own session) returns 't'
+sub poll_until
+{
+	my ($sql, $what) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	until (sql_ok($ctl, $sql) eq 't')
+	{
+		die "harness: $what" if time() > $deadline;
+		sleep(0.02);
+	}
+	return;
 }
 
 sub wait_queued
 {
 	my ($resource, $n, $what) = @_;
-	$node->poll_query_until('postgres',
-		"SELECT count(*) = $n FROM lease_fence.queue(" . lit($resource) . ")")
-	  or die "harness: $what: the queue never reached $n";
+	poll_until("SELECT count(*) = $n FROM lease_fence.queue(" . lit($resource) . ")",
+		"$what: the queue never reached $n");
 	return;
 }
 
@@ -141,15 +157,14 @@ sub wait_key_not
 sub active
 {
 	my ($pid) = @_;
-	return sql_ok($node, "SELECT state FROM pg_stat_activity WHERE pid = $pid") eq 'active';
+	return sql_ok($ctl, "SELECT state FROM pg_stat_activity WHERE pid = $pid") eq 'active';
 }
 
 sub wait_idle
 {
 	my ($pid, $what) = @_;
-	$node->poll_query_until('postgres',
-		"SELECT state <> 'active' FROM pg_stat_activity WHERE pid = $pid")
-	  or die "harness: $what: backend $pid never ended its statement";
+	poll_until("SELECT state <> 'active' FROM pg_stat_activity WHERE pid = $pid",
+		"$what: backend $pid never ended its statement");
 	return;
 }
 
@@ -160,7 +175,7 @@ sub pid_of { return sql_ok($_[0], 'SELECT pg_backend_pid()'); }
 #
 {
 	my $res = 'f-16';
-	my $holder = acquire($node, $res, 600000);
+	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
 	my (@s, %session_of);
 	for my $i (0 .. 15)
@@ -188,7 +203,7 @@ sub pid_of { return sql_ok($_[0], 'SELECT pg_backend_pid()'); }
 	for my $i (0 .. 15)
 	{
 		my $next = queue_ids($res)->[0];
-		need(release($node, $res, $prev->{identity})->{status}, 'released', "release $i");
+		need(release($ctl, $res, $prev->{identity})->{status}, 'released', "release $i");
 		my $got_id = wait_key_not($res, $prev->{identity}, "grant $i");
 		my $got = finish_row($session_of_id{$got_id} // die "harness: $got_id is no waiter's");
 		$in_order++ if $got_id eq $next && $got->{status} eq 'acquired' && $got->{identity} eq $next;
@@ -201,7 +216,7 @@ sub pid_of { return sql_ok($_[0], 'SELECT pg_backend_pid()'); }
 	is($gen_up, 16, "each grant's generation is above the one before (the queue's order)");
 	is($one_wake, 16, 'each release woke exactly one waiter (wait/woken grew by one per release)');
 	is(counter('wait', 'woken'), $woken0 + 16, 'wait/woken: 16 in all, for 16 releases');
-	release($node, $res, $prev->{identity});
+	release($ctl, $res, $prev->{identity});
 	$_->quit for @s;
 }
 
@@ -216,7 +231,7 @@ sub leave_case
 {
 	my ($name, $b_setup, $b_start, $leave, $check) = @_;
 	my $res = "f-leave-$name";
-	my $holder = acquire($node, $res, 600000);
+	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', "$name: the holder acquires");
 	my ($a, $b, $c) = (session($node), session($node), session($node));
 	sql_ok($_, 'SET lease_fence.fair_waiter_ttl_ms = 60000') for $a, $b, $c;
@@ -240,17 +255,17 @@ sub leave_case
 	$check->($outcome) if $check;
 
 	my $woken0 = counter('wait', 'woken');
-	release($node, $res, $holder->{identity});
+	release($ctl, $res, $holder->{identity});
 	my $got_a = finish_row($a);
 	is($got_a->{status} . ' ' . ($got_a->{identity} // ''), "acquired $id_a", "$name: A is granted first");
-	release($node, $res, $id_a);
+	release($ctl, $res, $id_a);
 	my $got_c = finish_row($c);
 	is($got_c->{status} . ' ' . ($got_c->{identity} // ''), "acquired $id_c",
 		"$name: then C, the waiter after B");
 	ok($got_c->{generation} > $got_a->{generation}, "$name: C's generation is above A's");
 	is(counter('wait', 'woken'), $woken0 + 2,
 		"$name: A and C were each woken by a release (C's by A's: no wait for B's waiter key)");
-	release($node, $res, $id_c);
+	release($ctl, $res, $id_c);
 	$_->quit for $a, $c;
 	eval { $b->quit; };
 	return;
@@ -259,7 +274,7 @@ sub leave_case
 leave_case('terminate', [], \&start_fair,
 	sub {
 		my ($b, $pid) = @_;
-		need(sql_ok($node, "SELECT pg_terminate_backend($pid)"), 't', 'pg_terminate_backend');
+		need(sql_ok($ctl, "SELECT pg_terminate_backend($pid)"), 't', 'pg_terminate_backend');
 		wait_backend_gone($pid);
 		return undef;
 	});
@@ -267,7 +282,7 @@ leave_case('terminate', [], \&start_fair,
 leave_case('cancel', [], \&start_fair,
 	sub {
 		my ($b, $pid) = @_;
-		need(sql_ok($node, "SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
+		need(sql_ok($ctl, "SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
 		my (undef, $err) = run_sql($b, "SELECT 'lf-after'");
 		return $err;
 	},
@@ -300,9 +315,9 @@ leave_case('exception_block', [],
 	},
 	sub {
 		my ($b, $pid) = @_;
-		need(sql_ok($node, "SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
+		need(sql_ok($ctl, "SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
 		my ($out, $err) = run_sql($b, "SELECT 'lf-after'");
-		return [ $out, $err, sql_ok($node, "SELECT state FROM pg_stat_activity WHERE pid = $pid"), $b ];
+		return [ $out, $err, sql_ok($ctl, "SELECT state FROM pg_stat_activity WHERE pid = $pid"), $b ];
 	},
 	sub {
 		my ($out, $err, $state, $b) = @{ $_[0] };
@@ -317,7 +332,7 @@ leave_case('exception_block', [],
 #
 {
 	my $res = 'f-frozen';
-	my $holder = acquire($node, $res, 600000);
+	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
 	my ($a, $b) = (session($node), session($node));
 	sql_ok($a, 'SET lease_fence.fair_waiter_ttl_ms = 300');
@@ -329,7 +344,7 @@ leave_case('exception_block', [],
 	my ($id_a, $id_b) = @{ queue_ids($res) };
 
 	freeze($pid_a);
-	need(release($node, $res, $holder->{identity})->{status}, 'released', 'release');
+	need(release($ctl, $res, $holder->{identity})->{status}, 'released', 'release');
 	my $got_b = finish_row($b);
 	is($got_b->{status} . ' ' . ($got_b->{identity} // ''), "acquired $id_b",
 		"A frozen at the head: B is granted once A's waiter key expired (the dead head skipped)");
@@ -344,11 +359,11 @@ leave_case('exception_block', [],
 	{
 		is(join(' ', @{ queue_ids($res) }), $id_a, 'continued, A rejoined the queue (alone)');
 		is($redis->cli('GET', lkey($res)), $id_b, 'and B still holds the lease: one holder');
-		release($node, $res, $id_b);
+		release($ctl, $res, $id_b);
 		my $got_a = finish_row($a);
 		is($got_a->{status} . ' ' . ($got_a->{identity} // ''), "acquired $id_a", 'A is granted after B released');
 		ok($got_a->{generation} > $got_b->{generation}, "A's generation is above B's");
-		release($node, $res, $id_a);
+		release($ctl, $res, $id_a);
 	}
 	else
 	{
@@ -357,7 +372,7 @@ leave_case('exception_block', [],
 		is($redis->cli('GET', lkey($res)), $id_b, 'B still holds the lease: one holder');
 		pass('(A did not rejoin)');
 		pass('(A did not rejoin)');
-		release($node, $res, $id_b);
+		release($ctl, $res, $id_b);
 	}
 	$_->quit for $a, $b;
 }
@@ -367,7 +382,7 @@ leave_case('exception_block', [],
 #
 {
 	my $res = 'f-mixed';
-	my $holder = acquire($node, $res, 600000);
+	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
 	my ($a, $b, $u) = (session($node), session($node), session($node));
 	sql_ok($a, 'SET lease_fence.fair_waiter_ttl_ms = 60000');
@@ -383,12 +398,12 @@ leave_case('exception_block', [],
 
 	# A, the head, frozen right before the release: the lease stays free
 	freeze($pid_a);
-	need(release($node, $res, $holder->{identity})->{status}, 'released', 'release');
+	need(release($ctl, $res, $holder->{identity})->{status}, 'released', 'release');
 	need($redis->cli('EXISTS', lkey($res)), '0', 'the lease is free');
-	my $r = call($node, "lease_fence.acquire('$res', 600000)");
+	my $r = call($ctl, "lease_fence.acquire('$res', 600000)");
 	is($r->{status}, 'busy', 'unfair, wait_ms 0, the lease free but a fair waiter queued: busy');
 	is(tf($r->{acquired}), 'false', 'and not acquired');
-	$r = call($node, "lease_fence.acquire('$res', 600000, fair => true)");
+	$r = call($ctl, "lease_fence.acquire('$res', 600000, fair => true)");
 	is($r->{status}, 'busy', 'fair, wait_ms 0, the same: busy');
 	is($redis->cli('EXISTS', lkey($res)), '0', 'neither took the lease');
 
@@ -402,19 +417,19 @@ leave_case('exception_block', [],
 	my $got_a = finish_row($a);
 	is($got_a->{status} . ' ' . ($got_a->{identity} // ''), "acquired $id_a", 'continued, A is granted');
 	ok(active($pid_u), 'the unfair waiter still waits');
-	release($node, $res, $id_a);
+	release($ctl, $res, $id_a);
 	my $got_b = finish_row($b);
 	is($got_b->{status} . ' ' . ($got_b->{identity} // ''), "acquired $id_b",
 		'B, the next fair waiter, is granted before the unfair waiter');
 	ok(active($pid_u), 'the unfair waiter still waits');
 	is($redis->cli('GET', lkey($res)), $id_b, "the lease key holds B's identity: one holder");
 	is(queued_count($res), 0, 'the queue is empty');
-	release($node, $res, $id_b);
+	release($ctl, $res, $id_b);
 	my $got_u = finish_row($u);
 	is($got_u->{status}, 'acquired', 'the queue empty, the unfair waiter is granted');
 	ok($got_u->{generation} > $got_b->{generation}, "its generation is above B's");
 	is($redis->cli('GET', lkey($res)), $got_u->{identity}, 'the lease key holds its identity');
-	release($node, $res, $got_u->{identity});
+	release($ctl, $res, $got_u->{identity});
 	$_->quit for $a, $b, $u;
 }
 
@@ -434,7 +449,7 @@ sub unknown_case
 	my $holder;
 	if ($held)
 	{
-		$holder = acquire($node, $res, 600000);
+		$holder = acquire($ctl, $res, 600000);
 		need($holder->{status}, 'acquired', "$name: the holder acquires");
 	}
 	my $w = session($node);
@@ -448,9 +463,8 @@ sub unknown_case
 
 	freeze($redis->pid);
 	start_fair($w, $res);
-	$node->poll_query_until('postgres',
-		"SELECT count > $unconfirmed0 FROM lease_fence.stats WHERE operation = 'cleanup' AND outcome = 'unconfirmed'")
-	  or die "harness: $name: the cleanup never gave up";
+	poll_until("SELECT count > $unconfirmed0 FROM lease_fence.stats WHERE operation = 'cleanup' AND outcome = 'unconfirmed'",
+		"$name: the cleanup never gave up");
 	thaw($redis->pid);
 	my ($r, $err) = finish_row($w);
 	is($r->{status}, 'unknown', "$name: the first request timed out: unknown (never busy)");
@@ -465,7 +479,7 @@ sub unknown_case
 	if ($held)
 	{
 		is($cur, $holder->{identity}, "$name: the holder's lease is untouched");
-		release($node, $res, $holder->{identity});
+		release($ctl, $res, $holder->{identity});
 	}
 	else
 	{
@@ -486,63 +500,73 @@ unknown_case('free', 0);
 #
 # 4. Redis frozen and continued while waiters queue
 #
-# L1 S1 L2 S2 L3: the L waiters' command_timeout_ms (60 s) outlasts the
-# freeze, the S waiters' (2 s) does not.  Redis stays frozen until both S
-# waiters have ended their statements; their waiter keys (3 s) and the L
-# waiters' expire meanwhile (Redis's clock), and the L waiters' requests
-# under way when Redis continues set theirs again.
+# Six waiters, L S M L S L.  Redis stays frozen until both S waiters have
+# ended their statements: their requests time out (command_timeout_ms 2 s),
+# so do their cleanups.  The L and M waiters' command_timeout_ms (60 s)
+# outlasts the freeze.  The L waiters' keys live 60 s
+# (fair_waiter_ttl_ms): they are alive throughout, their order is defined.
+# M's key (3 s) expires during the freeze (Redis's clock) while its renewal
+# waits in Redis's socket: it is set again when Redis continues, and M ends
+# granted too (its place is not asserted: by the rule, M was dead for a
+# while).  The S waiters' entries end by their keys' TTL: their leave could
+# not reach the frozen Redis.
 {
 	my $res = 'f-redis-frozen';
-	my $holder = acquire($node, $res, 600000);
+	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
-	my @kinds = qw(L S L S L);
+	my @kinds = qw(L S M L S L);
 	my (@s, @pid);
 	for my $i (0 .. $#kinds)
 	{
 		$s[$i] = session($node);
 		$pid[$i] = pid_of($s[$i]);
-		sql_ok($s[$i], 'SET lease_fence.command_timeout_ms = 60000') if $kinds[$i] eq 'L';
+		sql_ok($s[$i], 'SET lease_fence.command_timeout_ms = 60000') if $kinds[$i] ne 'S';
+		sql_ok($s[$i], 'SET lease_fence.fair_waiter_ttl_ms = 60000') if $kinds[$i] eq 'L';
 		start_fair($s[$i], $res, ttl => 60000);
 		wait_queued($res, $i + 1, "waiter $i");
 	}
 	my @ids = @{ queue_ids($res) };
+	my %i_of = map { $ids[$_] => $_ } 0 .. $#ids;
 	my @long = grep { $kinds[$_] eq 'L' } 0 .. $#kinds;
 	my @short = grep { $kinds[$_] eq 'S' } 0 .. $#kinds;
+	my @stay = grep { $kinds[$_] ne 'S' } 0 .. $#kinds;
 
 	freeze($redis->pid);
 	wait_idle($pid[$_], "short waiter $_") for @short;
-	ok(active($pid[$_]), "Redis frozen: long waiter $_ still waits") for @long;
+	ok(active($pid[$_]), "Redis frozen: $kinds[$_] waiter $_ still waits") for @stay;
 	thaw($redis->pid);
 	for my $i (@short)
 	{
 		my $r = finish_row($s[$i]);
-		is($r->{status}, 'unknown', "short waiter $i: its request timed out: unknown (never busy, never acquired)");
+		is($r->{status}, 'unknown', "S waiter $i: its request timed out: unknown (never busy, never acquired)");
 	}
-	# the short waiters' entries end by their waiter keys' TTL (their leave
-	# could not reach the frozen Redis); the long ones keep their places
-	wait_queued($res, scalar @long, 'the long waiters');
-	is(join(' ', @{ queue_ids($res) }), join(' ', @ids[@long]),
-		'Redis continued: the long waiters are queued in their order');
+	wait_queued($res, scalar @stay, 'the waiters that stay');
+	is(join(' ', grep { $kinds[ $i_of{$_} ] eq 'L' } @{ queue_ids($res) }), join(' ', @ids[@long]),
+		'Redis continued: the L waiters are queued in their order');
 
 	my $prev = $holder;
-	my ($in_order, $alone, $gen_up) = (0, 0, 0);
-	for my $k (0 .. $#long)
+	my (%granted, @order);
+	my ($to_head, $alone, $gen_up) = (0, 0, 0);
+	for my $k (0 .. $#stay)
 	{
-		my $i = $long[$k];
-		release($node, $res, $prev->{identity});
+		my $next = queue_ids($res)->[0];
+		release($ctl, $res, $prev->{identity});
 		my $got_id = wait_key_not($res, $prev->{identity}, "grant $k");
-		my %i_of = map { $ids[$_] => $_ } 0 .. $#ids;
 		my $j = $i_of{$got_id} // die "harness: $got_id is no waiter's";
 		my $r = finish_row($s[$j]);
-		$in_order++ if $j == $i && $r->{status} eq 'acquired';
-		$alone++ if !grep { (active($pid[$_]) ? 1 : 0) != ($_ > $i ? 1 : 0) } @long;
+		$to_head++ if $got_id eq $next && $r->{status} eq 'acquired';
+		$granted{$j} = 1;
+		push @order, $j;
+		$alone++ if !grep { (active($pid[$_]) ? 1 : 0) != ($granted{$_} ? 0 : 1) } @stay;
 		$gen_up++ if $r->{generation} > $prev->{generation};
 		$prev = $r;
 	}
-	is($in_order, scalar @long, 'the long waiters are granted in their order');
-	is($alone, scalar @long, 'at each grant the later waiters still wait: one holder at a time');
-	is($gen_up, scalar @long, 'generations increase in that order');
-	release($node, $res, $prev->{identity});
+	is($to_head, scalar @stay, "each grant went to queue()'s position 1 before its release");
+	is(join(' ', grep { $kinds[$_] eq 'L' } @order), join(' ', @long), 'the L waiters are granted in their order');
+	is(join(' ', sort @order), join(' ', sort @stay), 'every waiter that stayed (M too) is granted: none lost');
+	is($alone, scalar @stay, 'at each grant the waiters not yet granted still wait: one holder at a time');
+	is($gen_up, scalar @stay, 'generations increase in the order of the grants');
+	release($ctl, $res, $prev->{identity});
 	$_->quit for @s;
 }
 
