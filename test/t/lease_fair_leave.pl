@@ -49,9 +49,17 @@ use Time::HiRes qw(sleep);
 
 my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('fair_leave', "shared_preload_libraries = 'lease_fence'");
+# a session whose psql timeout counts per statement, not from its start
+sub sess
+{
+	my $s = session($node);
+	$s->set_query_timer_restart;
+	return $s;
+}
+
 # one session for the test's own SQL (counters, queue(), releases): no new
 # backend per look
-my $ctl = session($node);
+my $ctl = sess();
 
 # processes this test stopped (a backend, Redis): continued whatever happens
 my %stopped;
@@ -180,7 +188,7 @@ sub pid_of { return sql_ok($_[0], 'SELECT pg_backend_pid()'); }
 	my (@s, %session_of);
 	for my $i (0 .. 15)
 	{
-		$s[$i] = session($node);
+		$s[$i] = sess();
 		$session_of{ pid_of($s[$i]) } = $s[$i];
 	}
 	# all at once: no waiting between the starts
@@ -233,7 +241,7 @@ sub leave_case
 	my $res = "f-leave-$name";
 	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', "$name: the holder acquires");
-	my ($a, $b, $c) = (session($node), session($node), session($node));
+	my ($a, $b, $c) = (sess(), sess(), sess());
 	sql_ok($_, 'SET lease_fence.fair_waiter_ttl_ms = 60000') for $a, $b, $c;
 	sql_ok($b, $_) for @$b_setup;
 	my $pid_b = pid_of($b);
@@ -334,7 +342,7 @@ leave_case('exception_block', [],
 	my $res = 'f-frozen';
 	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
-	my ($a, $b) = (session($node), session($node));
+	my ($a, $b) = (sess(), sess());
 	sql_ok($a, 'SET lease_fence.fair_waiter_ttl_ms = 300');
 	my $pid_a = pid_of($a);
 	start_fair($a, $res);
@@ -384,7 +392,7 @@ leave_case('exception_block', [],
 	my $res = 'f-mixed';
 	my $holder = acquire($ctl, $res, 600000);
 	need($holder->{status}, 'acquired', 'the holder acquires');
-	my ($a, $b, $u) = (session($node), session($node), session($node));
+	my ($a, $b, $u) = (sess(), sess(), sess());
 	sql_ok($a, 'SET lease_fence.fair_waiter_ttl_ms = 60000');
 	my $pid_a = pid_of($a);
 	my $pid_u = pid_of($u);
@@ -452,7 +460,7 @@ sub unknown_case
 		$holder = acquire($ctl, $res, 600000);
 		need($holder->{status}, 'acquired', "$name: the holder acquires");
 	}
-	my $w = session($node);
+	my $w = sess();
 	sql_ok($w, $_) for 'SET lease_fence.command_timeout_ms = 300', 'SET lease_fence.cleanup_timeout_ms = 3000',
 	  'SET lease_fence.fair_waiter_ttl_ms = 60000';
 	# a connection, its key_prefix check and the scripts, first
@@ -518,7 +526,7 @@ unknown_case('free', 0);
 	my (@s, @pid);
 	for my $i (0 .. $#kinds)
 	{
-		$s[$i] = session($node);
+		$s[$i] = sess();
 		$pid[$i] = pid_of($s[$i]);
 		sql_ok($s[$i], 'SET lease_fence.command_timeout_ms = 60000') if $kinds[$i] ne 'S';
 		sql_ok($s[$i], 'SET lease_fence.fair_waiter_ttl_ms = 60000') if $kinds[$i] eq 'L';
