@@ -298,7 +298,7 @@ leave_case('cancel', [], \&start_fair,
 
 # (B's statement_timeout and wait_ms end its wait on their own: long enough
 # that C is queued behind it first)
-leave_case('statement_timeout', ['SET statement_timeout = 5000'], \&start_fair,
+leave_case('statement_timeout', ['SET statement_timeout = 8000'], \&start_fair,
 	sub {
 		my ($b) = @_;
 		my (undef, $err) = run_sql($b, "SELECT 'lf-after'");
@@ -306,7 +306,7 @@ leave_case('statement_timeout', ['SET statement_timeout = 5000'], \&start_fair,
 	},
 	sub { is(sqlstate($_[0]), '57014', 'statement_timeout: B\'s statement is cancelled (57014)'); });
 
-leave_case('wait_ms', [], sub { start_fair($_[0], $_[1], wait_ms => 5000); },
+leave_case('wait_ms', [], sub { start_fair($_[0], $_[1], wait_ms => 8000); },
 	sub { return scalar finish_row($_[0]); },
 	sub {
 		is($_[0]->{status}, 'busy', 'wait_ms running out: B is busy');
@@ -449,7 +449,7 @@ sub queued_count { return scalar @{ queue_ids($_[0]) }; }
 # Redis frozen: the first request of W's fair wait times out (command 300
 # ms), its cleanup release too (a fresh connection, its PING unanswered);
 # Redis continues right after that, before the leave that follows gives up
-# (cleanup_timeout_ms 3000): the join is applied late, then the leave.
+# (cleanup_timeout_ms 5000): the join is applied late, then the leave.
 sub unknown_case
 {
 	my ($name, $held) = @_;
@@ -461,7 +461,7 @@ sub unknown_case
 		need($holder->{status}, 'acquired', "$name: the holder acquires");
 	}
 	my $w = sess();
-	sql_ok($w, $_) for 'SET lease_fence.command_timeout_ms = 300', 'SET lease_fence.cleanup_timeout_ms = 3000',
+	sql_ok($w, $_) for 'SET lease_fence.command_timeout_ms = 300', 'SET lease_fence.cleanup_timeout_ms = 5000',
 	  'SET lease_fence.fair_waiter_ttl_ms = 60000';
 	# a connection, its key_prefix check and the scripts, first
 	need(call($w, "lease_fence.acquire('f-warm-$name', 1000, fair => true)")->{status}, 'acquired', 'warm-up');
