@@ -96,7 +96,7 @@ count_tap() {	# name, tap output, exit code
 	log "$name: $ok passed, $bad failed"
 }
 tests=(test/client.test.js test/job.test.js test/leadership.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs
-	test/types.test.js test/client-side.test.js)
+	test/types.test.js test/client-side.test.js test/fair.test.js)
 tap=$work/tap
 rm -rf "$tap" && mkdir -p "$tap" || exit 1
 log "npm test -- ${tests[*]}"

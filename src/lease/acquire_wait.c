@@ -38,6 +38,80 @@ jittered(int64 ms)
 	return ms / 2 + (int64) (r % (uint32) (ms / 2 + 1));
 }
 
+/* Sleep until wake (lf_now_ms()) or the latch; an interrupt acts here. */
+static void
+nap(int64 now, int64 wake)
+{
+	int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							   (long) Max(wake - now, 1), lf_wait_event());
+
+	if (rc & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Subscribe a wait (lf_subscribe_release or lf_subscribe_wake, as channel
+ * says: NULL the resource's release channel, else that waiter's own), once:
+ * *subscribed, or *no_subscription when it failed (the wait polls then).
+ */
+static void
+subscribe_once(LfRequest *req, const char *resource, const char *waiter,
+			   bool *subscribed, bool *no_subscription)
+{
+	char		err[LF_ERRLEN];
+	int			timeout = lf_request_timeout(req, lf_connect_timeout_ms);
+
+	if (waiter ? lf_subscribe_wake(resource, waiter, timeout, err) :
+		lf_subscribe_release(resource, timeout, err))
+		*subscribed = true;
+	else
+	{
+		char		buf[LF_ERRLEN];
+
+		*no_subscription = true;
+		ereport(DEBUG1,
+				errmsg("waiting for resource \"%s\" without a subscription: %s",
+					   resource, lf_visible_error(err, buf, sizeof(buf))));
+	}
+}
+
+/*
+ * Wait on the subscription until wake: a message is counted, an interrupt
+ * acts (or is an ERROR), and a subscription that is gone turns the wait
+ * into polling (*subscribed false, *no_subscription): its server may be
+ * going down (killed, failing over) while the connection the next attempt
+ * would use does not show it yet, so that one is dropped too -- the
+ * attempt connects anew ("unavailable", tried again) instead of sending
+ * into a dying connection (an unknown outcome) -- after a poll interval.
+ */
+static void
+wait_subscribed(const char *resource, int64 wake, int64 deadline, int64 poll,
+				bool *subscribed, bool *no_subscription)
+{
+	int			w = lf_subscriber_wait(wake);
+
+	if (w == 1)
+		lf_count(LF_C_WAIT_WOKEN);
+	else if (w == -1)
+	{
+		CHECK_FOR_INTERRUPTS();
+		ereport(ERROR,
+				errcode(ERRCODE_QUERY_CANCELED),
+				errmsg("wait for resource \"%s\" interrupted", resource));
+	}
+	else if (w == -2)
+	{
+		int64		now;
+
+		*subscribed = false;
+		*no_subscription = true;
+		(void) lf_redis_disconnect_all();
+		now = lf_now_ms();
+		nap(now, Min(deadline, now + jittered(poll)));
+	}
+}
+
 /*
  * Acquire, waiting until deadline while the lease is busy.  The wait is
  * woken by the release script's message on the resource's channel (a
@@ -65,7 +139,6 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 		LfCounter	status = lf_acquire_once(fcinfo, req, a, &spare, &pttl, &row, &retry);
 		int64		now;
 		int64		wake;
-		int			w;
 
 		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry)
 			return row;
@@ -78,17 +151,10 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 			 * yet.  Try again after the backoff of an unsubscribed wait;
 			 * at the deadline, this attempt's outcome is the answer.
 			 */
-			int			rc;
-
 			if (now >= deadline)
 				return row;
-			wake = Min(deadline, now + jittered(poll));
+			nap(now, Min(deadline, now + jittered(poll)));
 			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), lf_wait_event());
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
 			continue;
 		}
 		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
@@ -106,19 +172,7 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 		}
 		if (!subscribed && !no_subscription)
 		{
-			char		err[LF_ERRLEN];
-
-			if (lf_subscribe_release(a->resource, lf_request_timeout(req, lf_connect_timeout_ms), err))
-				subscribed = true;
-			else
-			{
-				char		buf[LF_ERRLEN];
-
-				no_subscription = true;
-				ereport(DEBUG1,
-						errmsg("waiting for resource \"%s\" without a subscription: %s",
-							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
-			}
+			subscribe_once(req, a->resource, NULL, &subscribed, &no_subscription);
 			continue;			/* a release before the subscription was missed: ask again */
 		}
 
@@ -135,47 +189,10 @@ acquire_waiting(FunctionCallInfo fcinfo, LfRequest *req, const AcquireArgs *a, i
 		}
 		if (!subscribed)
 		{
-			int			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									   (long) Max(wake - now, 1), lf_wait_event());
-
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
+			nap(now, wake);
 			continue;
 		}
-		w = lf_subscriber_wait(wake);
-		if (w == 1)
-			lf_count(LF_C_WAIT_WOKEN);
-		else if (w == -1)
-		{
-			CHECK_FOR_INTERRUPTS();
-			ereport(ERROR,
-					errcode(ERRCODE_QUERY_CANCELED),
-					errmsg("wait for resource \"%s\" interrupted", a->resource));
-		}
-		else if (w == -2)
-		{
-			/*
-			 * The subscription is gone: poll from here on.  Its server may
-			 * be going down (killed, failing over) while the connection the
-			 * next attempt would use does not show it yet: drop that one
-			 * too, so that the attempt connects anew ("unavailable", tried
-			 * again) instead of sending into a dying connection (an
-			 * unknown outcome), and wait a poll interval first.
-			 */
-			int			rc;
-
-			subscribed = false;
-			no_subscription = true;
-			(void) lf_redis_disconnect_all();
-			now = lf_now_ms();
-			wake = Min(deadline, now + jittered(poll));
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), lf_wait_event());
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
+		wait_subscribed(a->resource, wake, deadline, poll, &subscribed, &no_subscription);
 	}
 }
 
@@ -216,34 +233,22 @@ acquire_fair_waiting(FunctionCallInfo fcinfo, LfRequest *req, AcquireArgs *a, in
 		int64		asked = lf_now_ms();
 		int64		now = asked;
 		int64		wake;
-		int			w;
 
 		if (status == LF_C_ACQUIRE_ACQUIRED)
 			return row;
-		if (status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry)
+		if (status == LF_C_ACQUIRE_BUSY && req->fair_position >= 0)
+			lf_fair_queued();
+		if ((status != LF_C_ACQUIRE_BUSY && status != LF_C_ACQUIRE_STALE && !retry) ||
+			(retry && now >= deadline))
 		{
 			lf_fair_leave(lf_now_ms() + lf_cleanup_timeout_ms);
 			return row;
 		}
-		if (status == LF_C_ACQUIRE_BUSY && req->fair_position >= 0)
-			lf_fair_queued();
 		if (retry)
 		{
 			/* nothing held, no answer (Redis unreachable, a failover): not yet */
-			int			rc;
-
-			if (now >= deadline)
-			{
-				lf_fair_leave(lf_now_ms() + lf_cleanup_timeout_ms);
-				return row;
-			}
-			wake = Min(deadline, now + Min(jittered(poll), renew_every));
+			nap(now, Min(deadline, now + Min(jittered(poll), renew_every)));
 			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), lf_wait_event());
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
 			continue;
 		}
 		if (now >= deadline || (status == LF_C_ACQUIRE_STALE && ++stale > LF_WAIT_MAX_STALE))
@@ -262,20 +267,7 @@ acquire_fair_waiting(FunctionCallInfo fcinfo, LfRequest *req, AcquireArgs *a, in
 		}
 		if (!subscribed && !no_subscription)
 		{
-			char		err[LF_ERRLEN];
-
-			if (lf_subscribe_wake(a->resource, a->fair_identity,
-								  lf_request_timeout(req, lf_connect_timeout_ms), err))
-				subscribed = true;
-			else
-			{
-				char		buf[LF_ERRLEN];
-
-				no_subscription = true;
-				ereport(DEBUG1,
-						errmsg("waiting for resource \"%s\" without a subscription: %s",
-							   a->resource, lf_visible_error(err, buf, sizeof(buf))));
-			}
+			subscribe_once(req, a->resource, a->fair_identity, &subscribed, &no_subscription);
 			/* the head: a release before the subscription woke nobody */
 			if (req->fair_position == 0 || !subscribed)
 				continue;
@@ -286,45 +278,19 @@ acquire_fair_waiting(FunctionCallInfo fcinfo, LfRequest *req, AcquireArgs *a, in
 		wake = Min(deadline, asked + renew_every);
 		if (req->fair_position == 0 && pttl >= 0)
 			wake = Min(wake, now + pttl + 1);
-		if (!subscribed)
+		if (subscribed)
+			wait_subscribed(a->resource, wake, deadline, poll, &subscribed, &no_subscription);
+		else
 		{
-			int			rc;
-
-			wake = Min(wake, now + jittered(poll));
+			nap(now, Min(wake, now + jittered(poll)));
 			poll = Min(poll * 2, LF_WAIT_POLL_MAX_MS);
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), lf_wait_event());
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-			continue;
 		}
-		w = lf_subscriber_wait(wake);
-		if (w == 1)
-			lf_count(LF_C_WAIT_WOKEN);
-		else if (w == -1)
-		{
-			CHECK_FOR_INTERRUPTS();
-			ereport(ERROR,
-					errcode(ERRCODE_QUERY_CANCELED),
-					errmsg("wait for resource \"%s\" interrupted", a->resource));
-		}
-		else if (w == -2)
-		{
-			/* the subscription is gone: poll from here on (as acquire_waiting) */
-			int			rc;
 
-			subscribed = false;
-			no_subscription = true;
-			(void) lf_redis_disconnect_all();
-			now = lf_now_ms();
-			wake = Min(deadline, now + jittered(poll));
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   (long) Max(wake - now, 1), lf_wait_event());
-			if (rc & WL_LATCH_SET)
-				ResetLatch(MyLatch);
-			CHECK_FOR_INTERRUPTS();
-		}
+		/*
+		 * Others were granted meanwhile, with generations drawn after this
+		 * wait's: the next attempt draws anew, or it would be stale.
+		 */
+		spare = 0;
 	}
 }
 

@@ -253,23 +253,27 @@ run_timed(LfScript script, int nkeys, const char **keys, int nargs, const char *
  */
 
 /*
- * A script that grants a lease (acquire, seize): KEYS lease, generation and,
- * for a campaign, value; ARGV identity, ttl_ms, generation, generation key
- * TTL and, for a campaign, the value (NULL: none, the value key deleted).
+ * A script that grants a lease (acquire, seize, acquire_fair): KEYS lease,
+ * generation and, for a campaign, value; ARGV identity, ttl_ms,
+ * generation, generation key TTL, the script's own (nextra of them: the
+ * fair acquire's), and, for a campaign, the value (NULL: none, the value
+ * key deleted).
  */
 static LfAnswerOutcome
 run_grant(LfScript script, const char *resource, const char *identity, int64 ttl_ms,
-		  int64 generation, int gen_key_ttl_s, bool with_value_key, const char *value,
-		  const LfCall *call, LfAnswer *answer)
+		  int64 generation, int gen_key_ttl_s, const char *const *extra, int nextra,
+		  bool with_value_key, const char *value, const LfCall *call, LfAnswer *answer)
 {
 	char		ttlbuf[MAXINT8LEN + 1];
 	char		genbuf[MAXINT8LEN + 1];
 	char		genttl[12];
 	const char *keys[3];
-	const char *args[5];
+	const char *args[8];
 	int			nkeys = with_value_key ? 3 : 2;
+	int			nargs = 4;
 	int			i;
 
+	Assert(nextra <= 3);
 	/* (pg_lltoa: printf-style formatting cost more than the rest of the args) */
 	pg_lltoa(generation, genbuf);
 	pg_lltoa(ttl_ms, ttlbuf);
@@ -282,8 +286,11 @@ run_grant(LfScript script, const char *resource, const char *identity, int64 ttl
 	args[1] = ttlbuf;
 	args[2] = genbuf;
 	args[3] = genttl;
-	args[4] = value;
-	(void) run_timed(script, nkeys, keys, value ? 5 : 4, args, call, answer);
+	for (i = 0; i < nextra; i++)
+		args[nargs++] = extra[i];
+	if (value)
+		args[nargs++] = value;
+	(void) run_timed(script, nkeys, keys, nargs, args, call, answer);
 	for (i = 0; i < nkeys; i++)
 		pfree((char *) keys[i]);
 	return answer->outcome;
@@ -295,7 +302,7 @@ lf_script_acquire(const char *resource, const char *identity, int64 ttl_ms,
 				  LfAnswer *answer)
 {
 	return run_grant(LF_SCRIPT_ACQUIRE, resource, identity, ttl_ms, generation,
-					 gen_key_ttl_s, false, NULL, call, answer);
+					 gen_key_ttl_s, NULL, 0, false, NULL, call, answer);
 }
 
 /*
@@ -308,7 +315,7 @@ lf_script_campaign(const char *election, const char *identity, int64 ttl_ms,
 				   const LfCall *call, LfAnswer *answer)
 {
 	return run_grant(LF_SCRIPT_ACQUIRE, election, identity, ttl_ms, generation,
-					 gen_key_ttl_s, true, value, call, answer);
+					 gen_key_ttl_s, NULL, 0, true, value, call, answer);
 }
 
 LfAnswerOutcome
@@ -328,10 +335,13 @@ lf_script_renew(const char *resource, const char *identity, int64 ttl_ms,
 	return answer->outcome;
 }
 
-/* The release publishes on the resource's channel: PUBLISH, or SPUBLISH. */
-LfAnswerOutcome
-lf_script_release(const char *resource, const char *identity, const LfCall *call,
-				  LfAnswer *answer)
+/*
+ * A script on the lease key that may wake waiters (release, leave): ARGV
+ * identity, and how it publishes: PUBLISH, or SPUBLISH.
+ */
+static LfAnswerOutcome
+run_waking(LfScript script, const char *resource, const char *identity, const LfCall *call,
+		   LfAnswer *answer)
 {
 	const char *keys[1];
 	const char *args[2];
@@ -339,9 +349,16 @@ lf_script_release(const char *resource, const char *identity, const LfCall *call
 	keys[0] = lf_lease_key(resource);
 	args[0] = identity;
 	args[1] = lf_release_publish();
-	(void) run_timed(LF_SCRIPT_RELEASE, 1, keys, 2, args, call, answer);
+	(void) run_timed(script, 1, keys, 2, args, call, answer);
 	pfree((char *) keys[0]);
 	return answer->outcome;
+}
+
+LfAnswerOutcome
+lf_script_release(const char *resource, const char *identity, const LfCall *call,
+				  LfAnswer *answer)
+{
+	return run_waking(LF_SCRIPT_RELEASE, resource, identity, call, answer);
 }
 
 LfAnswerOutcome
@@ -392,7 +409,7 @@ lf_script_seize(const char *resource, const char *identity, int64 ttl_ms,
 				LfAnswer *answer)
 {
 	return run_grant(LF_SCRIPT_SEIZE, resource, identity, ttl_ms, generation,
-					 gen_key_ttl_s, false, NULL, call, answer);
+					 gen_key_ttl_s, NULL, 0, false, NULL, call, answer);
 }
 
 /*
@@ -406,36 +423,15 @@ lf_script_acquire_fair(const char *resource, const char *identity, int64 ttl_ms,
 					   bool campaign, const char *value, const LfCall *call,
 					   LfAnswer *answer)
 {
-	char		ttlbuf[MAXINT8LEN + 1];
-	char		genbuf[MAXINT8LEN + 1];
-	char		genttl[12];
 	char		wttl[12];
-	const char *keys[3];
-	const char *args[8];
-	int			nkeys = campaign ? 3 : 2;
-	int			i;
+	const char *extra[3];
 
-	pg_lltoa(generation, genbuf);
-	pg_lltoa(ttl_ms, ttlbuf);
-	pg_ltoa(gen_key_ttl_s, genttl);
 	pg_ltoa(waiter_ttl_ms, wttl);
-	keys[0] = lf_lease_key(resource);
-	keys[1] = lf_generation_key(resource);
-	if (campaign)
-		keys[2] = lf_value_key(resource);
-	args[0] = identity;
-	args[1] = ttlbuf;
-	args[2] = genbuf;
-	args[3] = genttl;
-	args[4] = wttl;
-	args[5] = join ? "1" : "0";
-	args[6] = lf_release_publish();
-	args[7] = value;
-	(void) run_timed(LF_SCRIPT_ACQUIRE_FAIR, nkeys, keys, campaign && value ? 8 : 7, args,
-					 call, answer);
-	for (i = 0; i < nkeys; i++)
-		pfree((char *) keys[i]);
-	return answer->outcome;
+	extra[0] = wttl;
+	extra[1] = join ? "1" : "0";
+	extra[2] = lf_release_publish();
+	return run_grant(LF_SCRIPT_ACQUIRE_FAIR, resource, identity, ttl_ms, generation,
+					 gen_key_ttl_s, extra, 3, campaign, campaign ? value : NULL, call, answer);
 }
 
 /* A waiter leaves its queue; the next one is woken if it was the head. */
@@ -443,15 +439,7 @@ LfAnswerOutcome
 lf_script_leave(const char *resource, const char *identity, const LfCall *call,
 				LfAnswer *answer)
 {
-	const char *keys[1];
-	const char *args[2];
-
-	keys[0] = lf_lease_key(resource);
-	args[0] = identity;
-	args[1] = lf_release_publish();
-	(void) run_timed(LF_SCRIPT_LEAVE, 1, keys, 2, args, call, answer);
-	pfree((char *) keys[0]);
-	return answer->outcome;
+	return run_waking(LF_SCRIPT_LEAVE, resource, identity, call, answer);
 }
 
 /* The live waiters of resource's queue, at most LF_QUEUE_SHOWN (answer->waiters). */

@@ -517,6 +517,19 @@ cluster_pause(int ms, bool interruptible)
 		CHECK_FOR_INTERRUPTS();
 }
 
+/*
+ * A try that failed after the cluster answered TRYAGAIN or CLUSTERDOWN:
+ * its reason says those answers came first (the deadline is theirs too).
+ */
+static void
+note_tryagains(char *err, int tryagains)
+{
+	size_t		len = strlen(err);
+
+	if (tryagains > 0 && len < LF_ERRLEN)
+		snprintf(err + len, LF_ERRLEN - len, " (after %d TRYAGAIN or CLUSTERDOWN answers)", tryagains);
+}
+
 static LfSendResult
 cluster_command(const char *route_key, int argc, const char **argv, const size_t *argvlen,
 				int timeout_ms, int flags, redisReply **reply, char *err)
@@ -527,6 +540,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 	bool		asking = false;
 	int			redirects = 0;
 	int			tries = 0;
+	int			tryagains = 0;	/* TRYAGAIN and CLUSTERDOWN answers so far */
 
 	*reply = NULL;
 	if (!cluster.map_valid || cluster.map_version != lf_redis_settings_version())
@@ -556,6 +570,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		else if (left <= 0)
 		{
 			snprintf(err, LF_ERRLEN, "timed out before the request could be sent to the Redis Cluster");
+			note_tryagains(err, tryagains);
 			return LF_NOT_SENT;
 		}
 		if (asking)
@@ -569,7 +584,10 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 			if (r == LF_SEND_INTERRUPTED)
 				CHECK_FOR_INTERRUPTS();
 			if (r != LF_REPLY)
+			{
+				note_tryagains(err, tryagains);
 				return LF_NOT_SENT; /* nothing of the command was sent */
+			}
 			ok = (*reply)->type == REDIS_REPLY_STATUS;
 			if (!ok)
 			{
@@ -581,7 +599,10 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 			freeReplyObject(*reply);
 			*reply = NULL;
 			if (!ok)
+			{
+				note_tryagains(err, tryagains);
 				return LF_NOT_SENT;
+			}
 			cflags = (flags & ~LF_FRESH) | LF_SAME_CONN;
 		}
 		sent_at = lf_now_ms();
@@ -591,6 +612,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 		{
 			/* a node gone or silent: learn the map again next time */
 			cluster.map_valid = false;
+			note_tryagains(err, tryagains);
 			return r;
 		}
 		if ((*reply)->type != REDIS_REPLY_ERROR)
@@ -627,6 +649,7 @@ cluster_command(const char *route_key, int argc, const char **argv, const size_t
 			 */
 			if (lf_now_ms() + LF_CLUSTER_RETRY_MS + 2 * took >= deadline)
 				return r;
+			tryagains++;
 			freeReplyObject(*reply);
 			*reply = NULL;
 			cluster_pause(LF_CLUSTER_RETRY_MS, (flags & LF_INTERRUPTIBLE) != 0);

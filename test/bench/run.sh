@@ -42,13 +42,20 @@
 #      excess over the TTL, median and p99), after resign(), after the
 #      leader's client closes its connection and after pg_terminate_backend;
 #      and the split-brain window: old-term writes committed after the new
-#      leader's campaign committed, with the old leader writing in a loop.
+#      leader's campaign committed, with the old leader writing in a loop;
+#   9. fair waiting (test/bench/fair.py): 16 waiters on one resource, holders
+#      holding 1 ms, 1,000 grants: the share of grants that went to the
+#      queue's next identity (arrival order), and, fair => true against
+#      today's unfair wait under the same load, the Redis requests per grant
+#      (INFO commandstats) and the time from a release to the next holder's
+#      acquire returning (median, p99); with no contention, instructions per
+#      acquire + release, fair against unfair (callgrind).
 #
 # Prints a table and writes test/bench/results/: results.txt (the table),
 # samples.csv (every sample), rss_*.dat (the memory series), bench.png (the
 # plot).  As root it installs what it needs (Debian packages) and runs the
-# servers as the postgres user, like test/run.sh.  About 27 minutes on 2 CPUs
-# (section 7 alone: about 11; section 8: about 4).
+# servers as the postgres user, like test/run.sh.  About 30 minutes on 2 CPUs
+# (section 7 alone: about 11; section 8: about 4; section 9: about 3).
 #
 # Settings (environment):
 #   LF_BENCH_ROUNDS=7          interleaved rounds (sections 1 and 3: plus a warm-up)
@@ -73,6 +80,14 @@
 #   LF_BENCH_ELECTION_TTL_MS=1000 the TTL the frozen leader and the old leader
 #                              of the split-brain window campaign with (the
 #                              handovers: 10 times it)
+#   LF_BENCH_FAIR_ROUNDS=5     interleaved rounds of section 9 (each: an
+#                              order run, a fair run, an unfair run and
+#                              the pg_advisory_lock baseline)
+#   LF_BENCH_FAIR_GRANTS=1000  grants per section 9 run
+#   LF_BENCH_FAIR_WAITERS=16   waiters (one more session holds)
+#   LF_BENCH_FAIR_HOLD_MS=1    how long a holder holds
+#   LF_BENCH_CG_FAIR=3000      acquire + release cycles of section 9 counted
+#                              under callgrind (each way)
 #   LF_BENCH_OUT=test/bench/results
 #   LF_BENCH_ONLY="1 3"        run only these sections (for profiling)
 #   LF_PG_ROOT                 run on a PostgreSQL built from source into this
@@ -101,6 +116,11 @@ JOB_SECS=${LF_BENCH_JOB_SECONDS:-10}
 JOB_MODES=${LF_BENCH_JOB_MODES:-a job b b2}
 ELECTION_ROUNDS=${LF_BENCH_ELECTION_ROUNDS:-50}
 ELECTION_TTL_MS=${LF_BENCH_ELECTION_TTL_MS:-1000}
+FAIR_ROUNDS=${LF_BENCH_FAIR_ROUNDS:-5}
+FAIR_GRANTS=${LF_BENCH_FAIR_GRANTS:-1000}
+FAIR_WAITERS=${LF_BENCH_FAIR_WAITERS:-16}
+FAIR_HOLD_MS=${LF_BENCH_FAIR_HOLD_MS:-1}
+CG_FAIR=${LF_BENCH_CG_FAIR:-3000}
 OUT=${LF_BENCH_OUT:-$here/results}
 PY=/usr/bin/python3			# Debian's, which has python3-redis
 
@@ -611,6 +631,34 @@ grep -E '^election_' "$raw/elections.csv" >>"$samples"
 fi
 
 # ---------------------------------------------------------------------
+# 9. fair waiting: arrival order, requests per grant, handover times
+# ---------------------------------------------------------------------
+# test/bench/fair.py: FAIR_WAITERS + 1 sessions (one process and connection
+# each) acquire one resource in a loop (wait_ms 60000), hold it FAIR_HOLD_MS
+# and release it, FAIR_GRANTS grants a run; four runs a round, the order
+# rotated: "order" (fair => true, each holder reads queue()'s next identity
+# before releasing: the grant after must go to it), "fair" and "unfair"
+# (fair => false, today's wait) measured alone: the Redis requests per grant
+# (INFO commandstats deltas of what the backends send) and the time from a
+# release to the next holder's acquire returning; and "advisory", the
+# baseline under the same load: pg_advisory_lock / pg_advisory_unlock of one
+# key through the same sessions (no Redis; PostgreSQL wakes one waiter).
+if want 9 || want fair; then
+lf_log "9. fair waiting: $FAIR_WAITERS waiters, holders hold $FAIR_HOLD_MS ms, $FAIR_GRANTS grants a run, $FAIR_ROUNDS rounds"
+: >"$raw/fair.csv"
+fair_load0=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((r = 1; r <= FAIR_ROUNDS; r++)); do
+	for v in $(rotate "$r" order fair unfair advisory); do
+		(cd "$LF_WORK" && lf_as_user "$PY" "$LF_SRC/test/bench/fair.py" "$v" "$r" "$FAIR_GRANTS" \
+			"$FAIR_WAITERS" "$FAIR_HOLD_MS" "$LF_REDIS_SOCK") >>"$raw/fair.csv" 2>>"$raw/fair.log" ||
+			{ cat "$raw/fair.log" >&2; die "section 9, $v round $r, failed"; }
+	done
+done
+grep -E '^fair_' "$raw/fair.csv" >>"$samples"
+fair_load="$fair_load0 at its start, $(cut -d' ' -f1-3 /proc/loadavg) at its end"
+fi
+
+# ---------------------------------------------------------------------
 # 1, again: instructions per row, counted by callgrind
 # ---------------------------------------------------------------------
 # Wall and CPU times move with whatever else runs on the machine; the number
@@ -730,6 +778,28 @@ if want 7; then
 	done
 fi
 
+# 9, again: instructions per acquire + release with no contention (one
+# session, the resource free every time), fair => true against false, both
+# with wait_ms 1000 (the waiting path; nobody waits, so neither waits):
+# callgrind inside the executor of a single-user backend, CG_FAIR cycles in
+# one statement each, as section 6 counts its cycle
+if want 9 || want fair; then
+	lf_log "9. instructions per acquire + release, fair and unfair, no contention (callgrind, $CG_FAIR cycles)"
+	lf_stop_pg
+	for v in unfair fair; do
+		f=false
+		[ "$v" = fair ] && f=true
+		echo "SELECT count(r.status) FROM generate_series(1, $CG_FAIR) g, LATERAL lease_fence.acquire('bench-cg-$v', 30000 + 0 * g, 0, 'explicit', 1000, false, $f) a, LATERAL lease_fence.release('bench-cg-$v', a.identity) r WHERE r.status = 'released';" |
+			(cd "$LF_WORK" && lf_as_user valgrind --tool=callgrind --callgrind-out-file="$raw/callgrind.fair_$v" \
+				--toggle-collect=standard_ExecutorRun "$PG_BIN/postgres" --single -D "$LF_PGDATA" postgres) \
+			>"$raw/callgrind_fair_$v.log" 2>&1 || { tail -20 "$raw/callgrind_fair_$v.log"; die "callgrind of the $v cycle failed"; }
+		grep -q "count = \"$CG_FAIR\"" "$raw/callgrind_fair_$v.log" || { tail -20 "$raw/callgrind_fair_$v.log"; die "the $v callgrind cycles did not all release"; }
+		ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$raw/callgrind_fair_$v.log")
+		[ -n "$ir" ] && [ "$ir" -gt 0 ] || { tail -20 "$raw/callgrind_fair_$v.log"; die "no instruction count for the $v cycle"; }
+		sample fair_ir "$v" 1 "$(awk -v i="$ir" -v n="$CG_FAIR" 'BEGIN { printf "%.0f", i / n }')" Ir
+	done
+fi
+
 # ---------------------------------------------------------------------
 # the report
 # ---------------------------------------------------------------------
@@ -760,6 +830,12 @@ elapsed=$(( $(date +%s) - started ))
 	echo "job_seconds=$JOB_SECS"
 	echo "election_rounds=$ELECTION_ROUNDS"
 	echo "election_ttl_ms=$ELECTION_TTL_MS"
+	echo "fair_rounds=$FAIR_ROUNDS"
+	echo "fair_grants=$FAIR_GRANTS"
+	echo "fair_waiters=$FAIR_WAITERS"
+	echo "fair_hold_ms=$FAIR_HOLD_MS"
+	echo "cg_fair=$CG_FAIR"
+	echo "fair_load=${fair_load:-?}"
 } >"$raw/meta.txt"
 
 mkdir -p "$OUT"

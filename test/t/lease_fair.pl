@@ -1,5 +1,5 @@
 # lease_fair.pl — fair waiting: acquire(..., fair => true) grants a busy
-# resource in the order its waiters came (docs/guides/waiting.md).
+# resource in the order its waiters came (docs/guides/keepalive-and-waiting.md).
 #
 #  - bad input: fair NULL is ERROR 22023 before anything is sent;
 #  - arrival order: waiters started one after another (each visibly queued
@@ -8,6 +8,7 @@
 #    waiter, its own channel);
 #  - queue() and all_leases show the queue (position, pid, since);
 #  - wait_ms 0 with fair: busy while anybody waits, never joins;
+#  - campaign(fair => true): followers win in the order they came;
 #  - counters fair / queued, granted, left.
 
 use strict;
@@ -126,6 +127,32 @@ call($node, "lease_fence.release('f-order', " . lit($prev->{identity}) . ")");
 	is($z->{status}, 'busy', 'fair, wait_ms 0, the lease held: busy');
 	is(queued('f-zero'), '0', 'and it did not join the queue');
 	call($node, "lease_fence.release('f-zero', " . lit($got->{identity}) . ")");
+}
+
+#
+# campaign(fair => true): the followers lead in the order they came
+#
+{
+	my $leader = call($node, "lease_fence.campaign('f-elect', 600000, wait_ms => 0, scope => 'explicit', fair => true)");
+	is($leader->{status}, 'acquired', 'campaign(fair): the first leads at once');
+	my @f;
+	for my $i (0 .. 1)
+	{
+		$f[$i] = session($node);
+		start_sql($f[$i], "SELECT row_to_json(c) FROM lease_fence.campaign('f-elect', 600000, wait_ms => 60000, scope => 'explicit', fair => true) c;");
+		wait_queued('f-elect', $i + 1, "follower $i");
+	}
+	call($node, "lease_fence.resign('f-elect', " . lit($leader->{identity}) . ")");
+	my $first = finish_row($f[0]);
+	is($first->{status}, 'acquired', 'campaign(fair): the follower that came first leads after the resign');
+	ok($first->{term} > $leader->{term}, 'campaign(fair): with a higher term');
+	is(queued('f-elect'), '1', 'campaign(fair): the second still waits');
+	is(sql_ok($node, "SELECT generation FROM lease_fence.resource_fences WHERE resource = 'f-elect'"),
+		$first->{term}, "campaign(fair): the win raised the election's resource fence to its term");
+	call($node, "lease_fence.resign('f-elect', " . lit($first->{identity}) . ")");
+	my $second = finish_row($f[1]);
+	is($second->{status}, 'acquired', 'campaign(fair): then the second');
+	call($node, "lease_fence.resign('f-elect', " . lit($second->{identity}) . ")");
 }
 
 done_testing();

@@ -12,7 +12,8 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const SERVER_TESTS = ['test/client.test.js', 'test/job.test.js', 'test/leadership.test.js', 'test/knex.test.js',
-  'test/pool.test.js', 'test/esm.test.mjs', 'test/types.test.js', 'test/client-side.test.js'];
+  'test/pool.test.js', 'test/esm.test.mjs', 'test/types.test.js', 'test/client-side.test.js',
+  'test/fair.test.js'];
 
 function defaultFiles() {
   const unit = fs.existsSync('test/unit')

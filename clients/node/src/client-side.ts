@@ -27,6 +27,7 @@ import { readFileSync } from 'node:fs';
 import * as path from 'node:path';
 import type { ClientBase } from 'pg';
 import { DataCorrupted } from './errors.js';
+import { checkNotFair } from './options.js';
 import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import { decode, decodeRejection, decodeTransport } from './protocol.js';
 import type { Answer, ScriptName as ProtocolScript } from './protocol.js';
@@ -81,6 +82,8 @@ export interface ClientSideAcquireOptions {
   minValidityMs?: number;
   /** While the lease is busy, try again (polling) for up to this long (ms); default 0. */
   waitMs?: number;
+  /** Not offered client-side: true is refused (RangeError, nothing sent); fair leases need the C edition. */
+  fair?: boolean;
 }
 
 export interface ClientSideAcquireCheckedOptions extends ClientSideAcquireOptions {
@@ -419,6 +422,7 @@ export class RedisLeases {
     if (options === null || typeof options !== 'object') {
       throw new TypeError('acquire needs options: { ttlMs }');
     }
+    checkNotFair(options.fair);
     checkResource(resource);
     const ttl = checkTtl(options.ttlMs);
     const minv = checkMinValidity(options.minValidityMs ?? 0, ttl);

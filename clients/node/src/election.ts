@@ -16,6 +16,7 @@ import {
   LeadershipLost, LeaseDenied, LeaseUnavailable, LeaseUnknown, TakeOverTimeout,
 } from './errors.js';
 import { fenced, isPool } from './index.js';
+import { checkFair } from './options.js';
 import { acquireResult } from './outcomes.js';
 import type { AcquiredLease, ClientOf, Lease, Queryable } from './types.js';
 
@@ -25,7 +26,7 @@ const MAX_VALUE_BYTES = 1024;
 const MAX_TTL_MS = 1000 * 60 * 60 * 24 * 365 * 100;
 
 const CAMPAIGN_SQL = 'SELECT status, identity, term, validity_ms, reason FROM ' +
-  'lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text)';
+  'lease_fence.campaign($1::text, $2::bigint, $3::bigint, $4::text, $5::text, $6::boolean)';
 const RENEW_SQL = 'SELECT renewed, status, validity_ms, reason FROM ' +
   'lease_fence.renew($1::text, $2::text, $3::bigint, 0)';
 const RESIGN_SQL = 'SELECT released, status, reason FROM lease_fence.resign($1::text, $2::text)';
@@ -41,6 +42,8 @@ export interface LeadershipOptions {
   waitMs?: number | null;
   /** 'session' (default: the lease also ends with the server session) or 'explicit' (poolers). */
   scope?: 'session' | 'explicit';
+  /** Wait in the election's queue: candidates win in the order they came; default false. */
+  fair?: boolean;
 }
 
 export interface TakeOverOptions {
@@ -280,13 +283,13 @@ class Heartbeat {
 }
 
 function campaignArgs(election: unknown, options: unknown, fn: unknown):
-  [string, number, string | null, number | null, string] {
+  [string, number, string | null, number | null, string, boolean] {
   checkName('election', election);
   if (options === null || typeof options !== 'object') {
     throw new TypeError('leadership takes its options as an object: ' +
       'leadership(db, election, { ttlMs, value, waitMs }, fn)');
   }
-  const { ttlMs, value = null, waitMs = null, scope = 'session' } = options as LeadershipOptions;
+  const { ttlMs, value = null, waitMs = null, scope = 'session', fair } = options as LeadershipOptions;
   checkInteger('ttlMs', ttlMs, 1, MAX_TTL_MS);
   if (value !== null) {
     if (typeof value !== 'string') throw new TypeError(`value is a string or null, got ${typeof value}`);
@@ -298,8 +301,9 @@ function campaignArgs(election: unknown, options: unknown, fn: unknown):
   }
   if (waitMs !== null) checkInteger('waitMs', waitMs, 0, Number.MAX_SAFE_INTEGER);
   checkScope(scope, ['session', 'explicit']);
+  const isFair = checkFair(fair);
   if (typeof fn !== 'function') throw new TypeError('leadership needs a function to run');
-  return [election as string, ttlMs, value, waitMs, scope];
+  return [election as string, ttlMs, value, waitMs, scope, isFair];
 }
 
 /**
@@ -318,7 +322,8 @@ function campaignArgs(election: unknown, options: unknown, fn: unknown):
  * LeaseUnknown, LeaseDenied), 'stale' is retried once. Then the election's
  * lease is renewed on that connection at once and every ttlMs / 3: the
  * leadership lives while this process runs its timers; a frozen process
- * stops renewing and loses it once the TTL runs out. Run fn's work on
+ * stops renewing and loses it once the TTL runs out. fair: true waits in
+ * the election's queue (candidates win in the order they came). Run fn's work on
  * other connections, through lead.fenced(client, fn).
  *
  * lead.signal aborts (reason a LeadershipLost) once the leadership is
@@ -332,7 +337,7 @@ function campaignArgs(election: unknown, options: unknown, fn: unknown):
  */
 export async function leadership<T>(db: Queryable, election: string, options: LeadershipOptions,
   fn: (lead: Leadership) => Promise<T> | T): Promise<T> {
-  const [name, ttlMs, value, waitMs, scope] = campaignArgs(election, options, fn);
+  const [name, ttlMs, value, waitMs, scope, fair] = campaignArgs(election, options, fn);
   const pooled = isPool(db);
   const conn = (pooled ? await (db as Pool).connect() : db) as ClientBase;
   let clean = false;
@@ -340,7 +345,8 @@ export async function leadership<T>(db: Queryable, election: string, options: Le
     let won: AcquiredLease;
     try {
       const campaign = async (): Promise<Lease> => {
-        const { rows } = await conn.query<CampaignRow>(CAMPAIGN_SQL, [name, ttlMs, waitMs, value, scope]);
+        const { rows } = await conn.query<CampaignRow>(CAMPAIGN_SQL,
+          [name, ttlMs, waitMs, value, scope, fair]);
         return campaignLease(name, rows[0]);
       };
       let first = await campaign();

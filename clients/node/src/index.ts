@@ -21,6 +21,7 @@ import type { ClientBase, Pool, PoolClient, QueryResult } from 'pg';
 import {
   LeaseDenied, LeaseLost, LeaseUnknown, TransactionRolledBack, translateError,
 } from './errors.js';
+import { checkFair } from './options.js';
 import { acquireResult, releaseResult, renewResult } from './outcomes.js';
 import type {
   AcquireCheckedOptions, AcquireOptions, AcquiredLease, ClientOf, Fence, FenceOptions,
@@ -211,14 +212,15 @@ function generationParam(generation: Generation | null | undefined): string {
 
 const ACQUIRE_SQL =
   'SELECT acquired, status, resource, identity, generation, validity_ms, reason ' +
-  'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean)';
+  'FROM lease_fence.acquire($1::text, $2::bigint, $3::bigint, $4::text, $5::bigint, $6::boolean, ' +
+  '$7::boolean)';
 
 type Scope = 'explicit' | 'session' | 'transaction';
 
 async function acquireRow(db: Queryable, resource: string, ttlMs: number, minValidityMs: number,
-  scope: Scope, waitMs = 0, keepalive = false): Promise<Lease> {
+  scope: Scope, waitMs = 0, keepalive = false, fair = false): Promise<Lease> {
   const { rows } = await (db as ClientBase).query<LeaseRow>(ACQUIRE_SQL,
-    [resource, ttlMs, minValidityMs, scope, waitMs, Boolean(keepalive)]);
+    [resource, ttlMs, minValidityMs, scope, waitMs, Boolean(keepalive), fair]);
   return toLease(rows[0]);
 }
 
@@ -228,38 +230,39 @@ async function acquireRow(db: Queryable, resource: string, ttlMs: number, minVal
  */
 async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
   minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
-  keepalive: boolean, call: 'acquire'): Promise<AcquiredLease>;
+  keepalive: boolean, fair: boolean, call: 'acquire'): Promise<AcquiredLease>;
 async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
   minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
-  keepalive: boolean, call: 'tryAcquire'): Promise<AcquiredLease | null>;
+  keepalive: boolean, fair: boolean, call: 'tryAcquire'): Promise<AcquiredLease | null>;
 async function checkAcquired(db: Queryable, first: Lease, resource: string, ttlMs: number,
   minValidityMs: number, scope: Scope, retryStale: boolean, waitMs: number,
-  keepalive: boolean, call: 'acquire' | 'tryAcquire'): Promise<AcquiredLease | null> {
+  keepalive: boolean, fair: boolean, call: 'acquire' | 'tryAcquire'): Promise<AcquiredLease | null> {
   let lease = first;
   if (lease.status === 'stale' && retryStale) {
     // stale set nothing and moved next_generation() past the stored one
-    lease = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+    lease = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive, fair);
   }
   return acquireResult(lease, call);
 }
 
 async function acquireChecked(db: Queryable, resource: string, ttlMs: number,
   minValidityMs: number, scope: Scope, retryStale: boolean, waitMs = 0,
-  keepalive = false): Promise<AcquiredLease> {
-  const first = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive);
+  keepalive = false, fair = false): Promise<AcquiredLease> {
+  const first = await acquireRow(db, resource, ttlMs, minValidityMs, scope, waitMs, keepalive, fair);
   return checkAcquired(db, first, resource, ttlMs, minValidityMs, scope, retryStale, waitMs,
-    keepalive, 'acquire');
+    keepalive, fair, 'acquire');
 }
 
 /**
  * Explicit-scope acquire that never rejects for an outcome: the row, with
  * acquired true, false (busy, stale, unavailable, insufficient_validity,
  * unreplicated) or null (unknown). waitMs > 0 waits up to that long while the
- * lease is busy. No retry of 'stale'.
+ * lease is busy (fair: true, in the resource's queue, as acquire). No retry
+ * of 'stale'.
  */
 export async function acquireOutcome(db: Queryable, resource: string,
-  { ttlMs, minValidityMs = 0, waitMs = 0 }: AcquireOptions): Promise<Lease> {
-  return acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs);
+  { ttlMs, minValidityMs = 0, waitMs = 0, fair }: AcquireOptions): Promise<Lease> {
+  return acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs, false, checkFair(fair));
 }
 
 /**
@@ -271,11 +274,13 @@ export async function acquireOutcome(db: Queryable, resource: string,
  * resolves: unavailable is not busy, and unknown is never "not acquired".
  */
 export async function tryAcquire(db: Queryable, resource: string,
-  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0 }: AcquireCheckedOptions,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, fair }: AcquireCheckedOptions,
 ): Promise<AcquiredLease | null> {
-  const first = await acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs);
+  const isFair = checkFair(fair);
+  const first = await acquireRow(db, resource, ttlMs, minValidityMs, 'explicit', waitMs, false,
+    isFair);
   return checkAcquired(db, first, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs,
-    false, 'tryAcquire');
+    false, isFair, 'tryAcquire');
 }
 
 /**
@@ -285,12 +290,15 @@ export async function tryAcquire(db: Queryable, resource: string,
  * unless retryStale is false. waitMs > 0: while the lease is busy, wait up to
  * that long (woken by the holder's release or its TTL's end); LeaseBusy if it
  * is still busy then. The wait is one statement: statement_timeout or a
- * cancel rejects with pg's error (code 57014), not a LeaseError.
+ * cancel rejects with pg's error (code 57014), not a LeaseError. fair: true
+ * joins the resource's queue: waiters are granted in the order they came
+ * (waitMs 0: busy while anyone is queued).
  */
 export async function acquire(db: Queryable, resource: string,
-  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0 }: AcquireCheckedOptions,
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, fair }: AcquireCheckedOptions,
 ): Promise<AcquiredLease> {
-  return acquireChecked(db, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs);
+  return acquireChecked(db, resource, ttlMs, minValidityMs, 'explicit', retryStale, waitMs, false,
+    checkFair(fair));
 }
 
 /**
@@ -300,7 +308,7 @@ export async function acquire(db: Queryable, resource: string,
  * sent without waiting in between. A failed acquire rejects before fn runs;
  * any error rolls back; a COMMIT that PostgreSQL answers with ROLLBACK (fn
  * caught a failed statement's error) rejects with TransactionRolledBack.
- * waitMs > 0 waits up to that long for a busy lease.
+ * waitMs > 0 waits up to that long for a busy lease (fair: as acquire).
  * keepalive: true has the server's keep-alive worker renew the lease while
  * the transaction runs (so ttlMs need not cover all of it); once lost, the
  * next fenced write or the COMMIT rejects with LeaseLostAtCommit. Given a
@@ -308,15 +316,17 @@ export async function acquire(db: Queryable, resource: string,
  * statement of the transaction on it.
  */
 export async function transactionLease<C extends Queryable, T>(db: C, resource: string,
-  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, keepalive = false }:
+  { ttlMs, minValidityMs = 0, retryStale = true, waitMs = 0, keepalive = false, fair }:
     TransactionLeaseOptions,
   fn: (lease: AcquiredLease, client: ClientOf<C>) => Promise<T> | T): Promise<T> {
   if (typeof fn !== 'function') throw new TypeError('transactionLease needs a function to run');
+  const isFair = checkFair(fair);
   return transaction(db,
-    (client) => acquireRow(client, resource, ttlMs, minValidityMs, 'transaction', waitMs, keepalive),
+    (client) => acquireRow(client, resource, ttlMs, minValidityMs, 'transaction', waitMs, keepalive,
+      isFair),
     async (client, first) => {
       const lease = await checkAcquired(client, first, resource, ttlMs, minValidityMs,
-        'transaction', retryStale, waitMs, keepalive, 'acquire');
+        'transaction', retryStale, waitMs, keepalive, isFair, 'acquire');
       return fn(lease, client);
     });
 }
@@ -350,12 +360,12 @@ function sqlLiteral(client: ClientBase, value: string): string {
  * literal, the numbers validated integers). One Query message, one round trip.
  */
 function jobStartSql(client: ClientBase, resource: string, ttlMs: number, minValidityMs: number,
-  waitMs: number): string {
+  waitMs: number, fair: boolean): string {
   return 'BEGIN; SELECT acquired, status, resource, identity, generation, validity_ms, reason ' +
     `FROM lease_fence.acquire(CAST(${sqlLiteral(client, resource)} AS text), ` +
     `CAST(${sqlInteger('ttlMs', ttlMs)} AS bigint), ` +
     `CAST(${sqlInteger('minValidityMs', minValidityMs)} AS bigint), 'transaction', ` +
-    `CAST(${sqlInteger('waitMs', waitMs)} AS bigint), false)`;
+    `CAST(${sqlInteger('waitMs', waitMs)} AS bigint), false, CAST(${fair ? 'true' : 'false'} AS boolean))`;
 }
 
 /** The work of a job: fn(lease, client). */
@@ -364,7 +374,7 @@ export type JobFn<C extends Queryable, T> = (lease: AcquiredLease, client: Clien
 /**
  * A fenced job: transactionLease's guarantees in the fewest round trips.
  *
- *   job(db, resource, { ttlMs, minValidityMs = 0, waitMs = 0 }, fn)
+ *   job(db, resource, { ttlMs, minValidityMs = 0, waitMs = 0, fair = false }, fn)
  *
  * fn(lease, client) runs in one transaction holding a transaction-scoped
  * lease on `resource`: its generation fences every write fn makes through
@@ -384,7 +394,8 @@ export type JobFn<C extends Queryable, T> = (lease: AcquiredLease, client: Clien
  * of a failed statement and went on (a refused write, say), PostgreSQL
  * answers COMMIT with ROLLBACK and job rejects with TransactionRolledBack
  * (err.cause: that error, when seen): it never resolves for a transaction
- * that did not commit. waitMs > 0 waits up to that long for a busy lease.
+ * that did not commit. waitMs > 0 waits up to that long for a busy lease
+ * (fair: true, in the resource's queue, as acquire).
  *
  * Given a pool, one client is checked out for the job and given back after
  * it; it is destroyed instead when the job failed otherwise than by a
@@ -404,15 +415,16 @@ export async function job<C extends Queryable, T>(db: C, resource: string,
   let ttlMs: unknown;
   let minValidityMs: unknown;
   let waitMs: unknown;
+  let fair: unknown;
   if (typeof optionsOrTtlMs === 'number') {
-    // the deprecated form: job(db, resource, ttlMs, fn, { minValidityMs, waitMs })
+    // the deprecated form: job(db, resource, ttlMs, fn, { minValidityMs, waitMs, fair })
     ttlMs = optionsOrTtlMs;
-    ({ minValidityMs = 0, waitMs = 0 } = oldOptions || {});
+    ({ minValidityMs = 0, waitMs = 0, fair } = oldOptions || {});
   } else if (optionsOrTtlMs !== null && typeof optionsOrTtlMs === 'object') {
     if (oldOptions !== undefined) {
       throw new TypeError('job(db, resource, options, fn) takes every option in its options object');
     }
-    ({ ttlMs, minValidityMs = 0, waitMs = 0 } = optionsOrTtlMs);
+    ({ ttlMs, minValidityMs = 0, waitMs = 0, fair } = optionsOrTtlMs);
   } else {
     throw new TypeError('job takes its options as an object before the function: ' +
       `job(db, resource, { ttlMs, minValidityMs, waitMs }, fn); got ${typeof optionsOrTtlMs}`);
@@ -422,12 +434,14 @@ export async function job<C extends Queryable, T>(db: C, resource: string,
   sqlInteger('ttlMs', ttlMs);
   sqlInteger('minValidityMs', minValidityMs);
   sqlInteger('waitMs', waitMs);
-  return runJob(db, resource, ttlMs as number, minValidityMs as number, waitMs as number, fn);
+  const isFair = checkFair(fair);
+  return runJob(db, resource, ttlMs as number, minValidityMs as number, waitMs as number, isFair,
+    fn);
 }
 
 /** job, its arguments checked. */
 async function runJob<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
-  minValidityMs: number, waitMs: number, fn: JobFn<C, T>): Promise<T> {
+  minValidityMs: number, waitMs: number, fair: boolean, fn: JobFn<C, T>): Promise<T> {
   const pooled = isPool(db);
   const client = (pooled ? await (db as Pool).connect() : db) as unknown as ClientOf<C>;
   const c = client as unknown as ClientBase;
@@ -435,12 +449,12 @@ async function runJob<C extends Queryable, T>(db: C, resource: string, ttlMs: nu
   try {
     let lease: AcquiredLease;
     try {
-      const answer = await c.query(jobStartSql(c, resource, ttlMs, minValidityMs, waitMs)) as
+      const answer = await c.query(jobStartSql(c, resource, ttlMs, minValidityMs, waitMs, fair)) as
         unknown as QueryResult<LeaseRow> | QueryResult<LeaseRow>[];
       const selected = Array.isArray(answer) ? answer[answer.length - 1] : answer;
       // stale: the transaction is fine (the acquire answered a row); the retry runs in it
       lease = await checkAcquired(c, toLease(selected.rows[0]), resource, ttlMs, minValidityMs,
-        'transaction', true, waitMs, false, 'acquire');
+        'transaction', true, waitMs, false, fair, 'acquire');
     } catch (err) {
       const rolledBack = await c.query('ROLLBACK').then(() => true, () => false);
       clean = rolledBack && err instanceof LeaseDenied;
@@ -517,7 +531,7 @@ export async function keepaliveState(db: Queryable,
  * transaction-pooling proxy: a session lease belongs to the server session.
  */
 export async function keptAliveLease<T>(pool: Pool, resource: string,
-  { ttlMs, minValidityMs = 0, waitMs = 0, pollMs, retryStale = true }: KeptAliveLeaseOptions,
+  { ttlMs, minValidityMs = 0, waitMs = 0, pollMs, retryStale = true, fair }: KeptAliveLeaseOptions,
   fn: (client: PoolClient, lease: AcquiredLease, signal: AbortSignal) => Promise<T> | T,
 ): Promise<T> {
   if (!isPool(pool)) {
@@ -525,6 +539,7 @@ export async function keptAliveLease<T>(pool: Pool, resource: string,
       'of its connections');
   }
   if (typeof fn !== 'function') throw new TypeError('keptAliveLease needs a function to run');
+  const isFair = checkFair(fair);
   const max = (pool as Pool & { options?: { max?: number } }).options?.max;
   if (max !== undefined && max < 2) {
     throw new RangeError('keptAliveLease needs a pg.Pool with max >= 2: one client holds ' +
@@ -535,7 +550,7 @@ export async function keptAliveLease<T>(pool: Pool, resource: string,
   let lease: AcquiredLease;
   try {
     lease = await acquireChecked(client, resource, ttlMs, minValidityMs, 'session', retryStale,
-      waitMs, true);
+      waitMs, true, isFair);
   } catch (err) {
     // a definite no leaves nothing behind; anything else (unknown: it may be
     // held by this session) ends the session, which releases its leases

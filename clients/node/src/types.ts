@@ -69,6 +69,8 @@ export interface AcquireOptions {
   minValidityMs?: number;
   /** While the lease is busy, wait up to this long (ms) for its release; default 0. */
   waitMs?: number;
+  /** Wait in the resource's queue: granted in arrival order (lease_fence.acquire(..., fair => true)); default false. */
+  fair?: boolean;
 }
 
 export interface AcquireCheckedOptions extends AcquireOptions {
@@ -90,6 +92,8 @@ export interface JobOptions {
   minValidityMs?: number;
   /** While the lease is busy, wait up to this long (ms) for its release; default 0. */
   waitMs?: number;
+  /** Wait in the resource's queue, granted in arrival order; default false. */
+  fair?: boolean;
 }
 
 export interface KeptAliveLeaseOptions extends AcquireCheckedOptions {

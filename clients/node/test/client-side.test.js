@@ -468,6 +468,38 @@ describe('client-side mode: ioredis leases, generations from the portable editio
     assert.deepEqual(await keysUnder(admin, prefix), [], 'nothing sent');
   });
 
+  it('fair: true is refused (RangeError), a fair that is not a boolean is a TypeError, before anything is drawn or sent', async () => {
+    const prefix = prefixOf('fair');
+    const nowhere = path.join(path.dirname(REDIS_SOCK), `no-redis-${randomBytes(4).toString('hex')}.sock`);
+    let queries = 0;
+    const db = { query: async (...args) => { queries += 1; return pool.query(...args); } };
+    const res = resourceName('fair');
+    // a client of a socket that does not exist: a request there would answer unavailable
+    const absent = new lf.RedisLeases(redisClient({ path: nowhere, retryStrategy: () => 50 }),
+      { keyPrefix: prefix, connectTimeoutMs: 200 });
+    for (const leases of [new lf.RedisLeases(redisClient(), { keyPrefix: prefix }), absent]) {
+      for (const verb of ['acquire', 'tryAcquire', 'acquireOutcome']) {
+        for (const waitMs of [0, 1000]) {
+          await assert.rejects(leases[verb](db, res, { ttlMs: 1000, waitMs, fair: true }),
+            (err) => err instanceof RangeError && /^fair: true is not offered by the client-side mode/.test(err.message),
+            `${verb} waitMs ${waitMs}`);
+        }
+        for (const bad of ['yes', 1, null]) {
+          await assert.rejects(leases[verb](db, res, { ttlMs: 1000, fair: bad }),
+            (err) => err instanceof TypeError && /^fair is a boolean/.test(err.message), `${verb} ${bad}`);
+        }
+      }
+    }
+    assert.equal(queries, 0, 'no generation drawn');
+    assert.deepEqual(await keysUnder(admin, prefix), [], 'nothing sent');
+    const lost = await absent.acquireOutcome(pool, res, { ttlMs: 1000, fair: false });
+    assert.equal(lost.status, 'unavailable', 'what a request there would have answered');
+    const leases = new lf.RedisLeases(redisClient(), { keyPrefix: prefix });
+    const lease = await leases.acquire(pool, res, { ttlMs: 1000, fair: false });
+    assert.equal(lease.acquired, true);
+    assert.equal(await leases.release(lease), 'released');
+  });
+
   // ioredis keeps a command whose reply did not come before its connection
   // closed and, by default (autoResendUnfulfilledCommands), sends it again
   // once it has reconnected: an acquire Redis already ran runs a second time

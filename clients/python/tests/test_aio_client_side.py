@@ -147,3 +147,40 @@ async def test_async_stale_heal_and_unavailable():
         await conn.close()
         await client.close()
         await absent.close()
+
+
+@pytest.mark.asyncio
+async def test_async_fair_refused_before_any_side_effect():
+    """As the sync test: fair=True is a ValueError, a fair that is not a bool
+    a TypeError, before a generation is drawn or Redis is asked (a client of
+    a socket that does not exist would answer LeaseUnavailable)."""
+    require_environment()
+    check = portable_connect()
+    conn = await aportable()
+    clients = [aredis(), aredis(sock=REDIS_SOCK + ".none")]
+    res = resource_name("aio_client_side_fair")
+    try:
+        before = check.execute("SELECT lease_fence.highest_issued()").fetchone()[0]
+        for client in clients:
+            leases = AsyncClientSideLeases(client)
+            for verb in (leases.acquire, leases.try_acquire):
+                for wait_ms in (0, 1000):
+                    with pytest.raises(ValueError, match=r"^fair=True is not offered by the "
+                                                         r"client-side mode"):
+                        await verb(conn, res, ttl_ms=1000, wait_ms=wait_ms, fair=True)
+                for bad in ("yes", 1, None):
+                    with pytest.raises(TypeError, match=r"^fair is a bool"):
+                        await verb(conn, res, ttl_ms=1000, fair=bad)
+        assert check.execute("SELECT lease_fence.highest_issued()").fetchone()[0] == before
+        assert redis("EXISTS", lease_key(res), generation_key(res)) == "0"
+        with pytest.raises(LeaseUnavailable):   # what a request there would have answered
+            await AsyncClientSideLeases(clients[1]).acquire(conn, res, ttl_ms=1000)
+        leases = AsyncClientSideLeases(clients[0])
+        lease = await leases.acquire(conn, res, ttl_ms=1000, fair=False)
+        assert lease.acquired is True
+        assert await leases.release(conn, lease) == "released"
+    finally:
+        for client in clients:
+            await client.close()
+        await conn.close()
+        check.close()

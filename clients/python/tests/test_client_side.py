@@ -181,6 +181,32 @@ class ClientSideTests(unittest.TestCase):
         self.assertEqual(highest_issued(self.conn), before, "nothing drawn")
         self.assertEqual(redis("EXISTS", self.key(res), lease_key(res) + ":gen"), "0")
 
+    def test_fair_refused_before_any_side_effect(self):
+        """The client-side mode has no fair waiting (acquire.lua has no queue):
+        fair=True is a ValueError and a fair that is not a bool a TypeError,
+        raised before a generation is drawn or Redis is asked (a client of a
+        socket that does not exist would answer LeaseUnavailable); nothing in
+        Redis. fair=False takes the lease as before."""
+        res = resource_name(self)
+        before = highest_issued(self.conn)
+        nowhere = ClientSideLeases(redis_client(sock=REDIS_SOCK + ".none"))
+        for L in (self.leases, nowhere):
+            for verb in (L.acquire, L.try_acquire):
+                for wait_ms in (0, 1000):
+                    with self.assertRaisesRegex(ValueError, r"^fair=True is not offered by the "
+                                                            r"client-side mode"):
+                        verb(self.conn, res, ttl_ms=1000, wait_ms=wait_ms, fair=True)
+                for bad in ("yes", 1, None):
+                    with self.assertRaisesRegex(TypeError, r"^fair is a bool"):
+                        verb(self.conn, res, ttl_ms=1000, fair=bad)
+        self.assertEqual(highest_issued(self.conn), before, "nothing drawn")
+        self.assertEqual(redis("EXISTS", lease_key(res), generation_key(res)), "0")
+        with self.assertRaises(LeaseUnavailable):   # what a request there would have answered
+            nowhere.acquire(self.conn, res, ttl_ms=1000, fair=False)
+        lease = self.leases.acquire(self.conn, res, ttl_ms=1000, fair=False)
+        self.assertTrue(lease.acquired)
+        self.assertEqual(self.leases.release(self.conn, lease), "released")
+
     # ------------------------------------------------------------ two holders
 
     def test_two_holders_stale_writer_refused(self):

@@ -64,7 +64,7 @@ export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
 
   // job: the options (ttlMs among them), then fn, as transactionLease and
   // keptAliveLease; given a pool, fn gets the PoolClient
-  const jobOpts: AcquireOptions = { ttlMs: 5000, minValidityMs: 500, waitMs: 100 };
+  const jobOpts: AcquireOptions = { ttlMs: 5000, minValidityMs: 500, waitMs: 100, fair: true };
   const done: bigint = await job(pool, 'invoice:44', jobOpts, async (l, c) => {
     const pc: pg.PoolClient = c;
     await pc.query('SELECT 1');
@@ -224,7 +224,7 @@ export function corruptCode(err: unknown): string | null {
 
 // leadership and takeOver (1.5): the leadership's fields and its lost signal
 export async function lead(pool: pg.Pool, client: pg.Client): Promise<bigint> {
-  const term: bigint = await leadership(client, 'scheduler', { ttlMs: 3000, value: 'host-a' },
+  const term: bigint = await leadership(client, 'scheduler', { ttlMs: 3000, value: 'host-a', fair: false },
     async (l: Leadership) => {
       const signal: AbortSignal = l.signal;
       const why: string | null = l.lostReason;
@@ -239,6 +239,8 @@ export async function lead(pool: pg.Pool, client: pg.Client): Promise<bigint> {
   await leadership(client, 'scheduler', {}, () => 1);
   // @ts-expect-error scope is 'session' or 'explicit'
   await takeOver(pool, 'x', { ttlMs: 1, scope: 'transaction' });
+  // @ts-expect-error fair is a boolean
+  await leadership(client, 'scheduler', { ttlMs: 3000, fair: 'yes' }, () => 1);
   return term;
 }
 

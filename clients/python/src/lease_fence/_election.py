@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, TypeVar
 
 from ._errors import (Lease, LeadershipLost, LeaseUnavailable, LeaseUnknown, TakeOverTimeout,
                       _acquired, _driver_error, _lease_from_row, _sqlstate)
-from ._sync import RENEW_SQL, _adapter, _Adapter, _one_server_session, fenced
+from ._sync import RENEW_SQL, _adapter, _Adapter, _check_fair, _one_server_session, fenced
 
 __all__ = ["Leadership", "leadership", "take_over"]
 
@@ -29,7 +29,8 @@ C = TypeVar("C")
 CAMPAIGN_SQL = ("SELECT status, identity, term, validity_ms, reason "
                 "FROM lease_fence.campaign(CAST(%(election)s AS text), "
                 "CAST(%(ttl_ms)s AS bigint), CAST(%(wait_ms)s AS bigint), "
-                "CAST(%(value)s AS text), CAST(%(scope)s AS text))")
+                "CAST(%(value)s AS text), CAST(%(scope)s AS text), "
+                "CAST(%(fair)s AS boolean))")
 RESIGN_SQL = ("SELECT released, status, reason FROM lease_fence.resign("
               "CAST(%(election)s AS text), CAST(%(identity)s AS text))")
 TAKE_OVER_SQL = ("SELECT acquired, status, resource, identity, generation, validity_ms, reason "
@@ -71,7 +72,7 @@ def _check_name(what: str, name: object) -> str:
 
 
 def _campaign_params(election: object, ttl_ms: object, value: object, wait_ms: object,
-                     scope: object) -> Dict[str, Any]:
+                     scope: object, fair: object = False) -> Dict[str, Any]:
     _check_name("election", election)
     _check_int("ttl_ms", ttl_ms, 1, MAX_TTL_MS)
     if value is not None:
@@ -88,7 +89,7 @@ def _campaign_params(election: object, ttl_ms: object, value: object, wait_ms: o
     if scope not in ("session", "explicit"):
         raise ValueError(f"scope is 'session' or 'explicit', got {scope!r}")
     return {"election": election, "ttl_ms": ttl_ms, "wait_ms": wait_ms, "value": value,
-            "scope": scope}
+            "scope": scope, "fair": _check_fair(fair)}
 
 
 def _take_over_params(resource: object, ttl_ms: object, timeout_ms: object,
@@ -371,7 +372,8 @@ def _thread_sharing(conn: Any, on: bool) -> None:
 
 @contextmanager
 def leadership(conn: Any, election: str, ttl_ms: int, *, value: Optional[str] = None,
-               wait_ms: Optional[int] = None, scope: str = "session") -> Iterator[Leadership]:
+               wait_ms: Optional[int] = None, scope: str = "session",
+               fair: bool = False) -> Iterator[Leadership]:
     """Lead ``election`` for the ``with`` block: campaign, heartbeat, resign.
 
     ``with lease_fence.leadership(conn, "scheduler", ttl_ms=3000, value="host-a") as lead:``
@@ -398,10 +400,12 @@ def leadership(conn: Any, election: str, ttl_ms: int, *, value: Optional[str] = 
     lost (or resign found it no longer held), LeadershipLost is raised
     there. ``scope``: 'session' (the lease also ends with the server session)
     or 'explicit' (behind a transaction pooler: kept until resign or the
-    TTL). Arguments are checked before anything is sent (TypeError,
-    ValueError).
+    TTL). ``fair=True``: the campaign waits in the election's queue and
+    candidates win in the order they came (``lease_fence.campaign(...,
+    fair => true)``). Arguments are checked before anything is sent
+    (TypeError, ValueError).
     """
-    params = _campaign_params(election, ttl_ms, value, wait_ms, scope)
+    params = _campaign_params(election, ttl_ms, value, wait_ms, scope, fair)
     _one_server_session(conn)
     db = _adapter(conn)
     won = _campaign(election, params, lambda p: db.own(CAMPAIGN_SQL, p))

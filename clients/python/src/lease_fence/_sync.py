@@ -26,7 +26,7 @@ ACQUIRE_SQL = ("SELECT acquired, status, resource, identity, generation, validit
                "FROM lease_fence.acquire(CAST(%(resource)s AS text), "
                "CAST(%(ttl_ms)s AS bigint), CAST(%(min_validity_ms)s AS bigint), "
                "CAST(%(scope)s AS text), CAST(%(wait_ms)s AS bigint), "
-               "CAST(%(keepalive)s AS boolean))")
+               "CAST(%(keepalive)s AS boolean), CAST(%(fair)s AS boolean))")
 SET_GENERATION_SQL = ("SELECT lease_fence.set_generation(CAST(%(generation)s AS bigint), "
                       "CAST(%(resource)s AS text)) AS g")
 RENEW_SQL = ("SELECT renewed, status, validity_ms, reason FROM lease_fence.renew("
@@ -63,10 +63,18 @@ def _fence_args(generation: Union[Lease, int], resource: Optional[str]) -> Dict[
     return {"generation": gen, "resource": resource}
 
 
+def _check_fair(fair: object) -> bool:
+    """``fair`` is a bool (TypeError otherwise, before anything is sent)."""
+    if not isinstance(fair, bool):
+        raise TypeError(f"fair is a bool, got {type(fair).__name__}")
+    return fair
+
+
 def _acquire_params(resource: str, ttl_ms: int, min_validity_ms: int, scope: str,
-                    wait_ms: int, keepalive: bool) -> Dict[str, Any]:
+                    wait_ms: int, keepalive: bool, fair: object = False) -> Dict[str, Any]:
     return {"resource": resource, "ttl_ms": ttl_ms, "min_validity_ms": min_validity_ms,
-            "scope": scope, "wait_ms": wait_ms, "keepalive": bool(keepalive)}
+            "scope": scope, "wait_ms": wait_ms, "keepalive": bool(keepalive),
+            "fair": _check_fair(fair)}
 
 
 _BUSY_MSG = ("lease_fence needs a connection that is not in a transaction "
@@ -387,13 +395,6 @@ def _acquire_row_checked(db: _Adapter, params: Mapping[str, Any], retry_stale: b
                            retry_stale)
 
 
-def _acquire_checked(db: _Adapter, resource: str, ttl_ms: int, min_validity_ms: int,
-                     scope: str, retry_stale: bool, wait_ms: int = 0,
-                     keepalive: bool = False) -> Lease:
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
-    return _acquire_row_checked(db, params, retry_stale)
-
-
 def _acquire_alone(db: _Adapter, params: Mapping[str, Any], retry_stale: bool) -> Lease:
     """The explicit acquire of acquire / try_acquire: one statement (a
     second one only to retry a stale answer), unchecked."""
@@ -404,29 +405,31 @@ def _acquire_alone(db: _Adapter, params: Mapping[str, Any], retry_stale: bool) -
 
 
 def try_acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
+                wait_ms: int = 0, retry_stale: bool = True, fair: bool = False) -> Optional[Lease]:
     """``acquire``, but **None** when the lease is busy.
 
     Returns the Lease when acquired, None when another identity holds it
     (``wait_ms`` > 0: still held at the deadline); raises as ``acquire``
     for everything else: LeaseUnavailable, LeaseDenied (stale,
     insufficient_validity, unreplicated), LeaseUnknown (the request may
-    have been applied). One statement, as ``acquire``.
+    have been applied). One statement, as ``acquire``. ``fair`` as there.
     """
     db = _adapter(conn)
     return _try_acquired(_acquire_alone(db, _acquire_params(
-        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False, fair), retry_stale))
 
 
 def acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-            retry_stale: bool = True, wait_ms: int = 0) -> Lease:
+            retry_stale: bool = True, wait_ms: int = 0, fair: bool = False) -> Lease:
     """Take an explicit-scope lease and return it.
 
     Raises LeaseBusy / LeaseUnavailable / LeaseDenied (stale,
     insufficient_validity) for a definite no, LeaseUnknown when Redis may
     have granted it. ``stale`` is retried once unless ``retry_stale`` is
     false. ``wait_ms`` > 0: while the lease is busy, wait up to that long;
-    LeaseBusy if it is still busy then. Release it yourself.
+    LeaseBusy if it is still busy then. ``fair=True``: the wait joins the
+    resource's queue and is granted in arrival order (``wait_ms`` 0: busy
+    while anyone is queued). Release it yourself.
 
     One statement, ``SELECT ... FROM lease_fence.acquire(...)``: with a
     connection in autocommit mode that statement alone; with autocommit off
@@ -435,13 +438,13 @@ def acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
     """
     db = _adapter(conn)
     return _acquired(_acquire_alone(db, _acquire_params(
-        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False, fair), retry_stale))
 
 
 @contextmanager
 def transaction_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                       retry_stale: bool = True, wait_ms: int = 0,
-                      keepalive: bool = False) -> Iterator[Lease]:
+                      keepalive: bool = False, fair: bool = False) -> Iterator[Lease]:
     """Run the block in one transaction holding a transaction-scoped lease.
 
     BEGIN; acquire(..., scope => 'transaction') — its generation becomes the
@@ -454,19 +457,21 @@ def transaction_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms:
     gets TransactionRolledBack at its end: the transaction was rolled back,
     nothing of it committed.
     ``keepalive=True`` has the server renew the lease while the transaction
-    runs (needs ``shared_preload_libraries = 'lease_fence'``).
+    runs (needs ``shared_preload_libraries = 'lease_fence'``). ``fair`` as
+    in ``acquire``.
     """
     db = _adapter(conn)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms,
+                             keepalive, fair)
     with fence_errors():
         with db.begin():
-            yield _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
-                                   retry_stale, wait_ms, keepalive)
+            yield _acquire_row_checked(db, params, retry_stale)
             db.check_committable()
 
 
 @contextmanager
 def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-        wait_ms: int = 0) -> Iterator[Lease]:
+        wait_ms: int = 0, fair: bool = False) -> Iterator[Lease]:
     """A fenced job: ``transaction_lease``'s guarantees in the fewest round trips.
 
     ``with job(conn, resource, ttl_ms) as lease:`` runs the block in one
@@ -493,10 +498,12 @@ def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
     subclasses; a lease lost before COMMIT raises LeaseLostAtCommit (LF010),
     rolled back; a block that caught a failed statement's error raises
     TransactionRolledBack, rolled back. ``wait_ms`` > 0 waits that long at
-    most for a busy lease.
+    most for a busy lease (``fair=True``: in the resource's queue, as in
+    ``acquire``).
     """
     db = _adapter(conn)
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False,
+                             fair)
     with fence_errors():
         with db.lease_tx(params, True) as lease:
             yield lease
@@ -554,7 +561,7 @@ def _one_server_session(conn: Any) -> None:
 @contextmanager
 def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                      wait_ms: int = 0, watch: Any = None,
-                     retry_stale: bool = True) -> Iterator[KeptAliveLease]:
+                     retry_stale: bool = True, fair: bool = False) -> Iterator[KeptAliveLease]:
     """Hold a session-scoped lease that the server keeps alive while the block runs.
 
     acquire(..., scope => 'session', keepalive => true) in its own
@@ -566,6 +573,7 @@ def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: 
     raises LeaseLost (it was lost while the block ran). If the block raised,
     its exception propagates unchanged. ``conn`` must stay on one server
     session: an ORM Session bound to an Engine is refused (TypeError).
+    ``wait_ms`` and ``fair`` as in ``acquire``.
     """
     if watch is not None and watch is conn:
         raise ValueError("watch must be another connection than the lease owner's: queries "
@@ -574,7 +582,7 @@ def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: 
     db = _adapter(conn)
     if watch is not None:
         _adapter(watch)                  # a type error now rather than at the first check
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True, fair)
     first = _lease_from_row(db.own(ACQUIRE_SQL, params))
     if first.status == "stale" and retry_stale:
         first = _lease_from_row(db.own(ACQUIRE_SQL, params))

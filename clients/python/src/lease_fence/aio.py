@@ -277,13 +277,6 @@ async def _acquire_row_checked(db: _AsyncAdapter, params: Mapping[str, Any],
                                  params, retry_stale)
 
 
-async def _acquire_checked(db: _AsyncAdapter, resource: str, ttl_ms: int, min_validity_ms: int,
-                           scope: str, retry_stale: bool, wait_ms: int = 0,
-                           keepalive: bool = False) -> Lease:
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, scope, wait_ms, keepalive)
-    return await _acquire_row_checked(db, params, retry_stale)
-
-
 async def _acquire_alone(db: _AsyncAdapter, params: Mapping[str, Any],
                          retry_stale: bool) -> Lease:
     lease = _lease_from_row(await db.alone(ACQUIRE_SQL, params))
@@ -293,41 +286,44 @@ async def _acquire_alone(db: _AsyncAdapter, params: Mapping[str, Any],
 
 
 async def try_acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                      wait_ms: int = 0, retry_stale: bool = True) -> Optional[Lease]:
+                      wait_ms: int = 0, retry_stale: bool = True,
+                      fair: bool = False) -> Optional[Lease]:
     """``lease_fence.try_acquire``, awaited: the Lease, **None** when busy, and
     the exceptions of ``acquire`` for everything else."""
     db = _adapter(conn)
     return _try_acquired(await _acquire_alone(db, _acquire_params(
-        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False, fair), retry_stale))
 
 
 async def acquire(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                  retry_stale: bool = True, wait_ms: int = 0) -> Lease:
+                  retry_stale: bool = True, wait_ms: int = 0, fair: bool = False) -> Lease:
     """``lease_fence.acquire``, awaited: LeaseBusy / LeaseUnavailable / LeaseDenied
     for a definite no, LeaseUnknown when Redis may have granted it. One
-    statement (autocommit: alone; else in a transaction of its own)."""
+    statement (autocommit: alone; else in a transaction of its own). ``fair``
+    as in ``lease_fence.acquire``."""
     db = _adapter(conn)
     return _acquired(await _acquire_alone(db, _acquire_params(
-        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False), retry_stale))
+        resource, ttl_ms, min_validity_ms, "explicit", wait_ms, False, fair), retry_stale))
 
 
 @asynccontextmanager
 async def transaction_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                             retry_stale: bool = True, wait_ms: int = 0,
-                            keepalive: bool = False) -> AsyncIterator[Lease]:
+                            keepalive: bool = False, fair: bool = False) -> AsyncIterator[Lease]:
     """``async with``: the block in one transaction holding a transaction-scoped
     lease; COMMIT verifies (else LeaseLostAtCommit) and releases it."""
     db = _adapter(conn)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms,
+                             keepalive, fair)
     async with fence_errors():
         async with db.begin():
-            yield await _acquire_checked(db, resource, ttl_ms, min_validity_ms, "transaction",
-                                         retry_stale, wait_ms, keepalive)
+            yield await _acquire_row_checked(db, params, retry_stale)
             await db.check_committable()
 
 
 @asynccontextmanager
 async def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-              wait_ms: int = 0) -> AsyncIterator[Lease]:
+              wait_ms: int = 0, fair: bool = False) -> AsyncIterator[Lease]:
     """``async with``: ``lease_fence.job`` for async connections (see there).
 
     With psycopg's AsyncConnection BEGIN and the transaction-scoped acquire
@@ -336,7 +332,8 @@ async def job(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0
     The same outcomes and exceptions as ``transaction_lease``.
     """
     db = _adapter(conn)
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "transaction", wait_ms, False,
+                             fair)
     async with fence_errors():
         async with db.lease_tx(params, True) as lease:
             yield lease
@@ -380,8 +377,8 @@ class AsyncKeptAliveLease(Lease):
 
 @asynccontextmanager
 async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                           wait_ms: int = 0, watch: Any = None,
-                           retry_stale: bool = True) -> AsyncIterator[AsyncKeptAliveLease]:
+                           wait_ms: int = 0, watch: Any = None, retry_stale: bool = True,
+                           fair: bool = False) -> AsyncIterator[AsyncKeptAliveLease]:
     """``lease_fence.kept_alive_lease`` for async connections (see there)."""
     if watch is not None and watch is conn:
         raise ValueError("watch must be another connection than the lease owner's: queries "
@@ -390,7 +387,7 @@ async def kept_alive_lease(conn: Any, resource: str, ttl_ms: int, *, min_validit
     db = _adapter(conn)
     if watch is not None:
         _adapter(watch)
-    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True)
+    params = _acquire_params(resource, ttl_ms, min_validity_ms, "session", wait_ms, True, fair)
     first = _lease_from_row(await db.own(ACQUIRE_SQL, params))
     if first.status == "stale" and retry_stale:
         first = _lease_from_row(await db.own(ACQUIRE_SQL, params))
@@ -576,13 +573,13 @@ async def _stop(tasks: Sequence["asyncio.Task[None]"]) -> None:
 
 @asynccontextmanager
 async def leadership(conn: Any, election: str, ttl_ms: int, *, value: Optional[str] = None,
-                     wait_ms: Optional[int] = None,
-                     scope: str = "session") -> AsyncIterator[AsyncLeadership]:
+                     wait_ms: Optional[int] = None, scope: str = "session",
+                     fair: bool = False) -> AsyncIterator[AsyncLeadership]:
     """``async with``: ``lease_fence.leadership`` for async connections (see
     there): campaign on ``conn``, renew it from a task on that same
     connection every ttl_ms / 3, resign at the end. ``lead.lost`` is an
     asyncio.Event."""
-    params = _campaign_params(election, ttl_ms, value, wait_ms, scope)
+    params = _campaign_params(election, ttl_ms, value, wait_ms, scope, fair)
     _one_server_session(conn)
     db = _adapter(conn)
     first = _campaign_lease(election, await db.own(CAMPAIGN_SQL, params))

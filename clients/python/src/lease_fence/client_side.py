@@ -172,6 +172,17 @@ def _check_wait(wait_ms: object) -> int:
     return wait
 
 
+def _check_not_fair(fair: object) -> None:
+    """The client-side mode has no fair waiting: ``fair=True`` is refused
+    (ValueError), a non-bool is a TypeError, before anything is sent."""
+    if not isinstance(fair, bool):
+        raise TypeError(f"fair is a bool, got {type(fair).__name__}")
+    if fair:
+        raise ValueError("fair=True is not offered by the client-side mode (it runs acquire.lua, "
+                         "which has no queue): take fair leases with the C edition "
+                         "(lease_fence.acquire(..., fair => true))")
+
+
 def _check_lease(lease: object) -> Tuple[str, str]:
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease, got {type(lease).__name__}")
@@ -471,8 +482,10 @@ class _Settings:
                 _key(self.key_prefix, resource, True).encode("utf-8"))
 
     def _plan(self, resource: str, ttl_ms: int, min_validity_ms: int, wait_ms: int,
-              stale_retries: int) -> Generator[Tuple[Any, ...], Any, ClientSideLease]:
+              stale_retries: int,
+              fair: object = False) -> Generator[Tuple[Any, ...], Any, ClientSideLease]:
         """The checked arguments' plan (ValueError / TypeError before anything)."""
+        _check_not_fair(fair)
         resource = _check_resource(resource)
         ttl = _check_ttl(ttl_ms)
         minv = _check_min_validity(min_validity_ms, ttl)
@@ -558,8 +571,8 @@ class ClientSideLeases(_Settings):
     # ---------------------------------------------------------------- acquire
 
     def _acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int,
-                 wait_ms: int, stale_retries: int) -> ClientSideLease:
-        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries)
+                 wait_ms: int, stale_retries: int, fair: object) -> ClientSideLease:
+        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries, fair)
         db = _adapter(conn)
         keys = self._keys(resource)
         answer: Any = None
@@ -586,17 +599,18 @@ class ClientSideLeases(_Settings):
             plan.close()
 
     def try_acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                    wait_ms: int = 0,
-                    retry_stale: bool = True) -> Optional[ClientSideLease]:
+                    wait_ms: int = 0, retry_stale: bool = True,
+                    fair: bool = False) -> Optional[ClientSideLease]:
         """``acquire``, but **None** when the lease is busy (``wait_ms`` > 0:
         still busy at the deadline); every other outcome as ``acquire``: the
         lease, or LeaseUnavailable, LeaseDenied (stale, insufficient_validity),
         LeaseUnknown (``e.lease.cleanup``)."""
         return _try_acquired(self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                                           MAX_STALE_RETRIES if retry_stale else 0))
+                                           MAX_STALE_RETRIES if retry_stale else 0, fair))
 
     def acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
+                retry_stale: bool = True, wait_ms: int = 0,
+                fair: bool = False) -> ClientSideLease:
         """Take the lease and return it, or raise: LeaseBusy, LeaseUnavailable,
         LeaseDenied (stale, insufficient_validity), LeaseUnknown (``e.lease``
         is the ClientSideLease, its ``cleanup`` says whether the conditional
@@ -606,9 +620,10 @@ class ClientSideLeases(_Settings):
         ``retry_stale=False``: healed but not tried again. ``wait_ms`` > 0
         polls a busy (or unreachable) lease until then. Release it yourself.
         A generation key that holds no generation raises DataCorrupted
-        (SQLSTATE XX001 in the C edition): delete the key."""
+        (SQLSTATE XX001 in the C edition): delete the key. ``fair=True`` is
+        refused (ValueError, nothing sent): this mode has no fair waiting."""
         return _acquired(self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                                       MAX_STALE_RETRIES if retry_stale else 0))
+                                       MAX_STALE_RETRIES if retry_stale else 0, fair))
 
     # ---------------------------------------------------------------- renew, release
 
@@ -695,11 +710,11 @@ class AsyncClientSideLeases(_Settings):
                 pass
 
     async def _acquire(self, conn: Any, resource: str, ttl_ms: int, min_validity_ms: int,
-                       wait_ms: int, stale_retries: int) -> ClientSideLease:
+                       wait_ms: int, stale_retries: int, fair: object) -> ClientSideLease:
         import asyncio
 
         from .aio import _adapter as _aio_adapter
-        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries)
+        plan = self._plan(resource, ttl_ms, min_validity_ms, wait_ms, stale_retries, fair)
         db = _aio_adapter(conn)
         keys = self._keys(resource)
         answer: Any = None
@@ -727,17 +742,19 @@ class AsyncClientSideLeases(_Settings):
 
     async def try_acquire(self, conn: Any, resource: str, ttl_ms: int, *,
                           min_validity_ms: int = 0, wait_ms: int = 0,
-                          retry_stale: bool = True) -> Optional[ClientSideLease]:
+                          retry_stale: bool = True,
+                          fair: bool = False) -> Optional[ClientSideLease]:
         """As ``ClientSideLeases.try_acquire``: None when busy."""
         return _try_acquired(await self._acquire(conn, resource, ttl_ms, min_validity_ms,
                                                  wait_ms,
-                                                 MAX_STALE_RETRIES if retry_stale else 0))
+                                                 MAX_STALE_RETRIES if retry_stale else 0, fair))
 
     async def acquire(self, conn: Any, resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
-                      retry_stale: bool = True, wait_ms: int = 0) -> ClientSideLease:
+                      retry_stale: bool = True, wait_ms: int = 0,
+                      fair: bool = False) -> ClientSideLease:
         """As ``ClientSideLeases.acquire``."""
         return _acquired(await self._acquire(conn, resource, ttl_ms, min_validity_ms, wait_ms,
-                                             MAX_STALE_RETRIES if retry_stale else 0))
+                                             MAX_STALE_RETRIES if retry_stale else 0, fair))
 
     async def renew(self, conn: Any, lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0) -> int:
         """As ``ClientSideLeases.renew``."""

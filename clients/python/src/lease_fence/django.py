@@ -57,41 +57,42 @@ def fenced(lease_or_generation: Union[Lease, int], resource: Optional[str] = Non
 @contextmanager
 def transaction_lease(resource: str, ttl_ms: int, *, min_validity_ms: int = 0,
                       retry_stale: bool = True, wait_ms: int = 0, keepalive: bool = False,
-                      using: str = "default") -> Iterator[Lease]:
+                      fair: bool = False, using: str = "default") -> Iterator[Lease]:
     """``transaction.atomic(using)`` holding a transaction-scoped lease (see
     ``lease_fence.transaction_lease``)."""
     with _sync.transaction_lease(connection_for(using), resource, ttl_ms,
                                  min_validity_ms=min_validity_ms, retry_stale=retry_stale,
-                                 wait_ms=wait_ms, keepalive=keepalive) as lease:
+                                 wait_ms=wait_ms, keepalive=keepalive, fair=fair) as lease:
         yield lease
 
 
 @contextmanager
 def job(resource: str, ttl_ms: int, *, min_validity_ms: int = 0, wait_ms: int = 0,
-        using: str = "default") -> Iterator[Lease]:
+        fair: bool = False, using: str = "default") -> Iterator[Lease]:
     """``lease_fence.job`` on the Django connection ``using``: Django runs
     BEGIN and the acquire one after the other (no pipeline), so this is
     ``transaction_lease`` with the job's arguments."""
     with _sync.job(connection_for(using), resource, ttl_ms, min_validity_ms=min_validity_ms,
-                   wait_ms=wait_ms) as lease:
+                   wait_ms=wait_ms, fair=fair) as lease:
         yield lease
 
 
 def acquire(resource: str, ttl_ms: int, *, min_validity_ms: int = 0, retry_stale: bool = True,
-            wait_ms: int = 0, using: str = "default") -> Lease:
+            wait_ms: int = 0, fair: bool = False, using: str = "default") -> Lease:
     """``lease_fence.acquire`` on the Django connection ``using``."""
     return _sync.acquire(connection_for(using), resource, ttl_ms,
                          min_validity_ms=min_validity_ms, retry_stale=retry_stale,
-                         wait_ms=wait_ms)
+                         wait_ms=wait_ms, fair=fair)
 
 
 def try_acquire(resource: str, ttl_ms: int, *, min_validity_ms: int = 0, wait_ms: int = 0,
-                using: str = "default", retry_stale: bool = True) -> Optional[Lease]:
+                using: str = "default", retry_stale: bool = True,
+                fair: bool = False) -> Optional[Lease]:
     """``lease_fence.try_acquire`` on the Django connection ``using``: the
     Lease, None when busy, the exceptions of ``acquire`` otherwise."""
     return _sync.try_acquire(connection_for(using), resource, ttl_ms,
                              min_validity_ms=min_validity_ms, wait_ms=wait_ms,
-                             retry_stale=retry_stale)
+                             retry_stale=retry_stale, fair=fair)
 
 
 def renew(lease: Lease, ttl_ms: int, *, min_validity_ms: int = 0, using: str = "default") -> int:

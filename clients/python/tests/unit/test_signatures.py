@@ -68,3 +68,32 @@ def test_election_verbs_keyword_only_after_ttl_ms(where: str, name: str) -> None
     for p in params[3:]:
         assert p.kind is inspect.Parameter.KEYWORD_ONLY, f"{where}.{name}: {p.name}"
         assert p.default is not inspect.Parameter.empty
+
+
+FAIR_VERBS = ("acquire", "try_acquire", "transaction_lease", "job", "kept_alive_lease",
+              "leadership")
+
+
+def _fair_verbs() -> List[Tuple[str, Callable[..., Any]]]:
+    out = []
+    for where, obj in (("lease_fence", lease_fence), ("lease_fence.aio", aio),
+                       ("lease_fence.django", django),
+                       ("ClientSideLeases", client_side.ClientSideLeases),
+                       ("AsyncClientSideLeases", client_side.AsyncClientSideLeases)):
+        for name in FAIR_VERBS:
+            if hasattr(obj, name):
+                out.append((f"{where}.{name}", getattr(obj, name)))
+    return out
+
+
+@pytest.mark.parametrize("name,verb", _fair_verbs(), ids=[n for n, _ in _fair_verbs()])
+def test_fair_is_a_keyword_that_defaults_to_false(name: str, verb: Callable[..., Any]) -> None:
+    """Every verb that acquires or campaigns takes fair=False (issue 53); the
+    client-side ones too (they refuse True)."""
+    p = inspect.signature(verb).parameters.get("fair")
+    assert p is not None, name
+    assert p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is False, name
+
+
+def test_every_fair_verb_is_checked() -> None:
+    assert len(_fair_verbs()) == 6 + 6 + 4 + 2 + 2, sorted(n for n, _ in _fair_verbs())
