@@ -1,5 +1,6 @@
 # lease_fair_leave.pl — fair waiting under load and when things go wrong
-# (docs/guides/waiting.md): acquire(..., fair => true) on standalone Redis.
+# (docs/guides/keepalive-and-waiting.md, "Fair waiting"): acquire(..., fair =>
+# true) on standalone Redis.
 #
 #  1. 16 waiters started at once: each release grants the queue's next
 #     identity as queue() showed it, generations in that order; each
