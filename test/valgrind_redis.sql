@@ -604,6 +604,50 @@ RESET ROLE;
 SELECT * FROM lease_fence.leader('vg:el-big');
 SELECT vg_step('leader_oversized_value', :'SQLSTATE', 'XX001');
 
+-- ------------------------------------------------ fair waiting: acquire(fair), campaign(fair), queue()
+SELECT * FROM lease_fence.acquire('vg:fair', 30000, fair => NULL);
+SELECT vg_step('fair_null', :'SQLSTATE', '22023');
+-- a waiter of another cluster (its entry and waiter key written here):
+-- queue() shows it (no pid); a fair wait joins behind it and leaves at its
+-- deadline (busy); fair and unfair acquires without a wait are busy though
+-- nobody holds the lease; a fair wait ended by statement_timeout leaves at
+-- the end of its transaction
+\! redisctl cli ZADD 'lease_fence:{vg:fair}:queue' 1 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa >/dev/null
+\! redisctl cli SET 'lease_fence:{vg:fair}:queue:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' 1 PX 600000 >/dev/null
+SELECT vg_step('fair_queue_other',
+		string_agg(q.position || ' ' || q.identity || ' ' || (q.pid IS NULL) || ' ' || (q.ttl_ms > 0), ','),
+		'1 aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa true true')
+	FROM lease_fence.queue('vg:fair') q;
+SELECT vg_step('fair_wait_busy', a.status, 'busy', a::text)
+	FROM lease_fence.acquire('vg:fair', 30000, wait_ms => 300, fair => true) a;
+SELECT vg_step('fair_wait_left', count(*)::text, '1') FROM lease_fence.queue('vg:fair');
+SELECT vg_step('fair_zero_busy', a.status, 'busy', a::text) FROM lease_fence.acquire('vg:fair', 30000, fair => true) a;
+SELECT vg_step('fair_unfair_yields', a.status, 'busy', a::text) FROM lease_fence.acquire('vg:fair', 30000) a;
+SET statement_timeout = 500;
+SELECT vg_step('fair_timeout', a.status, '-', a::text)
+	FROM lease_fence.acquire('vg:fair', 30000, wait_ms => 10000, fair => true) a;
+\set err :SQLSTATE
+RESET statement_timeout;
+SELECT vg_step('fair_timeout', :'err', '57014');
+SELECT vg_step('fair_timeout_left', count(*)::text, '1') FROM lease_fence.queue('vg:fair');
+-- the other waiter dead (its waiter key gone): skipped by queue(), removed
+-- by the next grant; a fair wait queued behind a holder is granted when the
+-- holder's lease runs out
+\! redisctl cli DEL 'lease_fence:{vg:fair}:queue:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' >/dev/null
+SELECT vg_step('fair_queue_dead_skipped', count(*)::text, '0') FROM lease_fence.queue('vg:fair');
+SELECT vg_step('fair_acquired', a.status, 'acquired', a::text) FROM lease_fence.acquire('vg:fair', 1500, fair => true) a;
+SELECT a.status AS fair_status, a.identity AS fair_id
+	FROM lease_fence.acquire('vg:fair', 30000, wait_ms => 20000, fair => true) a \gset
+SELECT vg_step('fair_granted_after_wait', :'fair_status', 'acquired');
+SELECT vg_step('fair_release', r.status, 'released', r::text) FROM lease_fence.release('vg:fair', :'fair_id') r;
+SELECT vg_step('fair_counters', string_agg(outcome || ' ' || (count > 0), ',' ORDER BY outcome),
+		'granted true,left true,queued true')
+	FROM lease_fence.stats WHERE operation = 'fair';
+SELECT c.status AS elf_status, c.identity AS elf_id
+	FROM lease_fence.campaign('vg:el-fair', 30000, wait_ms => 1000, fair => true) c \gset
+SELECT vg_step('campaign_fair', :'elf_status', 'acquired');
+SELECT vg_step('campaign_fair_resign', r.status, 'released', r::text) FROM lease_fence.resign('vg:el-fair', :'elf_id') r;
+
 -- a key holding more than lease_fence writes: the scripts refuse to return
 -- it (LFOVERSIZED), and holder() and the acquire are XX001; its identity
 -- read back as text (\xNN for bytes that are not printable ASCII)
