@@ -33,7 +33,7 @@ int			lf_fair_waiter_ttl_ms = 3000;
 /*
  * The open wait.  File-scope: the transaction callbacks that leave the
  * queue after an error find it here, and one backend waits once at a time.
- * shown is how all_leases shows it (state waiting), once it has joined.
+ * shown is how all_leases shows it (state waiting), from when it opens.
  */
 static struct
 {
@@ -62,6 +62,12 @@ lf_fair_open(const char *resource, const char *identity)
 	wait.shown.role = GetUserId();
 	wait.shown.table_slot = -1;
 	wait.shown.keepalive_slot = -1;
+	/*
+	 * Shown from before its first request: queue() never finds it in
+	 * Redis's queue without finding this backend's pid too.
+	 */
+	wait.shown.acquired_at = GetCurrentTimestamp();
+	lf_table_register(&wait.shown);
 }
 
 /* Is a fair wait open (its entry not yet left)? */
@@ -71,10 +77,7 @@ lf_fair_is_open(void)
 	return wait.open;
 }
 
-/*
- * A request's answer says the waiter is in the queue: counted once, and
- * shown in all_leases from now on (since when it waits).
- */
+/* A request's answer says the waiter is in the queue: counted once. */
 void
 lf_fair_queued(void)
 {
@@ -82,8 +85,6 @@ lf_fair_queued(void)
 		return;
 	wait.queued = true;
 	lf_count(LF_C_FAIR_QUEUED);
-	wait.shown.acquired_at = GetCurrentTimestamp();
-	lf_table_register(&wait.shown);
 }
 
 /* The wait ends, its entry no longer in the queue: it is not shown any more. */

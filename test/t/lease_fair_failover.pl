@@ -131,15 +131,17 @@ my $held = acquire($h, 'R', 600000);
 $held->{name} = 'H';
 need($held->{status}, 'acquired', 'H acquires R');
 need(fenced_write($h, 1, $held->{generation}, 'R', 'H'), '', "H's fenced write");
-# (W1, W2, W3 keep their places for a minute: the queue outlives the
-# outage; W4's ends 3000 ms after its last request, the default)
-my @w = map { start_waiter('R', $_ + 1, (qw(W1 W4 W2 W3))[$_], $_ == 1 ? undef : 60000) } 0 .. 3;
+# (every waiter keeps its place for a minute, so that none of them has a
+# renewal in flight when the master is killed -- that one's outcome would
+# be unknown, and its wait end -- and the queue outlives the outage; W4's
+# place is made to end on the new master, as if its key had expired)
+my @w = map { start_waiter('R', $_ + 1, (qw(W1 W4 W2 W3))[$_], 60000) } 0 .. 3;
 my ($w1, $w4, $w2, $w3) = @w;
 my $h2 = session($node);
 my $held2 = acquire($h2, 'R2', 600000);
 need($held2->{status}, 'acquired', 'H2 acquires R2');
 need(fenced_write($h2, 2, $held2->{generation}, 'R2', 'H2'), '', "H2's fenced write");
-my @v = map { start_waiter('R2', $_ + 1, "V" . ($_ + 1)) } 0 .. 1;
+my @v = map { start_waiter('R2', $_ + 1, "V" . ($_ + 1), 60000) } 0 .. 1;
 
 is(queue_pids('R'), join(' ', map { $_->{pid} } @w), 'queue(): W1, W4, W2, W3 wait for R in their order');
 my $ids = queue_identities('R');
@@ -200,6 +202,13 @@ LeaseFenceTopology::wait_for('the sentinels to agree on a new master', sub {
 my @v_keys = map { lkey('R2') . ":queue:$_" } split / /, $ids2;
 need($new->cli('DEL', lkey('R2'), lkey('R2') . ':queue', @v_keys) > 0 ? 'yes' : 'no', 'yes',
 	"R2's lease and queue deleted on the new master");
+
+# W4 was cancelled while there was no master, its leave unconfirmed: its
+# place ends with its key (deleted here, as its TTL would)
+{
+	my $w4_identity = (split / /, $ids)[1];
+	need($new->cli('DEL', lkey('R') . ":queue:$w4_identity"), '1', "W4's waiter key ends on the new master");
+}
 
 #
 # The kept queue: W1, W2, W3 in turn

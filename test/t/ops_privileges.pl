@@ -26,8 +26,8 @@ my $json = JSON::PP->new;
 
 $node->safe_psql('postgres', 'CREATE ROLE lf_app LOGIN');
 {
-	for my $fn ('acquire(text,bigint,bigint,text,bigint,boolean)', 'renew(text,text,bigint,bigint)',
-		'release(text,text)')
+	for my $fn ('acquire(text,bigint,bigint,text,bigint,boolean,boolean)', 'renew(text,text,bigint,bigint)',
+		'release(text,text)', 'queue(text)')
 	{
 		is($node->safe_psql('postgres',
 				"SELECT has_function_privilege('lf_app', 'lease_fence.$fn', 'EXECUTE')"),
