@@ -72,6 +72,9 @@ sub wait_queued
 	is(sqlstate($err), '22023', 'fair NULL: ERROR 22023');
 	like($err, qr/fair must not be NULL/, 'fair NULL: says so');
 	is($redis->cli('EXISTS', lkey('f-bad')), '0', 'fair NULL: nothing was written');
+	(undef, $err) = run_sql($node, "SELECT * FROM lease_fence.campaign('f-bad', 1000, fair => NULL)");
+	is(sqlstate($err), '22023', 'campaign(fair NULL): ERROR 22023');
+	is($redis->cli('EXISTS', lkey('f-bad')), '0', 'campaign(fair NULL): nothing was written');
 }
 
 #
@@ -152,6 +155,21 @@ call($node, "lease_fence.release('f-order', " . lit($prev->{identity}) . ")");
 	my $second = finish_row($f[1]);
 	is($second->{status}, 'acquired', 'campaign(fair): then the second');
 	call($node, "lease_fence.resign('f-elect', " . lit($second->{identity}) . ")");
+}
+
+#
+# queue()'s errors: a queue member lease_fence never writes (XX001, nothing
+# returned), and Redis down (08006)
+#
+{
+	$redis->cli('ZADD', lkey('f-odd') . ':queue', '1', 'x' x 65);
+	$redis->cli('SET', lkey('f-odd') . ':queue:' . ('x' x 65), '1');
+	my (undef, $err) = run_sql($node, "SELECT * FROM lease_fence.queue('f-odd')");
+	is(sqlstate($err), 'XX001', 'queue(): a member longer than 64 bytes is XX001');
+	$redis->cli('DEL', lkey('f-odd') . ':queue');
+	$redis->stop;
+	(undef, $err) = run_sql($node, "SELECT * FROM lease_fence.queue('f-order')");
+	is(sqlstate($err), '08006', 'queue(): Redis down is 08006');
 }
 
 done_testing();
