@@ -715,3 +715,221 @@ export async function releaseOutcome(db: Queryable, lease: LeaseRef): Promise<Re
 export async function release(db: Queryable, lease: LeaseRef): Promise<ReleaseStatus> {
   return (await releaseOutcome(db, lease)).status;
 }
+
+// ---------------------------------------------------------------------------
+// resumableJob: a long job that checkpoints its progress under its lease
+
+interface CheckpointRow {
+  state: unknown;
+  generation: string | number | null;
+  written_at: Date | null;
+}
+
+/** What resumableJob takes after fn. */
+export interface ResumableJobOptions {
+  /** While the lease is busy, wait up to this long (ms) for its release; default 0. */
+  waitMs?: number;
+  /** Wait in the resource's queue: granted in arrival order; default false. */
+  fair?: boolean;
+}
+
+/**
+ * The job resumableJob hands its function: the connection (inside the open,
+ * fenced transaction), the lease, where the last holder got to
+ * (resumeFrom), and checkpoint(state) to commit progress.
+ */
+export class ResumableJob<C = ClientBase> {
+  /** The job's connection: every statement of the work goes on it (inside the open transaction). */
+  readonly client: C;
+  /** The explicit lease the job holds. */
+  readonly lease: AcquiredLease;
+  readonly resource: string;
+  /** The lease's generation: the transaction's writes are fenced at it. */
+  readonly generation: bigint;
+  readonly identity: string;
+  /** The lease's TTL (ms): each checkpoint renews the lease for this long. */
+  readonly ttlMs: number;
+  /**
+   * The newest committed checkpoint's state (decoded JSON) when the job
+   * started, read after the resource was fenced; null when there is none.
+   */
+  readonly resumeFrom: unknown;
+  /** The generation that wrote resumeFrom; null when there is none. */
+  readonly resumedGeneration: bigint | null;
+  /** When resumeFrom was written; null when there is none. */
+  readonly resumedWrittenAt: Date | null;
+  /** @internal the error that ended the job's transaction early (a refused checkpoint), if any */
+  failure: unknown = undefined;
+  /** @internal set while a checkpoint runs */
+  busy = false;
+  readonly #watch: () => ErrorWatch;
+
+  /** @internal made by resumableJob */
+  constructor(client: C, lease: AcquiredLease, ttlMs: number, row: CheckpointRow | undefined,
+    watch: () => ErrorWatch) {
+    this.client = client;
+    this.lease = lease;
+    this.resource = lease.resource;
+    this.generation = lease.generation;
+    this.identity = lease.identity;
+    this.ttlMs = ttlMs;
+    this.resumeFrom = row ? row.state : null;
+    this.resumedGeneration = row && row.generation !== null ? BigInt(row.generation) : null;
+    this.resumedWrittenAt = row ? row.written_at : null;
+    this.#watch = watch;
+  }
+
+  /**
+   * Commit the work done since the job started or since the last checkpoint,
+   * with `state` (any JSON value but undefined; BigInt is not JSON) as the
+   * resource's checkpoint: renews the lease (LeaseLost, LeaseUnknown,
+   * LeaseUnavailable, LeaseDenied before anything is written), then
+   * lease_fence.checkpoint(resource, state) and COMMIT, then a new
+   * transaction fenced at the same generation. Resolves to the generation.
+   * Refused (a newer holder fenced the resource: StaleGeneration; the lease
+   * lost: LeaseLostAtCommit) rejects with the FenceError and nothing of the
+   * transaction commits. After any rejection the job is over: its
+   * transaction was rolled back, further checkpoints reject with the same
+   * error, and resumableJob rejects with it even if fn resolves (do not
+   * catch the error and go on writing: the connection is then outside any
+   * transaction, unfenced).
+   */
+  async checkpoint(state: unknown): Promise<bigint> {
+    if (this.failure !== undefined) throw this.failure;
+    if (this.busy) throw new Error('resumableJob: checkpoint() called while another one runs');
+    if (state === undefined) throw new TypeError('a checkpoint state is a JSON value, got undefined');
+    const text = JSON.stringify(state);           // a BigInt or a cycle throws here, before anything is sent
+    if (text === undefined) throw new TypeError(`a checkpoint state is a JSON value, got ${typeof state}`);
+    const c = this.client as ClientBase;
+    this.busy = true;
+    try {
+      try {
+        await renew(c, this.lease, { ttlMs: this.ttlMs });
+        await c.query('SELECT lease_fence.checkpoint($1::text, $2::jsonb)', [this.resource, text]);
+        const watch = this.#watch();
+        try {
+          await commit(c, watch);
+        } finally {
+          watch.stop();
+        }
+      } catch (err) {
+        this.failure = translateError(err);
+        await rollbackQuietly(c);
+        throw this.failure;
+      }
+      // the next stretch of work: a new transaction, fenced at the same generation
+      try {
+        await Promise.all([c.query('BEGIN'),
+          c.query(SET_GENERATION_SQL, [this.generation.toString(), this.resource])]);
+      } catch (err) {
+        this.failure = translateError(err);
+        throw this.failure;
+      }
+      return this.generation;
+    } finally {
+      this.busy = false;
+    }
+  }
+
+  /**
+   * After a failure: ROLLBACK, then leave the connection in a transaction
+   * that was fenced at the job's generation — aborted if a newer holder
+   * fenced the resource — so that a function that caught the error and
+   * went on writes nothing outside a fenced transaction.
+   */
+}
+
+/** The work of a resumable job. */
+export type ResumableJobFn<C, T> = (job: ResumableJob<C>) => Promise<T> | T;
+
+/** The client of a resumable job given `db`: a PoolClient for a pool. */
+export type ResumableClientOf<C extends Queryable> = C extends Pool ? PoolClient :
+  C extends ClientBase ? C : never;
+
+/**
+ * A long job whose effects happen at most once and that resumes where the
+ * last holder's committed checkpoint left off. On one connection (given a
+ * pool, one client checked out for the whole job):
+ *
+ *  1. lease_fence.acquire(resource, ttlMs, scope => 'explicit', waitMs, fair)
+ *     on its own; not granted → LeaseBusy / LeaseUnavailable / LeaseDenied /
+ *     LeaseUnknown before anything else ('stale' retried once);
+ *  2. BEGIN; set_generation(generation, resource); last_checkpoint(resource)
+ *     (sent together): job.resumeFrom / job.resumedGeneration;
+ *  3. fn(job): its statements go on job.client, in the open transaction;
+ *     job.checkpoint(state) renews the lease, writes the checkpoint and
+ *     commits (see ResumableJob.checkpoint);
+ *  4. fn resolved → COMMIT, then release (its answer does not change the
+ *     result); fn rejected → ROLLBACK, release, its error (LF SQLSTATEs as
+ *     FenceError subclasses).
+ *
+ * A holder frozen inside its open transaction past the lease is ended by
+ * the server (FATAL 25P03): the job then rejects with that error. ttlMs
+ * must exceed the longest stretch between two checkpoints.
+ */
+export async function resumableJob<C extends Queryable, T>(db: C, resource: string, ttlMs: number,
+  fn: ResumableJobFn<ResumableClientOf<C>, T>, options: ResumableJobOptions = {}): Promise<T> {
+  if (typeof resource !== 'string') throw new TypeError(`a resource is a string, got ${typeof resource}`);
+  sqlInteger('ttlMs', ttlMs);
+  if (typeof fn !== 'function') throw new TypeError('resumableJob needs a function to run');
+  if (options === null || typeof options !== 'object') {
+    throw new TypeError('resumableJob takes its options as an object: { waitMs, fair }');
+  }
+  const { waitMs = 0, fair } = options;
+  sqlInteger('waitMs', waitMs);
+  const isFair = checkFair(fair);
+  const pooled = isPool(db);
+  const client = (pooled ? await (db as Pool).connect() : db) as unknown as ResumableClientOf<C>;
+  const c = client as unknown as ClientBase;
+  let clean = false;       // the connection is outside any transaction, fit for reuse
+  // the server may end the session while the job waits (FATAL 25P03 when its
+  // lease ran out inside the transaction): pg emits that as 'error' on the
+  // client, which would crash the process without a listener
+  let ended: unknown;
+  const onError = (err: unknown): void => { if (ended === undefined) ended = err; };
+  c.on('error', onError);
+  try {
+    let lease: AcquiredLease;
+    try {
+      lease = await acquireChecked(c, resource, ttlMs, 0, 'explicit', true, waitMs, false, isFair);
+    } catch (err) {
+      // a definite no leaves nothing behind; unknown may leave a lease (it
+      // expires by its TTL, or the session's cleanup releases it)
+      clean = err instanceof LeaseDenied && ended === undefined;
+      throw err;
+    }
+    let result: T;
+    try {
+      const [, , found] = await Promise.all([
+        c.query('BEGIN'),
+        c.query(SET_GENERATION_SQL, [lease.generation.toString(), resource]),
+        c.query<CheckpointRow>(
+          'SELECT state, generation, written_at FROM lease_fence.last_checkpoint($1::text)', [resource]),
+      ]);
+      const job = new ResumableJob<ResumableClientOf<C>>(client, lease, ttlMs, found.rows[0],
+        () => watchErrors(c));
+      result = await fn(job);
+      if (job.busy) throw new Error('resumableJob: fn returned while a checkpoint was running');
+      if (job.failure !== undefined) throw job.failure;
+      const watch = watchErrors(c);
+      try {
+        await commit(c, watch);
+      } finally {
+        watch.stop();
+      }
+    } catch (err) {
+      const failure = ended !== undefined ? ended : translateError(err);
+      const rolledBack = ended === undefined
+        && await c.query('ROLLBACK').then(() => true, () => false);
+      if (ended === undefined) await releaseOutcome(c, lease).catch(() => {});
+      clean = rolledBack && ended === undefined;
+      throw failure;
+    }
+    // the work committed: the release's answer does not change the result
+    clean = await releaseOutcome(c, lease).then(() => true, () => false);
+    return result;
+  } finally {
+    c.removeListener('error', onError);
+    if (pooled) (client as unknown as PoolClient).release(clean ? undefined : true);
+  }
+}
