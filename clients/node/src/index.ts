@@ -725,6 +725,15 @@ interface CheckpointRow {
   written_at: Date | null;
 }
 
+/**
+ * BEGIN and the resource fence at `generation` as one simple-query string
+ * (the resource a literal made by escapeLiteral, the generation a BigInt).
+ */
+function fenceSql(client: ClientBase, generation: bigint, resource: string): string {
+  return `BEGIN; SELECT lease_fence.set_generation(CAST(${BigInt(generation).toString()} AS bigint), ` +
+    `CAST(${sqlLiteral(client, resource)} AS text))`;
+}
+
 /** What resumableJob takes after fn. */
 export interface ResumableJobOptions {
   /** While the lease is busy, wait up to this long (ms) for its release; default 0. */
@@ -819,8 +828,7 @@ export class ResumableJob<C = ClientBase> {
       }
       // the next stretch of work: a new transaction, fenced at the same generation
       try {
-        await Promise.all([c.query('BEGIN'),
-          c.query(SET_GENERATION_SQL, [this.generation.toString(), this.resource])]);
+        await c.query(fenceSql(c, this.generation, this.resource));
       } catch (err) {
         this.failure = translateError(err);
         throw this.failure;
@@ -855,7 +863,8 @@ export type ResumableClientOf<C extends Queryable> = C extends Pool ? PoolClient
  *     on its own; not granted → LeaseBusy / LeaseUnavailable / LeaseDenied /
  *     LeaseUnknown before anything else ('stale' retried once);
  *  2. BEGIN; set_generation(generation, resource); last_checkpoint(resource)
- *     (sent together): job.resumeFrom / job.resumedGeneration;
+ *     (one simple-query string, one round trip): job.resumeFrom /
+ *     job.resumedGeneration;
  *  3. fn(job): its statements go on job.client, in the open transaction;
  *     job.checkpoint(state) renews the lease, writes the checkpoint and
  *     commits (see ResumableJob.checkpoint);
@@ -900,12 +909,11 @@ export async function resumableJob<C extends Queryable, T>(db: C, resource: stri
     }
     let result: T;
     try {
-      const [, , found] = await Promise.all([
-        c.query('BEGIN'),
-        c.query(SET_GENERATION_SQL, [lease.generation.toString(), resource]),
-        c.query<CheckpointRow>(
-          'SELECT state, generation, written_at FROM lease_fence.last_checkpoint($1::text)', [resource]),
-      ]);
+      // one simple-query string, one round trip
+      const answer = await c.query(fenceSql(c, lease.generation, resource) +
+        '; SELECT state, generation, written_at FROM lease_fence.last_checkpoint(' +
+        `CAST(${sqlLiteral(c, resource)} AS text))`) as unknown as QueryResult<CheckpointRow>[];
+      const found = answer[answer.length - 1];
       const job = new ResumableJob<ResumableClientOf<C>>(client, lease, ttlMs, found.rows[0],
         () => watchErrors(c));
       result = await fn(job);
