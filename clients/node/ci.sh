@@ -9,7 +9,7 @@
 #
 #   1. npm ci (from package-lock.json), npm run build (tsc), npm pack
 #   2. an empty app in $LF_CLIENT_WORK/app: npm init -y, then
-#      npm install <the tarball> pg knex ioredis typescript @types/node
+#      npm install <the tarball> pg knex ioredis bullmq typescript @types/node
 #   3. test/ copied into the app and run there with npm test (the
 #      package's scripts/test.js: node --test, TAP, one file at a time — a
 #      test pauses Redis: nothing may run beside it), so that they load the
@@ -17,7 +17,8 @@
 #   4. examples/node copied, installed with the tarball; two-holders.js and
 #      job.js run against appdb, client-side.js against the portable
 #      edition's server (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2,
-#      without the C library)
+#      without the C library); examples/bullmq (worker.js: BullMQ in the
+#      harness's Redis, LF_REDIS_SOCK) against appdb
 #
 # The last line is "node: N passed, N failed" (N: test cases + the examples);
 # a file that crashes or prints no count counts as failed. Exits non-zero on
@@ -71,10 +72,10 @@ log "packed $(basename "$tgz"): $(tar -tzf "$tgz" | sort | tr '\n' ' ')"
 app=$work/app
 mkdir -p "$app" && cd "$app" || exit 1
 step "npm init -y (empty app)" "$work/app-init.log" npm init -y || { failed=$((failed + 1)); finish; }
-step "npm install $(basename "$tgz") pg knex ioredis typescript @types/node" "$work/app-install.log" \
-	npm install "${npm_flags[@]}" "$tgz" pg knex ioredis typescript @types/node || { failed=$((failed + 1)); finish; }
+step "npm install $(basename "$tgz") pg knex ioredis bullmq typescript @types/node" "$work/app-install.log" \
+	npm install "${npm_flags[@]}" "$tgz" pg knex ioredis bullmq typescript @types/node || { failed=$((failed + 1)); finish; }
 log "installed: $(node -p 'const v = (p) => require(p + "/package.json").version;
-	["lease-fence", "pg", "knex", "ioredis", "typescript"].map((p) => p + "@" + v(p)).join(" ")')"
+	["lease-fence", "pg", "knex", "ioredis", "bullmq", "typescript"].map((p) => p + "@" + v(p)).join(" ")')"
 
 # 3. the tests, against the installed package (not ../src: no source here):
 #    npm test, the package's runner (scripts/test.js) as the app's test script
@@ -96,7 +97,7 @@ count_tap() {	# name, tap output, exit code
 	log "$name: $ok passed, $bad failed"
 }
 tests=(test/client.test.js test/job.test.js test/leadership.test.js test/knex.test.js test/pool.test.js test/esm.test.mjs
-	test/types.test.js test/client-side.test.js test/fair.test.js)
+	test/types.test.js test/client-side.test.js test/fair.test.js test/resumable.test.js test/bullmq.test.js)
 tap=$work/tap
 rm -rf "$tap" && mkdir -p "$tap" || exit 1
 log "npm test -- ${tests[*]}"
@@ -139,6 +140,19 @@ if step "example: npm install $(basename "$tgz") (examples/node)" "$work/example
 	fi
 else
 	failed=$((failed + 3))
+fi
+
+# examples/bullmq: its own app (bullmq, pg and the tarball), BullMQ in the
+# harness's Redis
+bullmq_example=$work/example-bullmq
+rm -rf "$bullmq_example" && cp -R "$src/examples/bullmq" "$bullmq_example" || exit 1
+rm -rf "$bullmq_example/node_modules" "$bullmq_example/package-lock.json"
+if step "example: npm install $(basename "$tgz") (examples/bullmq)" "$work/example-bullmq-install.log" \
+	bash -c 'cd "$1" && npm install --no-audit --no-fund "$2"' _ "$bullmq_example" "$tgz"; then
+	example=$bullmq_example
+	run_example worker.js 'ok: the job billed each line once' REDIS_URL="${LF_REDIS_SOCK:-}"
+else
+	failed=$((failed + 1))
 fi
 
 finish

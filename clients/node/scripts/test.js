@@ -13,7 +13,7 @@ const path = require('node:path');
 
 const SERVER_TESTS = ['test/client.test.js', 'test/job.test.js', 'test/leadership.test.js', 'test/knex.test.js',
   'test/pool.test.js', 'test/esm.test.mjs', 'test/types.test.js', 'test/client-side.test.js',
-  'test/fair.test.js'];
+  'test/fair.test.js', 'test/resumable.test.js', 'test/bullmq.test.js'];
 
 function defaultFiles() {
   const unit = fs.existsSync('test/unit')

@@ -20,7 +20,7 @@ const API = [
   'FenceError', 'StaleGeneration', 'MissingGeneration', 'ConflictingGeneration', 'UnissuedGeneration',
   'LeaseLostAtCommit', 'LeaseError', 'LeaseDenied', 'LeaseBusy', 'LeaseUnavailable', 'LeaseLost',
   'LeaseUnknown', 'RedisLeases', 'clientSideScripts', 'acquireOutcome', 'DataCorrupted',
-  'TransactionRolledBack',
+  'TransactionRolledBack', 'resumableJob', 'ResumableJob',
   // the old names, deprecated aliases for one release
   'withFence', 'withTransactionLease', 'withKeptAliveLease', 'LeaseDataCorrupted',
 ];
@@ -54,6 +54,20 @@ describe('package entry points', () => {
     const err = translateError(pgErr);
     assert.ok(err instanceof cjs.StaleGeneration);
     assert.deepEqual([err.table, err.column, err.resource, err.cause], ['account', 'fence', null, pgErr]);
+  });
+
+  it("lease-fence/bullmq: both import and require, the same classes; the main entry point never loads bullmq", async () => {
+    const esm = await import('lease-fence/bullmq');
+    const cjs = require('lease-fence/bullmq');
+    assert.equal(typeof esm.fencedProcessor, 'function');
+    assert.equal(esm.fencedProcessor, cjs.fencedProcessor);
+    assert.equal(esm.defaultResource, cjs.defaultResource);
+    const { execFileSync } = await import('node:child_process');
+    const loaded = execFileSync(process.execPath, ['-e',
+      "require('lease-fence'); process.stdout.write(String(Object.keys(require.cache)" +
+      ".filter((k) => /[\\/]node_modules[\\/]bullmq[\\/]/.test(k)).length))"],
+    { encoding: 'utf8', cwd: process.cwd() });
+    assert.equal(loaded, '0');
   });
 
   it('ESM import against the server: acquire, fenced write, release', async () => {

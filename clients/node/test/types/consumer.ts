@@ -7,8 +7,10 @@ import {
   releaseOutcome, withFence, withTransactionLease, withKeptAliveLease, keepaliveState, inTransaction, translateError, isPool,
   FenceError, StaleGeneration, LeaseError, LeaseDenied, LeaseBusy, LeaseUnknown, LeaseLostAtCommit,
   TransactionRolledBack, DataCorrupted, LeaseDataCorrupted, leadership, takeOver, LeadershipLost,
-  TakeOverTimeout, LeaseLost,
+  TakeOverTimeout, LeaseLost, resumableJob, ResumableJob,
 } from 'lease-fence';
+import { fencedProcessor, defaultResource } from 'lease-fence/bullmq';
+import type { Job } from 'bullmq';
 import type { AcquiredLease, Lease, ReleaseOutcome, ClientOf, JobOptions, AcquireOptions, Leadership } from 'lease-fence';
 
 export async function main(pool: pg.Pool, client: pg.Client): Promise<void> {
@@ -251,4 +253,30 @@ export function lostName(err: unknown): string | null {
   }
   if (err instanceof TakeOverTimeout) return err.code;
   return null;
+}
+
+// resumableJob and lease-fence/bullmq (1.5, issue 54): the job's fields, a
+// pool's job gets a PoolClient, the processor BullMQ's Worker takes
+export async function resume(pool: pg.Pool, client: pg.Client): Promise<bigint> {
+  const g: bigint = await resumableJob(pool, 'report:1', 30000, async (job) => {
+    const c: pg.PoolClient = job.client;
+    const from: unknown = job.resumeFrom;
+    const by: bigint | null = job.resumedGeneration;
+    const id: string = job.identity;
+    void from; void by; void id;
+    await c.query('UPDATE account SET balance = 0');
+    return job.checkpoint({ step: 1 });
+  }, { waitMs: 0, fair: false });
+  await resumableJob(client, 'report:1', 30000, (job: ResumableJob<pg.Client>) => job.generation);
+  // @ts-expect-error ttlMs is a number
+  await resumableJob(client, 'report:1', '30000', () => 1);
+  const processor: (job: Job<{ n: number }>) => Promise<string | undefined> =
+    fencedProcessor<{ n: number }, string>(pool, async (bullJob, job) => `${bullJob.data.n} ${job.generation}`,
+      { ttlMs: 60000, onBusy: 'retry', resource: (j) => `n:${j.data.n}` });
+  void processor;
+  // @ts-expect-error onBusy is 'skip' or 'retry'
+  fencedProcessor(pool, async () => 1, { onBusy: 'never' });
+  const r: string = defaultResource({ queueName: 'q', name: 'n', data: {} });
+  void r;
+  return g;
 }
