@@ -18,7 +18,7 @@
 #      job.js run against appdb, client-side.js against the portable
 #      edition's server (LF_PORTABLE_PGPORT, LF_PORTABLE_DB: server 2,
 #      without the C library); examples/bullmq (worker.js: BullMQ in the
-#      harness's Redis, LF_REDIS_SOCK) against appdb
+#      harness's Redis, LF_REDIS_SOCK) against appdb, with bullmq and ioredis
 #
 # The last line is "node: N passed, N failed" (N: test cases + the examples);
 # a file that crashes or prints no count counts as failed. Exits non-zero on

@@ -15,7 +15,8 @@
 //                     BullMQ's Redis, a redis:// URL or a unix socket path,
 //                     default redis://127.0.0.1:6379)
 //
-// Exits 0 when the account was billed once per line.
+// Exits 0 when the account was billed once per line. BullMQ 6 needs ioredis
+// installed beside it (an optional peer of bullmq).
 
 const { randomBytes } = require('node:crypto');
 const pg = require('pg');

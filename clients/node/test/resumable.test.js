@@ -10,7 +10,8 @@
 // past its lease is ended by the server and its successor resumes from its
 // last checkpoint, the frozen one writing nothing more; a holder whose lease
 // was lost cannot move the checkpoint (LeaseLost before writing, rolled
-// back), nor one a newer generation fenced (StaleGeneration).
+// back), nor one frozen between two transactions while a newer generation
+// fenced the resource (StaleGeneration).
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -218,40 +219,45 @@ describe('resumableJob: a job that checkpoints and resumes', () => {
     assert.deepEqual(await lastCheckpoint(app, res), { state: { done: 1 }, generation: g });
   });
 
-  it('a holder a newer generation fenced: checkpoint rejects with StaleGeneration (LF001), the job too, and the checkpoint is the newer one', async () => {
+  it('a holder frozen between two transactions while a newer generation fenced the resource: its checkpoint rejects with StaleGeneration (LF001), the job too, and the checkpoint is the newer one', async () => {
     const [c1, op] = [await connect(), await connect()];
     const id = await newRow(app);
     const res = resourceName('rj-stale');
     let g1;
     let newer;
-    let opDone;
     let second = 'not reached';
+    // run 1 freezes between the COMMIT of its checkpoint and its next fence
+    // (the statement is held back, as a paused process would): meanwhile a
+    // newer generation fences the resource, writes and commits
+    const query = c1.query;
+    let fences = 0;
+    c1.query = function frozenBetween(text, ...rest) {
+      if (typeof text === 'string' && text.startsWith('BEGIN; SELECT lease_fence.set_generation(')
+        && ++fences === 2) {
+        return (async () => {
+          newer = await nextGeneration(app);
+          await lf.fenced(op, newer, { resource: res }, async (c) => {
+            await c.query('UPDATE account SET balance = 50 WHERE id = $1', [id]);
+            await c.query('SELECT lease_fence.checkpoint($1, $2)', [res, JSON.stringify('newer')]);
+          });
+          return query.call(this, text, ...rest);
+        })();
+      }
+      return query.call(this, text, ...rest);
+    };
     const err = await rejection(lf.resumableJob(c1, res, 10000, async (job) => {
       g1 = job.generation;
       await job.client.query('UPDATE account SET balance = 1 WHERE id = $1', [id]);
-      // a newer generation fences the resource (an operator, or a holder
-      // granted after Redis lost the lease): it waits for this transaction
-      newer = await nextGeneration(app);
-      opDone = lf.fenced(op, newer, { resource: res }, async (c) => {
-        await c.query('UPDATE account SET balance = 50 WHERE id = $1', [id]);
-        await c.query('SELECT lease_fence.checkpoint($1, $2)', [res, JSON.stringify('newer')]);
-      });
-      await until('the newer fence waits', async () => {
-        const { rows } = await app.query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
-          [op.processID]);
-        return rows[0].n === 1;
-      });
       await job.checkpoint({ done: 1 });   // commits, then the next transaction's fence is refused
       second = 'reached';
       await job.client.query('UPDATE account SET balance = 2 WHERE id = $1', [id]);
     }), lf.StaleGeneration);
-    await opDone;
+    assert.equal(fences, 2);
     assert.equal(err.sqlstate, 'LF001');
     assert.equal(err.resource, res);
     assert.equal(second, 'not reached');
+    assert.ok(g1 < newer);
     assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 50, fence: newer });
     assert.deepEqual(await lastCheckpoint(app, res), { state: 'newer', generation: newer });
-    assert.ok(g1 < newer);
   });
 });
