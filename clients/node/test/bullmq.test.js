@@ -8,8 +8,10 @@
 // last checkpoint; the same job twice at once has one effect (the other
 // skipped); busy with onBusy 'retry' and unknown are retried by BullMQ's
 // attempts/backoff and then run once; Redis down fails the job at once
-// (UnrecoverableError, no attempt left unused matters) with fn never run; a
-// stale holder's checkpoint is refused, its writes rolled back, not retried.
+// (BullMQ's UnrecoverableError: its other attempts unused) with fn never
+// run; a job frozen between two transactions while a newer generation
+// fenced gets StaleGeneration (LF001), failed at once; a holder whose lease
+// was lost has its checkpoint refused, its writes rolled back, not retried.
 
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -257,6 +259,56 @@ describe('lease-fence/bullmq: fencedProcessor under a real BullMQ worker', () =>
     assert.equal(err.name, 'UnrecoverableError');
     assert.ok(err.cause instanceof lf.LeaseUnavailable);
     assert.equal(ran, false);
+  });
+
+  it('a job frozen between two transactions while a newer generation fenced the resource: StaleGeneration (LF001), the job failed and not retried, the checkpoint the newer one', async () => {
+    const id = await newRow(app);
+    const data = { id, tag: randomBytes(4).toString('hex') };
+    const res = defaultResource({ queueName, name: 'lf001', data });
+    const frozenPool = newPool({ max: 1 });
+    const op = newPool({ max: 1 });
+    let newer;
+    // the job's connection holds back its next fence after a checkpoint's
+    // COMMIT (a paused process), while a newer generation fences and writes
+    frozenPool.on('acquire', (client) => {
+      if (client.frozenBetween) return;
+      const query = client.query;
+      let fences = 0;
+      client.frozenBetween = true;
+      client.query = function frozenBetween(text, ...rest) {
+        if (typeof text === 'string' && text.startsWith('BEGIN; SELECT lease_fence.set_generation(')
+          && ++fences === 2) {
+          return (async () => {
+            newer = await lf.fenced(op, (await op.query('SELECT lease_fence.next_generation() AS g')).rows[0].g,
+              { resource: res }, async (c) => {
+                await c.query('UPDATE account SET balance = 50 WHERE id = $1', [id]);
+                await c.query('SELECT lease_fence.checkpoint($1, $2)', [res, JSON.stringify('newer')]);
+                return BigInt((await c.query('SELECT lease_fence.current_generation() AS g')).rows[0].g);
+              });
+            return query.call(this, text, ...rest);
+          })();
+        }
+        return query.call(this, text, ...rest);
+      };
+    });
+    let after = 'not reached';
+    processors.set('lf001', fencedProcessor(frozenPool, async (bullJob, job) => {
+      await job.client.query('UPDATE account SET balance = 1 WHERE id = $1', [id]);
+      await job.checkpoint({ done: 1 });
+      after = 'reached';
+    }, { ttlMs: 10000 }));
+    const job = await queue.add('lf001', data, { attempts: 5, backoff: { type: 'fixed', delay: 50 } });
+    const done = await finished(job);
+    assert.equal(done.state, 'failed');
+    assert.equal(done.job.attemptsMade, 1, 'not retried');
+    assert.match(done.job.failedReason, /^StaleGeneration: /);
+    const [, err] = failures.find(([jid]) => jid === job.id);
+    assert.equal(err.name, 'UnrecoverableError');
+    assert.ok(err.cause instanceof lf.StaleGeneration);
+    assert.equal(err.cause.sqlstate, 'LF001');
+    assert.equal(after, 'not reached');
+    assert.deepEqual(await readRow(app, id), { owner: 'nobody', balance: 50, fence: newer });
+    assert.deepEqual(await lastCheckpoint(app, res), { state: 'newer', generation: newer });
   });
 
   it("a stale holder's checkpoint is refused (its lease lost to the next run), its writes rolled back, the job failed and not retried; the next run resumes from its last checkpoint", async () => {
