@@ -595,6 +595,31 @@ BEGIN
 END;
 $$;
 
+-- 55000 when one of the tables keyed by resource (resource_generation,
+-- resource_checkpoint) has an index other than its primary key: the
+-- functions that write them maintain only that one, and nothing of
+-- anybody's (an index expression) may run while they write.
+CREATE OR REPLACE FUNCTION lease_fence.check_own_indexes(tbl text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	extra text;
+BEGIN
+	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
+	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+	WHERE i.indrelid = pg_catalog.to_regclass('lease_fence.' OPERATOR(pg_catalog.||) tbl)
+	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
+	           AND i.indexprs IS NULL AND i.indpred IS NULL);
+	IF extra IS NOT NULL THEN
+		RAISE EXCEPTION 'table lease_fence.% has an index lease_fence did not create: %', tbl, extra
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'Drop that index: lease_fence maintains only the primary key of its tables.';
+	END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION lease_fence.fence_resource(resource text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -607,7 +632,6 @@ DECLARE
 	g bigint;
 	stored bigint;
 	hi bigint;
-	extra text;
 BEGIN
 	PERFORM lease_fence.check_resource(res);
 	g := lease_fence.current_generation();
@@ -632,16 +656,7 @@ BEGIN
 	END IF;
 	-- as the C edition: only the primary key may index the table (nothing
 	-- of anybody's runs while a fence is written)
-	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
-	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-	WHERE i.indrelid = 'lease_fence.resource_generation'::pg_catalog.regclass
-	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
-	           AND i.indexprs IS NULL AND i.indpred IS NULL);
-	IF extra IS NOT NULL THEN
-		RAISE EXCEPTION 'table lease_fence.resource_generation has an index lease_fence did not create: %', extra
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-			      HINT = 'Drop that index: fence_resource() maintains only the primary key.';
-	END IF;
+	PERFORM lease_fence.check_own_indexes('resource_generation');
 	-- the first fence of a resource inserts; later ones lock the newest
 	-- version (ON CONFLICT locks the conflicting row, whatever the snapshot,
 	-- before it evaluates the WHERE)
@@ -741,7 +756,6 @@ DECLARE
 	st jsonb := checkpoint.state;
 	len bigint;
 	g bigint;
-	extra text;
 BEGIN
 	PERFORM lease_fence.check_resource(res);
 	IF st IS NULL THEN
@@ -755,16 +769,7 @@ BEGIN
 			HINT = 'Keep the progress in a table of your own, fenced, and checkpoint a reference to it.';
 	END IF;
 	-- as fence_resource(): only the primary key may index the table
-	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
-	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-	WHERE i.indrelid = 'lease_fence.resource_checkpoint'::pg_catalog.regclass
-	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
-	           AND i.indexprs IS NULL AND i.indpred IS NULL);
-	IF extra IS NOT NULL THEN
-		RAISE EXCEPTION 'table lease_fence.resource_checkpoint has an index lease_fence did not create: %', extra
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-			      HINT = 'Drop that index: lease_fence maintains only the primary key of its tables.';
-	END IF;
+	PERFORM lease_fence.check_own_indexes('resource_checkpoint');
 	-- the fence keeps the resource's row locked to the end of the
 	-- transaction: the checkpoints of one resource are written one
 	-- transaction at a time
