@@ -11,8 +11,6 @@ a successor fenced between two of its transactions gets StaleGeneration
 (LF001) from checkpoint() and writes nothing more.
 """
 
-import threading
-
 import psycopg
 import pytest
 
@@ -20,7 +18,8 @@ import lease_fence
 from lease_fence import (LeaseBusy, LeaseLost, LeaseUnavailable, ResumableJob, StaleGeneration,
                          acquire, fenced, release, resumable_job, TransactionRolledBack)
 from lf_testlib import (APP_USER, DATABASE, NOREDIS_USER, PGHOST, PGPORT, connect, lease_key,
-                        new_row, next_generation, read_row, redis, resource_name, wait_until)
+                        freeze_between_transactions, new_row, next_generation, read_row, redis,
+                        resource_name, wait_until)
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -180,49 +179,35 @@ def test_stalled_holder_is_ended_and_its_successor_resumes(conns):
     assert last_checkpoint(check, res) == ({"done": ["a", "b"]}, run2.generation)
 
 
-def _waiting_on_a_lock(check, pid):
-    row = check.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
-                        (pid,)).fetchone()
-    return row is not None and row[0] == "Lock"
-
-
-def test_checkpoint_of_a_holder_fenced_between_its_transactions_is_stale(conns):
-    """a newer generation fences the resource while the job's transaction is
-    open: it waits for it (the job's fence lock), and takes the resource when
-    that transaction commits with its checkpoint. The job's next
-    transaction is then refused: checkpoint() raises StaleGeneration
-    (LF001, naming the resource); what the block writes afterwards is
-    refused, the job ends with TransactionRolledBack and releases; the
-    checkpoint stays the one the job committed before the newer fence."""
+def test_checkpoint_of_a_holder_fenced_between_its_transactions_is_stale(conns, monkeypatch):
+    """a holder frozen between two of its transactions (after a checkpoint's
+    COMMIT) while a successor fences the resource with a newer generation:
+    checkpoint() raises StaleGeneration (LF001, naming the resource) from
+    the next fence; the checkpoint and the writes before it, made while the
+    holder's fence kept the successor waiting, are committed; what the
+    block writes afterwards is refused, the job ends with
+    TransactionRolledBack and releases."""
     conn, other, check = conns(), conns(), conns()
     a, b = new_row(check), new_row(check)
     res = resource_name("resumable_fenced_between")
-    newer = {}
+    newer = []
 
     def successor():
         g = next_generation(other)
-        with fenced(other, g, res):                 # waits for the job's transaction
-            newer["g"] = g
-
+        with fenced(other, g, res):
+            newer.append(g)
+    freeze_between_transactions(monkeypatch, res, successor)
     with pytest.raises(TransactionRolledBack):
         with resumable_job(conn, res, 10000) as job:
             conn.execute("UPDATE account SET owner = 'before' WHERE id = %s", (a,))
-            pid = other.info.backend_pid
-            t = threading.Thread(target=successor)
-            t.start()
-            try:
-                wait_until("the successor waits for the job's fence",
-                           lambda: _waiting_on_a_lock(check, pid))
-                with pytest.raises(StaleGeneration) as info:
-                    job.checkpoint({"step": 1})
-            finally:
-                t.join()
+            with pytest.raises(StaleGeneration) as info:
+                job.checkpoint({"step": 1})
             # the block goes on regardless: refused, nothing of it commits
             with pytest.raises(psycopg.errors.InFailedSqlTransaction):
                 conn.execute("UPDATE account SET owner = 'after' WHERE id = %s", (b,))
     err = info.value
     assert err.sqlstate == "LF001" and err.resource == res
-    assert newer["g"] > job.generation
+    assert newer[0] > job.generation
     assert read_row(check, a) == ("before", 100, job.generation)
     assert read_row(check, b) == ("nobody", 100, 0)
     assert last_checkpoint(check, res) == ({"step": 1}, job.generation)

@@ -81,10 +81,14 @@ class ResumableJob:
 
         Raises, the transaction rolled back (nothing since the last
         checkpoint committed): LeaseLost / LeaseUnknown / LeaseUnavailable
-        when the renew fails (before anything is written); StaleGeneration
-        (LF001: a newer holder fenced the resource) or another FenceError
+        when the renew fails (before anything is written); a FenceError
         when the checkpoint is refused; TransactionRolledBack when a
         statement of the transaction failed and its error was caught.
+        StaleGeneration (LF001, ``e.resource``) from the next transaction's
+        fence: a newer holder fenced the resource between this checkpoint's
+        COMMIT and that fence (the holder paused there) -- this checkpoint
+        and the writes before it are committed (the job's fence made the
+        newer holder wait for them), the job is no longer the holder: stop.
         """
         text = json.dumps(state)                 # TypeError before anything is sent
         db = self._db
