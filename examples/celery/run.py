@@ -23,8 +23,8 @@ def main() -> int:
     sys.path.insert(0, HERE)
     from tasks import settle
 
-    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks", "worker",
-                               "--pool", "threads", "--concurrency", "2",
+    worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks", "--quiet",
+                               "worker", "--pool", "threads", "--concurrency", "2",
                                "--loglevel", "WARNING", "--without-mingle",
                                "--without-gossip"], cwd=HERE)
     try:
