@@ -210,8 +210,8 @@ def warm_connection(**kw: Any) -> psycopg.Connection:
     conn = connect(options="-c lease_fence.command_timeout_ms=150 "
                            "-c lease_fence.cleanup_timeout_ms=150", **kw)
     res = f"py:warm:{uuid.uuid4().hex[:8]}"
-    conn.execute("SELECT lease_fence.release(resource, identity) FROM lease_fence.acquire(%s, 10000)",
-                 (res,))
+    conn.execute("SELECT lease_fence.release(resource, identity) "
+                 "FROM lease_fence.acquire(%s, 10000)", (res,))
     return conn
 
 

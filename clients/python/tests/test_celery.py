@@ -2,8 +2,8 @@
 
 One embedded worker (celery.contrib.testing.worker.start_worker, the thread
 pool, four threads) for the module, its Redis broker on a redis-server of
-the module's own (outcomes from the worker's signals, no result backend) (the lease Redis is the harness's: the
-unknown test pauses it). Each test pins one rule of the integration: a task
+the module's own (the lease Redis is the harness's: the unknown test pauses
+it); the outcomes come from the worker's signals (no result backend). Each test pins one rule of the integration: a task
 stalled inside its transaction past its lease is ended by the server and
 the same task, run again, resumes from its checkpoint and its writes stand;
 the same task sent twice at once has one effect (busy: skipped); busy with
@@ -28,8 +28,9 @@ from lease_fence import (LeaseBusy, LeaseUnavailable, LeaseUnknown, StaleGenerat
                          acquire, fenced, release)
 from lease_fence.celery import FencedTask                   # noqa: E402
 from lf_testlib import (NOREDIS_USER, connect, freeze_between_transactions,  # noqa: E402
-                        lease_key, new_row, next_generation, private_redis, read_row, redis, stop_private_redis, wait_for_redis,
-                        wait_until, warm_connection)
+                        lease_key, new_row, next_generation, private_redis, read_row,
+                        redis, stop_private_redis, wait_for_redis, wait_until,
+                        warm_connection)
 
 app = Celery("lf_celery_test")
 app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],

@@ -37,8 +37,8 @@ its own: the task function gets the ``ResumableJob`` as its first argument
 
 An unknown lease outcome is always retried through Celery's retry, after
 the lease's TTL (a lease the acquire may have taken has expired by then;
-never run without a lease; ``max_retries`` applies); Redis unreachable (LeaseUnavailable) and a stale or
-lost holder (StaleGeneration, LeaseLost, LeaseLostAtCommit) fail the task
+never run without a lease; ``max_retries`` applies); Redis unreachable
+(LeaseUnavailable) and a stale or lost holder (StaleGeneration, LeaseLost, LeaseLostAtCommit) fail the task
 with that exception.
 """
 
