@@ -89,6 +89,7 @@ def ended(job):
     """The job's status once it finished or failed for good."""
     wait_until(f"job {job.id} ended",
                lambda: job.get_status(refresh=True) in ("finished", "failed"), 120)
+    job.refresh()                                   # retries_left & co, as stored
     return job.get_status()
 
 
