@@ -16,10 +16,10 @@ import pytest
 
 import lease_fence
 from lease_fence import (LeaseBusy, LeaseLost, LeaseUnavailable, ResumableJob, StaleGeneration,
-                         acquire, fenced, release, resumable_job, TransactionRolledBack)
-from lf_testlib import (APP_USER, DATABASE, NOREDIS_USER, PGHOST, PGPORT, connect, lease_key,
-                        freeze_between_transactions, new_row, next_generation, read_row, redis,
-                        resource_name, wait_until)
+                         TransactionRolledBack, acquire, aio, fenced, release, resumable_job)
+from lf_testlib import (APP_USER, DATABASE, NOREDIS_USER, PGHOST, PGPORT, aconnect, connect,
+                        freeze_between_transactions, lease_key, new_row, next_generation,
+                        read_row, redis, resource_name, wait_until)
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -213,3 +213,51 @@ def test_checkpoint_of_a_holder_fenced_between_its_transactions_is_stale(conns, 
     assert last_checkpoint(check, res) == ({"step": 1}, job.generation)
     assert redis("EXISTS", lease_key(res)) == "0"
     assert conn.info.transaction_status == IDLE
+
+
+@pytest.mark.asyncio
+async def test_aio_resumable_job_checkpoints_resumes_and_refuses_a_stalled_holder():
+    """aio.resumable_job: run 1's write commits with its checkpoint; busy
+    raises before the block; run 1 stalled in its transaction past its
+    lease is ended by the server, and run 2 resumes from its checkpoint and
+    its writes stand; an exception in the block rolls back after the last
+    checkpoint."""
+    check = connect()
+    c1, c2 = await aconnect(), await aconnect()
+    try:
+        a, b = new_row(check), new_row(check)
+        res = resource_name("aio_resumable")
+        with pytest.raises((psycopg.OperationalError, StaleGeneration)):
+            async with aio.resumable_job(c1, res, 1000) as run1:
+                assert (run1.resume_from, run1.resumed_generation) == (None, None)
+                await c1.execute("UPDATE account SET owner = 'run 1' WHERE id = %s", (a,))
+                assert await run1.checkpoint({"done": ["a"]}) == run1.generation
+                assert read_row(check, a) == ("run 1", 100, run1.generation)
+                with pytest.raises(LeaseBusy):
+                    async with aio.resumable_job(c2, res, 10000):
+                        pytest.fail("the block must not run")
+                await c1.execute("UPDATE account SET owner = 'run 1' WHERE id = %s", (b,))
+                wait_until("run 1's lease key expired",
+                           lambda: redis("EXISTS", lease_key(res)) == "0")
+                async with aio.resumable_job(c2, res, 10000) as run2:
+                    assert run2.resume_from == {"done": ["a"]}
+                    assert run2.resumed_generation == run1.generation
+                    await c2.execute("UPDATE account SET owner = 'run 2' WHERE id = %s", (b,))
+                    await run2.checkpoint({"done": ["a", "b"]})
+                await c1.execute("UPDATE account SET owner = 'late' WHERE id = %s", (b,))
+                await run1.checkpoint({"done": ["late"]})
+        assert read_row(check, b) == ("run 2", 100, run2.generation)
+        assert last_checkpoint(check, res) == ({"done": ["a", "b"]}, run2.generation)
+
+        with pytest.raises(Boom):
+            async with aio.resumable_job(c2, res, 10000) as run3:
+                assert run3.resume_from == {"done": ["a", "b"]}
+                await c2.execute("UPDATE account SET owner = 'run 3' WHERE id = %s", (a,))
+                raise Boom()
+        assert read_row(check, a) == ("run 1", 100, run1.generation)
+        assert redis("EXISTS", lease_key(res)) == "0"
+        assert c2.info.transaction_status == IDLE
+    finally:
+        await c1.close()
+        await c2.close()
+        check.close()
