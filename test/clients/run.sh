@@ -15,7 +15,8 @@
 # dir), then runs, as the postgres user, each library's clients/<lang>/ci.sh:
 #   - python   builds the sdist and wheel, pip-installs the wheel (--no-index)
 #              into a fresh venv that sees Debian's psycopg, SQLAlchemy and
-#              Django, runs its pytest suite and examples/python
+#              Django, Celery and RQ, runs its pytest suite, examples/python
+#              and examples/celery
 #   - node     npm ci, tsc, npm pack; installs the tarball into an empty app,
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
