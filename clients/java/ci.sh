@@ -56,7 +56,7 @@ fi
 # is one case. Skipped, and said so, when maven or its plugins are not
 # installed (test/clients/run.sh installs them; Debian: maven libmaven-compiler-plugin-java
 # libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
-# libmaven-install-plugin-java libgoogle-gson-java).
+# libmaven-install-plugin-java libgoogle-gson-java libquartz2-java).
 if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
 	# the versions this repository holds (pom.xml names Debian 12's; Debian 13
 	# packages newer ones): the highest numbered directory of each artifact
@@ -65,6 +65,8 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 	for pv in lf.pgjdbc.version=org/postgresql/postgresql \
 		lf.junit.version=org/junit/jupiter/junit-jupiter \
 		lf.gson.version=com/google/code/gson/gson \
+		lf.quartz.version=org/quartz-scheduler/quartz \
+		lf.slf4j.version=org/slf4j/slf4j-nop \
 		lf.resources.version=org/apache/maven/plugins/maven-resources-plugin \
 		lf.compiler.version=org/apache/maven/plugins/maven-compiler-plugin \
 		lf.surefire.version=org/apache/maven/plugins/maven-surefire-plugin \
