@@ -115,3 +115,52 @@ COMMENT ON FUNCTION @extschema@.queue(text) IS
 
 -- It sends a request to Redis, as holder() does: not PUBLIC's.
 REVOKE EXECUTE ON FUNCTION @extschema@.queue(text) FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- Fenced checkpoints
+------------------------------------------------------------------------------
+
+-- The newest checkpoint of each resource: the progress a job committed, the
+-- generation it was written under, and when.  As resource_generation: no
+-- role has any privilege on it (its owner aside), so that only
+-- checkpoint() moves it, under a resource fence; it is read and written in
+-- C, so no trigger, rule, policy or index expression runs as anybody.
+CREATE TABLE @extschema@.resource_checkpoint (
+	resource text COLLATE "C" PRIMARY KEY,
+	generation bigint NOT NULL,
+	state jsonb NOT NULL,
+	written_at timestamptz NOT NULL
+);
+
+REVOKE ALL ON @extschema@.resource_checkpoint FROM PUBLIC;
+
+-- the checkpoints survive pg_dump / restore, as the resource fences do
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.resource_checkpoint', '');
+
+-- Fence the resource at the current generation (fence_resource()'s
+-- refusals: LF001, LF002, LF004, LF010) and store state as its checkpoint
+-- under that generation, in the caller's transaction.  Granted, not
+-- PUBLIC's, as fence_resource().
+CREATE FUNCTION @extschema@.checkpoint(resource text, state jsonb)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.checkpoint(text, jsonb) IS
+'fence a resource at the current generation (as fence_resource) and store state as its checkpoint under it; returns the generation';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.checkpoint(text, jsonb) FROM PUBLIC;
+
+-- The newest committed checkpoint of a resource (or this transaction's
+-- own), read with a snapshot taken at the call: one row, or none.  The
+-- state is the job's data: granted, not PUBLIC's.
+CREATE FUNCTION @extschema@.last_checkpoint(resource text,
+	OUT state jsonb, OUT generation bigint, OUT written_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'lf_last_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.last_checkpoint(text) IS
+'the newest committed checkpoint of a resource: its state, the generation it was written under, and when (no row: none)';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.last_checkpoint(text) FROM PUBLIC;

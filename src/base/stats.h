@@ -76,7 +76,8 @@
 	X(TAKEOVER_TIMEOUT, "takeover", "timeout") \
 	X(FAIR_QUEUED, "fair", "queued") \
 	X(FAIR_GRANTED, "fair", "granted") \
-	X(FAIR_LEFT, "fair", "left")
+	X(FAIR_LEFT, "fair", "left") \
+	X(CHECKPOINT_WRITTEN, "checkpoint", "written")
 
 typedef enum LfCounter
 {

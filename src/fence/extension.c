@@ -53,6 +53,7 @@ static const struct
 	[LF_RESOURCE_GENERATION] = {"resource_generation", RELKIND_RELATION},
 	[LF_PROTECTED] = {"protected", RELKIND_RELATION},
 	[LF_HEAL_BUDGET_SEQ] = {"heal_budget_seq", RELKIND_SEQUENCE},
+	[LF_RESOURCE_CHECKPOINT] = {"resource_checkpoint", RELKIND_RELATION},
 };
 
 /* the cached answers: InvalidOid until looked up */

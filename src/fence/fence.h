@@ -18,6 +18,7 @@
 
 #include "access/htup.h"
 #include "fmgr.h"
+#include "storage/lockdefs.h"
 #include "utils/elog.h"
 #include "utils/relcache.h"
 
@@ -41,6 +42,7 @@ typedef enum LfOwnRelation
 	LF_RESOURCE_GENERATION,		/* lease_fence.resource_generation */
 	LF_PROTECTED,				/* lease_fence.protected */
 	LF_HEAL_BUDGET_SEQ,			/* lease_fence.heal_budget_seq */
+	LF_RESOURCE_CHECKPOINT,		/* lease_fence.resource_checkpoint */
 	LF_NUM_OWN_RELATIONS
 } LfOwnRelation;
 
@@ -121,6 +123,12 @@ extern LfWriteCheck lf_write_check_hook;
  */
 extern int64 lf_fence_resource_at(const char *resource, int64 g);
 extern int64 lf_fence_resource_current(const char *resource);
+/* the tables keyed by resource (resource_generation, resource_checkpoint) */
+extern void lf_open_resource_table(LfOwnRelation which, LOCKMODE lockmode, Relation *rel,
+								   Relation *pkey);
+extern bool lf_find_resource_row(Relation rel, Relation pkey, text *resource, ItemPointer tid,
+								 TransactionId *inserter, TransactionId *changer, int64 *stored);
+extern void lf_index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource);
 /* a resource name longer than this is refused (lf_check_resource_arg) */
 #define LF_MAX_RESOURCE 1024
 

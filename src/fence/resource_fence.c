@@ -74,7 +74,6 @@ PG_FUNCTION_INFO_V1(lf_fence_resource);
 PG_FUNCTION_INFO_V1(lf_set_generation_resource);
 
 #define LF_SCHEMA "lease_fence"
-#define LF_RESOURCE_TABLE "resource_generation"
 
 /* the columns of lease_fence.resource_generation */
 #define Anum_rg_resource 1
@@ -84,27 +83,28 @@ PG_FUNCTION_INFO_V1(lf_set_generation_resource);
 
 
 /*
- * Open lease_fence.resource_generation and its primary key for writing.
- * Any other index (only a superuser could add one) is refused: we maintain
- * the primary key ourselves, and would leave another index without the new
- * row versions.
+ * Open one of the extension's tables keyed by resource (resource_generation,
+ * resource_checkpoint) and its primary key, with lockmode (RowExclusiveLock
+ * to write).  Any other index
+ * (only a superuser could add one) is refused: we maintain the primary key
+ * ourselves, and would leave another index without the new row versions.
  */
-static void
-open_resource_table(Relation *rel, Relation *pkey)
+void
+lf_open_resource_table(LfOwnRelation which, LOCKMODE lockmode, Relation *rel, Relation *pkey)
 {
-	Oid			relid = lf_own_relation(LF_RESOURCE_GENERATION);
+	Oid			relid = lf_own_relation(which);
 	List	   *indexes;
 	Oid			pkeyid = InvalidOid;
 	ListCell   *lc;
 
-	*rel = table_open(relid, RowExclusiveLock);
+	*rel = table_open(relid, lockmode);
 	*pkey = NULL;
 	indexes = RelationGetIndexList(*rel);
 	foreach(lc, indexes)
 	{
 		Oid			indexid = lfirst_oid(lc);
 		/* opened once, for the check and for writing (ours is kept open) */
-		Relation	index = index_open(indexid, RowExclusiveLock);
+		Relation	index = index_open(indexid, lockmode);
 		bool		ours = index->rd_index->indisprimary &&
 			index->rd_index->indnatts == 1 &&
 			index->rd_index->indkey.values[0] == Anum_rg_resource &&
@@ -114,31 +114,32 @@ open_resource_table(Relation *rel, Relation *pkey)
 		if (ours && !OidIsValid(pkeyid))
 			*pkey = index;
 		else
-			index_close(index, RowExclusiveLock);
+			index_close(index, lockmode);
 		if (!ours || OidIsValid(pkeyid))
 			ereport(ERROR,
 					errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					errmsg("table %s.%s has an index lease_fence did not create: %s",
-						   LF_SCHEMA, LF_RESOURCE_TABLE, get_rel_name(indexid)),
-					errhint("Drop that index: fence_resource() maintains only the primary key."));
+						   LF_SCHEMA, RelationGetRelationName(*rel), get_rel_name(indexid)),
+					errhint("Drop that index: lease_fence maintains only the primary key of its tables."));
 		pkeyid = indexid;
 	}
 	list_free(indexes);
 	if (!OidIsValid(pkeyid))
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("table %s.%s has lost its primary key", LF_SCHEMA, LF_RESOURCE_TABLE));
+				errmsg("table %s.%s has lost its primary key", LF_SCHEMA, RelationGetRelationName(*rel)));
 }
 
 /*
- * Find the resource's row: its newest committed version, or one a
+ * Find the resource's row in one of the tables keyed by resource (its
+ * second column a generation): its newest committed version, or one a
  * transaction in progress inserted (then *inserter is that transaction),
  * or one of this transaction's own; *changer is a transaction in progress
  * that is updating or deleting the version found, and *stored its
  * generation.  False when there is none.
  */
-static bool
-find_resource(Relation rel, Relation pkey, text *resource, ItemPointer tid,
+bool
+lf_find_resource_row(Relation rel, Relation pkey, text *resource, ItemPointer tid,
 			  TransactionId *inserter, TransactionId *changer, int64 *stored)
 {
 	SnapshotData dirty;
@@ -261,9 +262,9 @@ find_resource_where_left(Relation rel, const char *resource, ItemPointer tid,
 	return found;
 }
 
-/* Add the primary key entry of a new row version, unless it is heap-only. */
-static void
-index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
+/* Add the primary key entry of a new row version. */
+void
+lf_index_new_version(Relation rel, Relation pkey, HeapTuple tuple, Datum resource)
 {
 	IndexInfo  *info = BuildIndexInfo(pkey);
 	Datum		values[1] = {resource};
@@ -295,7 +296,7 @@ update_resource(Relation rel, Relation pkey, ItemPointer tid, Datum resource, in
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	result = lf_heap_update_waiting(rel, tid, tuple, &index_it);
 	if (result == TM_Ok && index_it)
-		index_new_version(rel, pkey, tuple, resource);
+		lf_index_new_version(rel, pkey, tuple, resource);
 	if (result == TM_Ok)
 		*newtid = tuple->t_self;
 	heap_freetuple(tuple);
@@ -319,7 +320,7 @@ insert_resource(Relation rel, Relation pkey, Datum resource, int64 g, ItemPointe
 	values[Anum_rg_updated_at - 1] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	simple_heap_insert(rel, tuple);
-	index_new_version(rel, pkey, tuple, resource);
+	lf_index_new_version(rel, pkey, tuple, resource);
 	*newtid = tuple->t_self;
 	heap_freetuple(tuple);
 }
@@ -372,7 +373,7 @@ lf_fence_resource_at(const char *resource, int64 g)
 		pushed_snapshot = true;
 	}
 
-	open_resource_table(&rel, &pkey);
+	lf_open_resource_table(LF_RESOURCE_GENERATION, RowExclusiveLock, &rel, &pkey);
 	for (;;)
 	{
 		ItemPointerData tid;
@@ -382,7 +383,7 @@ lf_fence_resource_at(const char *resource, int64 g)
 
 		CHECK_FOR_INTERRUPTS();
 		if (!find_resource_where_left(rel, resource, &tid, &inserter, &changer, &stored) &&
-			!find_resource(rel, pkey, name, &tid, &inserter, &changer, &stored))
+			!lf_find_resource_row(rel, pkey, name, &tid, &inserter, &changer, &stored))
 		{
 			if (!insert_locked)
 			{

@@ -199,6 +199,9 @@ GRANT EXECUTE ON FUNCTION lease_fence.campaign(text, bigint, bigint, text, text,
                           lease_fence.take_over(text, bigint, bigint, text) TO app;
 -- fair waiting (1.5): the tests watch a resource's queue as app
 GRANT EXECUTE ON FUNCTION lease_fence.queue(text) TO app;
+-- jobs (1.5): a job's checkpoints
+GRANT EXECUTE ON FUNCTION lease_fence.checkpoint(text, jsonb),
+                          lease_fence.last_checkpoint(text) TO app;
 SQL
 
 # The portable edition (portable/lease_fence_portable.sql): a second server
