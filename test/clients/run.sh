@@ -233,7 +233,9 @@ portable_psql() { lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$LF_WOR
 	SELECT lease_fence.protect('account');
 	GRANT SELECT, INSERT, UPDATE, DELETE ON account TO app;
 	GRANT EXECUTE ON FUNCTION lease_fence.next_generation(bigint),
-	                          lease_fence.fence_resource(text) TO app;
+	                          lease_fence.fence_resource(text),
+	                          lease_fence.checkpoint(text, jsonb),
+	                          lease_fence.last_checkpoint(text) TO app;
 	SQL
 } >"$LF_WORK/setup-portable.log" 2>&1 || { cat "$LF_WORK/setup-portable.log"; exit 1; }
 # the library was not loaded there
