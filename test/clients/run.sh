@@ -54,7 +54,7 @@ esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
 	python3-pytest python3-pytest-asyncio python3-mypy python3-venv python3-pip python3-setuptools \
 	python3-wheel python3-build python3-asyncpg python3-redis python3-celery python3-rq \
-	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java \
+	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java libquartz2-java \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
