@@ -11,8 +11,8 @@
 --
 -- Every function pins search_path to pg_catalog, pg_temp and names every
 -- object schema-qualified, except fence_trigger(), whose every operator,
--- function and type is qualified instead (it says why).  SECURITY DEFINER is used for exactly three
--- functions, which write objects on which nobody else has the privilege
+-- function and type is qualified instead (it says why).  SECURITY DEFINER is used for exactly five
+-- functions, which write (or read) objects on which nobody else has the privilege
 -- (the C edition does it in C, without a privilege check):
 --   next_generation()    nextval on lease_fence.generation_seq (and a new
 --                        epoch on a new timeline): nobody may setval it
@@ -24,7 +24,13 @@
 --                        EXECUTE is not PUBLIC's;
 --   fence_resource(text) writes lease_fence.resource_generation, which
 --                        nobody may write directly (a direct UPDATE could
---                        lower a stored fence); EXECUTE is not PUBLIC's.
+--                        lower a stored fence); EXECUTE is not PUBLIC's;
+--   checkpoint(text, jsonb)  fences as fence_resource() and writes
+--                        lease_fence.resource_checkpoint, which nobody may
+--                        write directly; EXECUTE is not PUBLIC's;
+--   last_checkpoint(text)  reads lease_fence.resource_checkpoint (a job's
+--                        data: nobody else may read it); EXECUTE is not
+--                        PUBLIC's.
 -- They run as the installing role (the database owner), take no SQL text
 -- from the caller, and touch only those objects (and
 -- lease_fence.generation_timeline, whose row is the lock of the
@@ -589,6 +595,31 @@ BEGIN
 END;
 $$;
 
+-- 55000 when one of the tables keyed by resource (resource_generation,
+-- resource_checkpoint) has an index other than its primary key: the
+-- functions that write them maintain only that one, and nothing of
+-- anybody's (an index expression) may run while they write.
+CREATE OR REPLACE FUNCTION lease_fence.check_own_indexes(tbl text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	extra text;
+BEGIN
+	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
+	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
+	WHERE i.indrelid = pg_catalog.to_regclass('lease_fence.' OPERATOR(pg_catalog.||) tbl)
+	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
+	           AND i.indexprs IS NULL AND i.indpred IS NULL);
+	IF extra IS NOT NULL THEN
+		RAISE EXCEPTION 'table lease_fence.% has an index lease_fence did not create: %', tbl, extra
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+			      HINT = 'Drop that index: lease_fence maintains only the primary key of its tables.';
+	END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION lease_fence.fence_resource(resource text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
@@ -601,7 +632,6 @@ DECLARE
 	g bigint;
 	stored bigint;
 	hi bigint;
-	extra text;
 BEGIN
 	PERFORM lease_fence.check_resource(res);
 	g := lease_fence.current_generation();
@@ -626,16 +656,7 @@ BEGIN
 	END IF;
 	-- as the C edition: only the primary key may index the table (nothing
 	-- of anybody's runs while a fence is written)
-	SELECT pg_catalog.string_agg(c.relname::text, ', ') INTO extra
-	FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
-	WHERE i.indrelid = 'lease_fence.resource_generation'::pg_catalog.regclass
-	  AND NOT (i.indisprimary AND i.indnatts = 1 AND i.indkey[0] = 1
-	           AND i.indexprs IS NULL AND i.indpred IS NULL);
-	IF extra IS NOT NULL THEN
-		RAISE EXCEPTION 'table lease_fence.resource_generation has an index lease_fence did not create: %', extra
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-			      HINT = 'Drop that index: fence_resource() maintains only the primary key.';
-	END IF;
+	PERFORM lease_fence.check_own_indexes('resource_generation');
 	-- the first fence of a resource inserts; later ones lock the newest
 	-- version (ON CONFLICT locks the conflicting row, whatever the snapshot,
 	-- before it evaluates the WHERE)
@@ -703,6 +724,95 @@ CREATE OR REPLACE VIEW lease_fence.resource_fences AS
 	SELECT resource, generation, updated_at
 	FROM lease_fence.resource_generation;
 GRANT SELECT ON lease_fence.resource_fences TO PUBLIC;
+
+------------------------------------------------------------------------------
+-- Fenced checkpoints
+------------------------------------------------------------------------------
+
+-- The newest checkpoint of each resource.  As resource_generation: nobody
+-- but the installing role has any privilege on it, so that only
+-- checkpoint() moves it, under a resource fence.
+CREATE TABLE IF NOT EXISTS lease_fence.resource_checkpoint (
+	resource text COLLATE "C" PRIMARY KEY,
+	generation bigint NOT NULL,
+	state jsonb NOT NULL,
+	written_at timestamptz NOT NULL
+);
+REVOKE ALL ON lease_fence.resource_checkpoint FROM PUBLIC;
+
+-- Fence the resource at the current generation (fence_resource()'s
+-- refusals) and store state as its checkpoint under it.  SECURITY DEFINER:
+-- it writes resource_checkpoint, which nobody may write directly (a direct
+-- UPDATE would move a checkpoint under no lease); EXECUTE is not PUBLIC's.
+CREATE OR REPLACE FUNCTION lease_fence.checkpoint(resource text, state jsonb)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+	res text := checkpoint.resource;
+	st jsonb := checkpoint.state;
+	len bigint;
+	g bigint;
+BEGIN
+	PERFORM lease_fence.check_resource(res);
+	IF st IS NULL THEN
+		RAISE EXCEPTION 'state must not be NULL' USING ERRCODE = 'null_value_not_allowed',
+			HINT = 'A checkpoint with nothing to say can be ''{}''.';
+	END IF;
+	len := pg_catalog.octet_length(st::text);
+	IF len > 1048576 THEN
+		RAISE EXCEPTION 'state is too large for a checkpoint' USING ERRCODE = 'invalid_parameter_value',
+			DETAIL = pg_catalog.format('Its text form has %s bytes; the limit is %s.', len, 1048576),
+			HINT = 'Keep the progress in a table of your own, fenced, and checkpoint a reference to it.';
+	END IF;
+	-- as fence_resource(): only the primary key may index the table
+	PERFORM lease_fence.check_own_indexes('resource_checkpoint');
+	-- the fence keeps the resource's row locked to the end of the
+	-- transaction: the checkpoints of one resource are written one
+	-- transaction at a time
+	g := lease_fence.fence_resource(res);
+	INSERT INTO lease_fence.resource_checkpoint AS c (resource, generation, state, written_at)
+	VALUES (res, g, st, pg_catalog.clock_timestamp())
+	ON CONFLICT (resource) DO UPDATE
+		SET generation = excluded.generation, state = excluded.state,
+		    written_at = excluded.written_at;
+	RETURN g;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.checkpoint(text, jsonb) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.checkpoint(text, jsonb) IS
+'fence a resource at the current generation (as fence_resource) and store state as its checkpoint under it; returns the generation';
+
+-- The newest checkpoint of a resource: one row, or none.  SECURITY
+-- DEFINER: it reads resource_checkpoint, which nobody else may read (the
+-- state is the job's data); EXECUTE is not PUBLIC's.  VOLATILE, so that
+-- its query takes a snapshot of its own in READ COMMITTED; in REPEATABLE
+-- READ it reads the transaction's snapshot (portable/README.md).
+CREATE OR REPLACE FUNCTION lease_fence.last_checkpoint(resource text,
+	OUT state jsonb, OUT generation bigint, OUT written_at timestamptz)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE ROWS 1
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM lease_fence.check_resource(last_checkpoint.resource);
+	RETURN QUERY
+		SELECT c.state, c.generation, c.written_at
+		FROM lease_fence.resource_checkpoint c
+		WHERE c.resource OPERATOR(pg_catalog.=) last_checkpoint.resource;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.last_checkpoint(text) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.last_checkpoint(text) IS
+'the newest committed checkpoint of a resource: its state, the generation it was written under, and when (no row: none)';
 
 ------------------------------------------------------------------------------
 -- The fence

@@ -7,7 +7,9 @@
 #                         when LF_JDBC_URL is set, run the tests with the
 #                         JUnit console launcher
 #
-# Only Debian's jars: pgjdbc (libpostgresql-jdbc-java), and for the tests
+# Only Debian's jars: pgjdbc (libpostgresql-jdbc-java), Quartz 2.3
+# (libquartz2-java: compiles dev.leasefence.quartz, an optional dependency
+# the rest of the jar never loads; its tests also need slf4j-api), and for the tests
 # JUnit 5 (junit5) and Gson (libgoogle-gson-java: the answer table's JSON),
 # found under /usr/share/java (or LF_JAVA_LIB) by name, whatever their version.
 # No Maven (pom.xml is there for Maven users; ci.sh checks it), no Gradle, no
@@ -54,6 +56,9 @@ command -v javac >/dev/null || { log "javac not found (Debian: openjdk-17-jdk-he
 command -v jar >/dev/null || { log "jar not found (a JDK, not a JRE)"; exit 1; }
 
 PGJDBC=$(need_jar postgresql libpostgresql-jdbc-java)
+QUARTZ=$(need_jar quartz2 libquartz2-java)
+SLF4J=$(need_jar slf4j-api libslf4j-java)
+SLF4J_NOP=$(find_jar slf4j-nop || true)
 JUPITER_API=$(need_jar junit-jupiter-api junit5)
 GSON=$(need_jar gson libgoogle-gson-java)
 OPENTEST4J=$(find_jar opentest4j || true)
@@ -66,10 +71,15 @@ rm -rf "$BUILD/classes" "$BUILD/test-classes" "$BUILD/test-reports" "$BUILD/test
 	"$BUILD/lease-fence.jar"
 mkdir -p "$BUILD/classes" "$BUILD/test-classes"
 
-# the library
-find "$here/src/main/java" -name '*.java' | sort >"$BUILD/main-sources.txt"
+# the library: the core against pgjdbc alone (it must never need Quartz),
+# then dev.leasefence.quartz against it and Quartz
+find "$here/src/main/java" -name '*.java' -not -path '*/dev/leasefence/quartz/*' | sort \
+	>"$BUILD/main-sources.txt"
 javac --release 17 -encoding UTF-8 -Xlint:all -Xlint:-serial \
 	-cp "$PGJDBC" -d "$BUILD/classes" @"$BUILD/main-sources.txt"
+find "$here/src/main/java/dev/leasefence/quartz" -name '*.java' | sort >"$BUILD/quartz-sources.txt"
+javac --release 17 -encoding UTF-8 -Xlint:all -Xlint:-serial \
+	-cp "$BUILD/classes:$PGJDBC:$QUARTZ" -d "$BUILD/classes" @"$BUILD/quartz-sources.txt"
 
 cat >"$BUILD/MANIFEST.MF" <<EOF
 Implementation-Title: lease_fence Java client
@@ -84,7 +94,7 @@ jar --create --file "$BUILD/lease-fence.jar" --manifest "$BUILD/MANIFEST.MF" \
 log "wrote $BUILD/lease-fence.jar"
 
 # the tests, against the jar (as a user would)
-test_cp=$BUILD/lease-fence.jar:$PGJDBC:$JUPITER_API:$GSON
+test_cp=$BUILD/lease-fence.jar:$PGJDBC:$JUPITER_API:$GSON:$QUARTZ:$SLF4J
 for j in "$OPENTEST4J" "$APIGUARDIAN" "$COMMONS"; do
 	[ -n "$j" ] && test_cp=$test_cp:$j
 done
@@ -106,7 +116,8 @@ help=$(java -jar "$STANDALONE" --help 2>&1 || true)
 if printf '%s\n' "$help" | grep -qE '^[[:space:]]+execute([[:space:]]|$)'; then
 	launcher+=(execute)
 fi
-run_cp=$BUILD/test-classes:$BUILD/lease-fence.jar:$PGJDBC:$GSON
+run_cp=$BUILD/test-classes:$BUILD/lease-fence.jar:$PGJDBC:$GSON:$QUARTZ:$SLF4J
+[ -n "$SLF4J_NOP" ] && run_cp=$run_cp:$SLF4J_NOP		# quiet: Quartz logs through slf4j
 mkdir -p "$BUILD/test-reports"
 rc=0
 "${launcher[@]}" --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests \

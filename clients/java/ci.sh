@@ -2,15 +2,15 @@
 # clients/java/ci.sh — build the Java client and run its JUnit tests
 # (build.sh), run them again through the library's test command `mvn test`
 # offline with Debian's Maven (when installed) and package the jar with it,
-# and run the example examples/java/TwoHolders.java against the built jar,
-# as a user would.
+# and run the examples examples/java/TwoHolders.java and
+# examples/quartz/NightlyReport.java against the built jar, as a user would.
 #
 # Run by test/clients/run.sh from a copy of the tree, cwd = clients/java, with
 # LF_JDBC_URL, LF_JDBC_USER, LF_JDBC_PASSWORD_FILE, LF_REDIS_SOCK, LF_SRC and
 # LF_CLIENT_WORK (a writable empty dir: the build goes there; build/ here
 # without it). The last line is exactly "java: N passed, N failed": N counts
 # the JUnit test cases of build.sh (skipped ones in neither), `mvn test`
-# (one), `mvn package` (one) and the example; a build that fails, or a
+# (one), `mvn package` (one) and each example; a build that fails, or a
 # launcher that writes no report, counts as one failure.
 set -uo pipefail
 
@@ -56,7 +56,7 @@ fi
 # is one case. Skipped, and said so, when maven or its plugins are not
 # installed (test/clients/run.sh installs them; Debian: maven libmaven-compiler-plugin-java
 # libmaven-resources-plugin-java libmaven-jar-plugin-java libsurefire-java
-# libmaven-install-plugin-java libgoogle-gson-java).
+# libmaven-install-plugin-java libgoogle-gson-java libquartz2-java).
 if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plugins/maven-surefire-plugin ]; then
 	# the versions this repository holds (pom.xml names Debian 12's; Debian 13
 	# packages newer ones): the highest numbered directory of each artifact
@@ -65,6 +65,8 @@ if command -v mvn >/dev/null && [ -d /usr/share/maven-repo/org/apache/maven/plug
 	for pv in lf.pgjdbc.version=org/postgresql/postgresql \
 		lf.junit.version=org/junit/jupiter/junit-jupiter \
 		lf.gson.version=com/google/code/gson/gson \
+		lf.quartz.version=org/quartz-scheduler/quartz \
+		lf.slf4j.version=org/slf4j/slf4j-nop \
 		lf.resources.version=org/apache/maven/plugins/maven-resources-plugin \
 		lf.compiler.version=org/apache/maven/plugins/maven-compiler-plugin \
 		lf.surefire.version=org/apache/maven/plugins/maven-surefire-plugin \
@@ -125,5 +127,25 @@ if javac --release 17 -encoding UTF-8 -cp "$cp" -d "$BUILD/example" "$example" &
 else
 	failed=$((failed + 1))
 	echo "== java: example FAILED"
+fi
+
+# The Quartz example: a real scheduler, a FencedQuartzJob fired twice with
+# the same data (the second resumes from the first's checkpoint), compiled
+# and run against the jar, pgjdbc and Debian's Quartz (libquartz2-java)
+quartz=$LIB/quartz2.jar
+slf4j=$LIB/slf4j-api.jar
+example=$src/examples/quartz/NightlyReport.java
+qcp="$cp:$quartz:$slf4j"
+[ -f "$LIB/slf4j-nop.jar" ] && qcp=$qcp:$LIB/slf4j-nop.jar
+echo "== java: example $example"
+rm -rf "$BUILD/example-quartz"
+mkdir -p "$BUILD/example-quartz"
+if javac --release 17 -encoding UTF-8 -cp "$qcp" -d "$BUILD/example-quartz" "$example" &&
+	timeout -k 5 120 java -cp "$BUILD/example-quartz:$qcp" NightlyReport; then
+	passed=$((passed + 1))
+	echo "== java: quartz example passed"
+else
+	failed=$((failed + 1))
+	echo "== java: quartz example FAILED"
 fi
 finish

@@ -2,7 +2,8 @@
 # clients/python/ci.sh — build the lease-fence package the way Debian's
 # tools do (no network), install the wheel into a fresh venv, run the test
 # command (python3 -m pytest) against the harness's servers
-# (test/clients/run.sh), mypy and the example programs, and end with
+# (test/clients/run.sh), mypy and the example programs (examples/python,
+# examples/celery), and end with
 # "python: N passed, N failed" (test cases, mypy, the examples and the check
 # that a build without the repository's scripts/ fails; skipped tests are
 # reported on the line before, not counted).
@@ -133,6 +134,22 @@ for name in two_holders.py client_side.py job.py; do
 		echo "== python: example failed"
 	fi
 done
+
+# 5b. examples/celery as a user runs it: run.py starts `celery -A tasks
+#    worker` (the venv's python) and sends tasks; the broker and the results
+#    in databases 2 and 3 of the test Redis (lease_fence's keys are in 0)
+example=$src_top/examples/celery/run.py
+echo "== python: example $example"
+if [ -f "$example" ] && (cd "$work" &&
+	CELERY_BROKER_URL="redis+socket://${LF_REDIS_SOCK:?}?virtual_host=2" \
+	CELERY_RESULT_BACKEND="redis+socket://$LF_REDIS_SOCK?virtual_host=3" \
+	timeout -k 5 120 "$VPY" "$example"); then
+	passed=$((passed + 1))
+	echo "== python: example passed"
+else
+	failed=$((failed + 1))
+	echo "== python: example failed"
+fi
 
 # 6. a build without the repository's scripts/ fails, and says why
 #    (two levels down: its ../../scripts is $work/noscripts/scripts, absent)

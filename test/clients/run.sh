@@ -15,7 +15,8 @@
 # dir), then runs, as the postgres user, each library's clients/<lang>/ci.sh:
 #   - python   builds the sdist and wheel, pip-installs the wheel (--no-index)
 #              into a fresh venv that sees Debian's psycopg, SQLAlchemy and
-#              Django, runs its pytest suite and examples/python
+#              Django, Celery and RQ, runs its pytest suite, examples/python
+#              and examples/celery
 #   - node     npm ci, tsc, npm pack; installs the tarball into an empty app,
 #              runs its node --test suite there and examples/node
 #   - java     clients/java/build.sh (javac, build/lease-fence.jar, JUnit 5),
@@ -52,8 +53,8 @@ case $(. /etc/os-release && echo "$VERSION_ID") in
 esac
 lf_need_packages python3-psycopg python3-psycopg2 python3-sqlalchemy python3-django \
 	python3-pytest python3-pytest-asyncio python3-mypy python3-venv python3-pip python3-setuptools \
-	python3-wheel python3-build python3-asyncpg python3-redis \
-	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java \
+	python3-wheel python3-build python3-asyncpg python3-redis python3-celery python3-rq \
+	"$jdk" libpostgresql-jdbc-java junit5 libgoogle-gson-java libquartz2-java \
 	maven libmaven-compiler-plugin-java libmaven-resources-plugin-java \
 	libmaven-jar-plugin-java libsurefire-java libmaven-install-plugin-java \
 	pgbouncer || exit 1
@@ -233,7 +234,9 @@ portable_psql() { lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$LF_WOR
 	SELECT lease_fence.protect('account');
 	GRANT SELECT, INSERT, UPDATE, DELETE ON account TO app;
 	GRANT EXECUTE ON FUNCTION lease_fence.next_generation(bigint),
-	                          lease_fence.fence_resource(text) TO app;
+	                          lease_fence.fence_resource(text),
+	                          lease_fence.checkpoint(text, jsonb),
+	                          lease_fence.last_checkpoint(text) TO app;
 	SQL
 } >"$LF_WORK/setup-portable.log" 2>&1 || { cat "$LF_WORK/setup-portable.log"; exit 1; }
 # the library was not loaded there

@@ -36,7 +36,7 @@ our @EXPORT = qw(
   run_sql sql_ok sqlstate
   call acquire renew release lease_view generations generations_increase
   session pause_redis wait_pause_over wait_backend_gone set_redis_conf need
-  acquire_round_trips wait_until_waiting);
+  acquire_round_trips wait_until_waiting start_sql finish_row);
 
 # a lease identity: 128 random bits in lower-case hex
 our $hex32 = qr/^[0-9a-f]{32}$/;
@@ -94,6 +94,29 @@ sub run_sql
 			'-v', 'VERBOSITY=verbose', defined $o{user} ? ('-U', $o{user}) : ()
 		]);
 	return ($out, $err);
+}
+
+# Start $sql (a statement that waits: a waiting acquire, a campaign) on
+# the background session $s, and return once psql has sent it; finish_row
+# reads what it returned.
+sub start_sql
+{
+	my ($s, $sql) = @_;
+	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
+	return;
+}
+
+# The end of what start_sql sent: its row (a SELECT row_to_json(...) line)
+# as a hash, or {} when there is none (the statement failed, or its row came
+# before, with an earlier query's output: it returned too early, and the
+# points on it fail); in list context also its stderr.
+sub finish_row
+{
+	my ($s) = @_;
+	my ($out, $err) = run_sql($s, "SELECT 'lf-done'");
+	my ($line) = grep { /^\{/ } split /\n/, $out;
+	my $row = defined $line ? $json->decode($line) : {};
+	return wantarray ? ($row, $err) : $row;
 }
 
 # run_sql that must not fail; returns stdout

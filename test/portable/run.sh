@@ -26,12 +26,12 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # the fence-core files that need nothing but the fence API (README.md of
 # portable/ says why the others are left out)
-TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence portable_generations portable_short_path}
+TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence checkpoint portable_generations portable_short_path}
 # Files that SET ROLE to roles they create: on PostgreSQL 15 a CREATEROLE
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence portable_generations portable_short_path "
+AS_SUPERUSER=" truncate_guard protect resource_fence checkpoint portable_generations portable_short_path "
 
 # the standby of check_timeline, if it was started
 stop_standby() {

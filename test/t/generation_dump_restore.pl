@@ -1,6 +1,7 @@
-# generation_dump_restore.pl — pg_dump and restore keep the generation space and
-# the resource fences (and the heal budget used, which travels with the
-# generations it guards: lease_fence.heal_budget_seq is configuration too).
+# generation_dump_restore.pl — pg_dump and restore keep the generation space,
+# the resource fences and the jobs' checkpoints (and the heal budget used,
+# which travels with the generations it guards: lease_fence.heal_budget_seq
+# is configuration too).
 #
 # A generation carries its epoch in the sequence value (docs/guides/failover-and-generations.md,
 # "Generations across a failover"), and the resource fences live in a table
@@ -43,6 +44,9 @@ die "no epoch 2 on the promoted cluster ($last)" unless ($last >> 40) == 2;
 $old->safe_psql('postgres',
 	"BEGIN; SET LOCAL lease_fence.generation = $last; SELECT lease_fence.fence_resource('job:1'); COMMIT;"
 );
+$old->safe_psql('postgres',
+	"BEGIN; SET LOCAL lease_fence.generation = $last; SELECT lease_fence.checkpoint('job:2', '{\"next\": 7}'); COMMIT;"
+);
 # heals used part of the heal budget (as a heal's setval leaves it)
 $old->safe_psql('postgres', "SELECT setval('lease_fence.heal_budget_seq', 12345)");
 
@@ -67,6 +71,11 @@ is( $new->safe_psql(
 		q{SELECT generation FROM lease_fence.resource_fences WHERE resource = 'job:1'}),
 	$last,
 	'the resource fence survives the dump');
+is( $new->safe_psql(
+		'restored',
+		q{SELECT state::text || ' ' || generation FROM lease_fence.last_checkpoint('job:2')}),
+	qq({"next": 7} $last),
+	'the checkpoint survives the dump, with its generation');
 is($new->safe_psql('restored', 'SELECT last_value FROM lease_fence.heal_budget_seq'),
 	12345, 'the heal budget used survives the dump, with the generations');
 my ($ret, $out, $err) = $new->psql('restored',

@@ -39,21 +39,12 @@ my $redis = LeaseFenceRedis->new;
 my $node = $redis->node('benign');
 sql_ok($node, 'CREATE TABLE touched (i int); INSERT INTO touched VALUES (1)');
 
-# send SQL on a background session without waiting for its end
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
 # the end of what start_sql sent: (its row_to_json line as a hash, or {};
 # the SQLSTATE of its error, or '')
 sub finish
 {
-	my ($out, $err) = run_sql($_[0], "SELECT 'lf-after'");
-	my ($line) = grep { /^\{/ } split /\n/, $out;
-	return (defined $line ? JSON::PP->new->decode($line) : {}, sqlstate($err));
+	my ($row, $err) = finish_row($_[0]);
+	return ($row, sqlstate($err));
 }
 
 # a busy resource: its lease key holds another client's identity

@@ -57,22 +57,6 @@ sub subscribers
 	return $lines[1] // 0;
 }
 
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
-# the JSON row a background session prints for its started campaign
-sub finish_row
-{
-	my ($s) = @_;
-	my $out = $s->query_safe("SELECT 'lf-done'");
-	$out =~ /(\{.*\})/ or die "harness: no row in: $out";
-	return JSON::PP->new->decode($1);
-}
-
 sub campaign_sql
 {
 	my ($election, $ttl, %o) = @_;

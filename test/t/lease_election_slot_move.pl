@@ -48,23 +48,6 @@ sub counter
 		"SELECT count FROM lease_fence.stats WHERE operation = '$op' AND outcome = '$outcome'");
 }
 
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
-sub finish_row
-{
-	my ($s) = @_;
-	my $out = $s->query("SELECT 'lf-done'");
-	# (none: the statement's row came before, with an earlier query's
-	# output -- it returned too early; the points on it fail)
-	return {} unless $out =~ /(\{.*\})/;
-	return JSON::PP->new->decode($1);
-}
-
 sub running
 {
 	my ($pid) = @_;

@@ -34,21 +34,6 @@ sub counter
 		"SELECT count FROM lease_fence.stats WHERE operation = '$operation' AND outcome = '$outcome'");
 }
 
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
-sub finish_row
-{
-	my ($s) = @_;
-	my $out = $s->query_safe("SELECT 'lf-done'");
-	$out =~ /(\{.*\})/ or die "harness: no row in: $out";
-	return JSON::PP->new->decode($1);
-}
-
 sub queued
 {
 	my ($resource) = @_;

@@ -50,22 +50,6 @@ SELECT lease_fence.protect('ledger');
 INSERT INTO ledger VALUES (1, 'nobody', 0), (2, 'nobody', 0);
 });
 
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
-# the JSON row a background session prints for its started statement, and
-# what it wrote to stderr
-sub finish
-{
-	my ($s) = @_;
-	my ($out, $err) = run_sql($s, "SELECT 'lf-done'");
-	return ($out =~ /(\{.*\})/ ? JSON::PP->new->decode($1) : {}, $err);
-}
-
 sub running
 {
 	my ($pid) = @_;
@@ -176,7 +160,7 @@ LeaseFenceTopology::wait_for('an attempt to meet the dead master', sub {
 ok(running($_->{pid}), "$_->{name} waits on while there is no master (never busy)") for @w, @v;
 sql_ok($node, "SELECT pg_cancel_backend($w4->{pid})");
 {
-	my ($row, $err) = finish($w4->{s});
+	my ($row, $err) = finish_row($w4->{s});
 	is(sqlstate($err), '57014', 'W4, cancelled while there is no master: 57014');
 	like($err, qr/could not confirm that this backend left the queue of resource "R".*fair_waiter_ttl_ms/s,
 		'with the WARNING that its place ends by lease_fence.fair_waiter_ttl_ms');
@@ -245,7 +229,7 @@ for my $i (0 .. $#turn)
 		@turn[ $i, $j ] = @turn[ $j, $i ];
 		$w = $done;
 	}
-	my ($got) = finish($w->{s});
+	my ($got) = finish_row($w->{s});
 	is($got->{status}, 'acquired', "$w->{name} is granted R");
 	$got->{name} = $w->{name};
 	cmp_ok($got->{generation} // 0, '>', $prev->{generation}, "$w->{name}: its generation is above the one before");
@@ -272,7 +256,7 @@ LeaseFenceTopology::wait_for('V1 or V2 to return', sub {
 	defined $v_first });
 ($v_second) = grep { $_ != $v_first } @v;
 {
-	my ($a1) = finish($v_first->{s});
+	my ($a1) = finish_row($v_first->{s});
 	is($a1->{status}, 'acquired', "R2 lost with its queue: a waiter ($v_first->{name}) is granted on the new master");
 	cmp_ok($a1->{generation} // 0, '>', $held2->{generation}, "its generation is above H2's");
 	ok(running($v_second->{pid}), "$v_second->{name} still waits: one holder at a time");
@@ -284,7 +268,7 @@ LeaseFenceTopology::wait_for('V1 or V2 to return', sub {
 		'and its release is not_held');
 	is(call($v_first->{s}, "lease_fence.release('R2', " . lit($a1->{identity} // '') . ")")->{status},
 		'released', "$v_first->{name} releases R2");
-	my ($a2) = finish($v_second->{s});
+	my ($a2) = finish_row($v_second->{s});
 	is($a2->{status}, 'acquired', "$v_second->{name} is granted R2 next");
 	cmp_ok($a2->{generation} // 0, '>', $a1->{generation} // 0, 'its generation is above the one before');
 	is(fenced_write($v_second->{s}, 2, $a2->{generation} // 0, 'R2', $v_second->{name}), '',

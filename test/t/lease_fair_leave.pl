@@ -76,22 +76,6 @@ sub counter
 		"SELECT count FROM lease_fence.stats WHERE operation = '$operation' AND outcome = '$outcome'") + 0;
 }
 
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
-# the row a started statement returned (row_to_json), and its stderr
-sub finish_row
-{
-	my ($s) = @_;
-	my ($out, $err) = run_sql($s, "SELECT 'lf-done'");
-	$out =~ /(\{.*\})/ or die "harness: no row in: $out\n$err";
-	return wantarray ? (JSON::PP->new->decode($1), $err) : JSON::PP->new->decode($1);
-}
-
 # a fair waiting acquire of $resource, started on $s
 sub start_fair
 {

@@ -47,14 +47,6 @@ sub subscribers
 	return $lines[1] // 0;
 }
 
-# send SQL on a background session without waiting for its end
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	$s->query_until(qr/lf-started/, "\\echo lf-started\n$sql\n");
-	return;
-}
-
 #
 # Bad input: an ERROR before anything is sent
 #

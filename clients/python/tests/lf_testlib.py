@@ -168,3 +168,63 @@ def setup_django() -> None:
             DEFAULT_AUTO_FIELD="django.db.models.AutoField")
         django.setup()
     _django_ready = True
+
+
+def private_redis(directory: str) -> Any:
+    """A redis-server of the test's own (a job system's broker), on a unix
+    socket in ``directory``, no persistence: the lease Redis may be paused
+    (CLIENT PAUSE) by a test without stalling the broker. Returns
+    (process, socket path); stop it with stop_private_redis."""
+    cli = ENV.get("LF_REDIS_CLI") or "redis-cli"
+    server = cli[:-len("-cli")] + "-server" if cli.endswith("-cli") else "redis-server"
+    sock = os.path.join(directory, "broker.sock")
+    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", sock,
+                             "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+                             "--dir", directory],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"{server} exited with {proc.returncode}")
+        return subprocess.run([cli, "-s", sock, "PING"], capture_output=True,
+                              text=True).stdout.strip() == "PONG"
+    wait_until("the broker's redis-server answers", up)
+    return proc, sock
+
+
+def stop_private_redis(proc: Any) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def warm_connection(**kw: Any) -> psycopg.Connection:
+    """A connection whose lease requests time out fast
+    (lease_fence.command_timeout_ms 150), whose backend has already talked
+    to Redis (a lease taken and released): the first acquire of a new
+    backend checks the key prefix first, and that check, not the acquire,
+    would stall under CLIENT PAUSE (unavailable, not unknown)."""
+    conn = connect(options="-c lease_fence.command_timeout_ms=150 "
+                           "-c lease_fence.cleanup_timeout_ms=150", **kw)
+    res = f"py:warm:{uuid.uuid4().hex[:8]}"
+    conn.execute("SELECT lease_fence.release(resource, identity) "
+                 "FROM lease_fence.acquire(%s, 10000)", (res,))
+    return conn
+
+
+def freeze_between_transactions(monkeypatch: Any, res: str, successor: Callable[[], None]) -> None:
+    """The resumable job of ``res`` freezes between a checkpoint's COMMIT
+    and its next fenced transaction (ResumableJob._open wrapped, with
+    pytest's monkeypatch) long enough for ``successor()`` to run: what a
+    holder paused there (GC, SIGSTOP) would see."""
+    from lease_fence import ResumableJob
+    opened = ResumableJob._open
+
+    def frozen(job: Any, read_checkpoint: bool) -> None:
+        if not read_checkpoint and job.resource == res:
+            successor()
+        opened(job, read_checkpoint)
+    monkeypatch.setattr(ResumableJob, "_open", frozen)

@@ -33,6 +33,11 @@ transaction of its own otherwise.
 
 ``job(conn, resource, ttl_ms)`` is ``transaction_lease`` in the fewest round
 trips: with psycopg 3, BEGIN and the acquire go out in one pipeline.
+``resumable_job(conn, resource, ttl_ms)`` runs a long job under an explicit
+lease in fenced transactions that ``job.checkpoint(state)`` commits with a
+checkpoint; a successor resumes from ``job.resume_from``
+(``lease_fence.celery`` and ``lease_fence.rq`` run Celery and RQ tasks in
+it).
 ``TransactionRolledBack``: ``job``, ``transaction_lease`` or ``fenced``
 found the transaction failed at its end (the block caught the error of a
 statement, a refused write say, and went on): PostgreSQL rolled it back,
@@ -46,6 +51,7 @@ from ._errors import (ConflictingGeneration, DataCorrupted, FenceError, Lease, L
                       TransactionRolledBack, UnissuedGeneration, fence_error_from, fence_errors,
                       LeadershipLost, TakeOverTimeout)
 from ._election import Leadership, leadership, take_over
+from ._resumable import ResumableJob, resumable_job
 from ._sync import (KeptAliveLease, acquire, fenced, job, keepalive_state, kept_alive_lease,
                     release, renew, transaction_lease, try_acquire)
 
@@ -58,5 +64,5 @@ __all__ = [
     "DataCorrupted", "TransactionRolledBack", "fence_error_from", "fence_errors",
     "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease", "keepalive_state",
     "fenced", "renew", "release", "Leadership", "LeadershipLost", "leadership", "take_over",
-    "TakeOverTimeout",
+    "TakeOverTimeout", "ResumableJob", "resumable_job",
 ]

@@ -30,6 +30,7 @@ from ._errors import (Lease, LeaseLost, ReleaseStatus, TransactionRolledBack, _a
 from ._sync import (ACQUIRE_SQL, KEEPALIVE_STATE_SQL, RELEASE_SQL, RENEW_SQL,
                     SET_GENERATION_SQL, _acquire_params, _begin_sql, _dbapi_failed, _fence_args,
                     _is_psycopg, _one_server_session, _sa_inactive, _sa_text)
+from ._resumable import CHECKPOINT_SQL, LAST_CHECKPOINT_SQL, ResumableJob
 from ._election import (CAMPAIGN_SQL, RESIGN_SQL, TAKE_OVER_SQL, _campaign_lease,
                         _campaign_params, _leader_state, _LeaderState, _take_over_error,
                         _take_over_params)
@@ -37,7 +38,7 @@ from ._election import (CAMPAIGN_SQL, RESIGN_SQL, TAKE_OVER_SQL, _campaign_lease
 __all__ = [
     "AsyncKeptAliveLease", "try_acquire", "acquire", "transaction_lease", "job", "kept_alive_lease",
     "keepalive_state", "fenced", "renew", "release", "fence_errors", "AsyncLeadership",
-    "leadership", "take_over",
+    "leadership", "take_over", "AsyncResumableJob", "resumable_job",
 ]
 
 C = TypeVar("C")
@@ -624,3 +625,109 @@ async def take_over(conn: Any, resource: str, ttl_ms: int, *, timeout_ms: int = 
             raise
         raise mapped from exc
     return _acquired(_lease_from_row(row))
+
+
+# --------------------------------------------------------------------------
+# resumable_job (psycopg's AsyncConnection)
+# --------------------------------------------------------------------------
+
+class AsyncResumableJob(ResumableJob):
+    """The job of ``aio.resumable_job``: ``ResumableJob``'s attributes;
+    ``await job.checkpoint(state)``."""
+
+    async def _aopen(self, read_checkpoint: bool) -> None:
+        """BEGIN; set_generation(g, resource) [; last_checkpoint]: one pipeline."""
+        import psycopg
+        conn = self.conn
+        args = {"generation": self.generation, "resource": self.resource}
+        if psycopg.AsyncPipeline.is_supported():
+            async with conn.pipeline():
+                await conn.execute(self._begin)
+                await conn.execute(SET_GENERATION_SQL, args)
+                cur = await conn.execute(LAST_CHECKPOINT_SQL, {"resource": self.resource}) \
+                    if read_checkpoint else None
+        else:
+            await conn.execute(self._begin)
+            await conn.execute(SET_GENERATION_SQL, args)
+            cur = await conn.execute(LAST_CHECKPOINT_SQL, {"resource": self.resource}) \
+                if read_checkpoint else None
+        if cur is not None:
+            row = await cur.fetchone()
+            if row is not None:
+                self.resume_from, self.resumed_generation, self.written_at = row
+
+    async def checkpoint(self, state: Any) -> int:  # type: ignore[override]
+        """``ResumableJob.checkpoint``, awaited: renew, checkpoint, COMMIT,
+        the next fenced transaction; the same exceptions."""
+        import json
+        import psycopg
+        text = json.dumps(state)
+        db = _AsyncPsycopg(self.conn)
+        conn = self.conn
+        async with fence_errors():
+            await db.check_committable()
+            row = await db.query_one(RENEW_SQL, {"resource": self.resource,
+                                                 "identity": self.identity,
+                                                 "ttl_ms": self.ttl_ms, "min_validity_ms": 0})
+            _renewed(row["status"], self.lease, row["validity_ms"], row["reason"],
+                     row["renewed"])
+            if psycopg.AsyncPipeline.is_supported():
+                async with conn.pipeline():
+                    cur = await conn.execute(CHECKPOINT_SQL, {"resource": self.resource,
+                                                              "state": text})
+                    await conn.execute("COMMIT")
+            else:
+                cur = await conn.execute(CHECKPOINT_SQL, {"resource": self.resource,
+                                                          "state": text})
+                await conn.execute("COMMIT")
+            generation: int = (await cur.fetchone())[0]
+            await self._aopen(False)
+        return generation
+
+
+@asynccontextmanager
+async def resumable_job(conn: Any, resource: str, ttl_ms: int, *, wait_ms: int = 0,
+                        fair: bool = False) -> AsyncIterator[AsyncResumableJob]:
+    """``lease_fence.resumable_job`` on a psycopg ``AsyncConnection``:
+    ``async with aio.resumable_job(conn, resource, ttl_ms) as job``, then
+    ``await job.checkpoint(state)``. The same statements, pipelines and
+    outcomes."""
+    if not (_is_psycopg(conn) and type(conn).__name__.startswith("Async")):
+        raise TypeError(f"aio.resumable_job needs a psycopg AsyncConnection, got "
+                        f"{type(conn).__name__}")
+    from psycopg import pq
+    db = _AsyncPsycopg(conn)
+    params = _acquire_params(resource, ttl_ms, 0, "explicit", wait_ms, False, fair)
+    lease = _acquired(await _acquire_alone(db, params, True))
+    job = AsyncResumableJob(conn, lease, ttl_ms)
+    job._begin = _begin_sql(conn)
+    restore = not conn.autocommit
+    if restore:
+        await conn.set_autocommit(True)
+
+    def usable() -> bool:
+        return not (conn.closed or conn.broken)
+    try:
+        try:
+            async with fence_errors():
+                await job._aopen(True)
+                yield job
+                await db.check_committable()
+                await conn.execute("COMMIT")
+        except BaseException:
+            if usable() and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                await conn.execute("ROLLBACK")
+            raise
+        finally:
+            if usable():
+                try:
+                    await conn.execute(RELEASE_SQL, {"resource": lease.resource,
+                                                     "identity": lease.identity})
+                except Exception:
+                    pass            # the answer does not change the outcome
+    finally:
+        if restore and usable():
+            try:
+                await conn.set_autocommit(False)
+            except Exception:
+                pass

@@ -42,6 +42,8 @@ import org.postgresql.util.ServerErrorMessage;
  * <li>{@link #transactionLease}: a transaction-scoped lease for one transaction.</li>
  * <li>{@link #job}: the same, for a job that is one transaction, in the fewest
  *     round trips.</li>
+ * <li>{@link #resumableJob}: a long job under an explicit lease, in fenced
+ *     transactions, resuming from the last checkpoint its holders committed.</li>
  * <li>{@link #keptAliveLease}: a session-scoped lease the server keeps alive
  *     while the work runs, watched from another connection; a lost lease
  *     stops the work.</li>
@@ -523,6 +525,191 @@ public final class LeaseFence {
                     waitMs, false, fair, true, false);
             return work.run(lease, c);
         });
+    }
+
+    // ------------------------------------------------------------------
+    // Resumable jobs: an explicit lease, fenced transactions, a checkpoint
+    // ------------------------------------------------------------------
+
+    /** {@link #resumableJob(Connection, String, long, long, LeaseOptions, ResumableWork)}
+     * with no wait, not fair. */
+    public static <T> T resumableJob(Connection conn, String resource, long ttlMs,
+                                     ResumableWork<T> work) throws Exception {
+        return resumableJob(conn, resource, ttlMs, 0, LeaseOptions.DEFAULTS, work);
+    }
+
+    /** {@link #resumableJob(Connection, String, long, long, LeaseOptions, ResumableWork)}
+     * with no wait. */
+    public static <T> T resumableJob(Connection conn, String resource, long ttlMs,
+                                     LeaseOptions options, ResumableWork<T> work)
+            throws Exception {
+        return resumableJob(conn, resource, ttlMs, 0, options, work);
+    }
+
+    /**
+     * A job that resumes where its last holder stopped, and whose effects
+     * happen under one generation at a time.
+     *
+     * <p>On the one connection given, in this order:
+     * <ol>
+     * <li>{@code lease_fence.acquire(resource, ttlMs, scope => 'explicit',
+     *     wait_ms, fair)} in a statement of its own; not granted:
+     *     {@link LeaseBusyException}, {@link LeaseUnavailableException},
+     *     {@link LeaseDeniedException} or {@link LeaseUnknownException}
+     *     before anything else runs ({@code stale} is tried once more; after
+     *     {@code unknown} a conditional release is sent, as the lease may be
+     *     held);</li>
+     * <li>BEGIN; {@code lease_fence.set_generation(generation, resource)};
+     *     {@code lease_fence.last_checkpoint(resource)}: the job's
+     *     {@link ResumableJob#resumeFrom()} and
+     *     {@link ResumableJob#resumedGeneration()};</li>
+     * <li>{@code work.run(job)}: its writes go on {@code conn}, inside the open
+     *     transaction, fenced at the lease's generation;
+     *     {@link ResumableJob#checkpoint(String)} renews the lease, writes the
+     *     checkpoint, commits and begins again;</li>
+     * <li>the work returns: COMMIT, then {@code lease_fence.release} (its
+     *     answer does not change the result: {@code not_held} is normal after
+     *     a takeover; an error of it is ignored, the lease then ends by its
+     *     TTL). The work throws: ROLLBACK, release, and its exception is
+     *     rethrown (SQLSTATE LF001-LF004/LF010 as {@link FenceException}
+     *     subclasses).</li>
+     * </ol>
+     * A holder that freezes inside its open transaction past the lease is
+     * ended by the server (FATAL 25P03, its transaction rolled back), and its
+     * successor's fence, which waited for it, proceeds; one that freezes
+     * between transactions is refused ({@link StaleGenerationException}) at
+     * its next fence once a successor has fenced. {@code ttlMs} must exceed
+     * the longest stretch between two checkpoints. Autocommit is turned off
+     * for the job and restored afterwards.
+     *
+     * @param waitMs while the lease is busy, wait up to this long (0: answer at once)
+     * @return what {@code work} returned
+     * @throws IllegalArgumentException bad arguments (nothing sent)
+     * @throws TransactionRolledBackException the work caught a failed statement's
+     *                                        exception and returned: rolled back
+     * @throws Exception                the work's own exceptions, unchanged
+     *                                  (SQLExceptions translated as above)
+     */
+    public static <T> T resumableJob(Connection conn, String resource, long ttlMs, long waitMs,
+                                     LeaseOptions options, ResumableWork<T> work)
+            throws Exception {
+        boolean fair = fair(options);
+        if (conn == null || work == null) {
+            throw new IllegalArgumentException("resumableJob needs a connection and the work");
+        }
+        if (resource == null || resource.isEmpty()) {
+            throw new IllegalArgumentException("resumableJob needs a resource name");
+        }
+        if (ttlMs <= 0 || waitMs < 0) {
+            throw new IllegalArgumentException("resumableJob needs ttlMs > 0 and waitMs >= 0; got "
+                    + "ttlMs " + ttlMs + ", waitMs " + waitMs);
+        }
+        requireIdle(conn);
+        Lease lease;
+        try {
+            lease = ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, 0, "explicit",
+                    waitMs, false, fair, true, false));
+        } catch (LeaseUnknownException e) {
+            // it may be held: one conditional release (safe; it expires by its TTL otherwise)
+            Lease maybe = e.lease();
+            if (maybe != null && maybe.identity() != null) {
+                try {
+                    releaseOutcome(conn, maybe);
+                } catch (SQLException | RuntimeException r) {
+                    e.addSuppressed(r);
+                }
+            }
+            throw e;
+        }
+
+        boolean autoCommit = conn.getAutoCommit();
+        Throwable failure = null;
+        try {
+            if (autoCommit) {
+                conn.setAutoCommit(false);
+            }
+            ResumableJob job = startJob(conn, lease, ttlMs);
+            T result = work.run(job);
+            if (job.broken() != null) {
+                // a checkpoint failed and the work went on: nothing more commits
+                throw job.broken();
+            }
+            if (failed(conn)) {
+                throw new TransactionRolledBackException();
+            }
+            conn.commit();
+            return result;
+        } catch (SQLException e) {
+            failure = translate(e);
+        } catch (Exception | Error e) {
+            failure = e;
+        } finally {
+            if (failure != null) {
+                rollback(conn, failure);
+            }
+            if (autoCommit) {
+                try {
+                    conn.setAutoCommit(true);
+                } catch (SQLException e) {
+                    if (failure != null) {
+                        failure.addSuppressed(e);
+                    }
+                }
+            }
+            try {
+                releaseOutcome(conn, lease);
+            } catch (SQLException | RuntimeException e) {
+                if (failure != null) {
+                    failure.addSuppressed(e);
+                }
+                // after a COMMIT the result stands: the lease ends by its TTL
+            }
+        }
+        if (failure instanceof Exception) {
+            throw (Exception) failure;
+        }
+        throw (Error) failure;
+    }
+
+    private static final String START_JOB_SQL =
+            "SELECT lease_fence.set_generation(CAST(? AS bigint), CAST(? AS text));"
+            + "SELECT state::text, generation, written_at "
+            + "FROM lease_fence.last_checkpoint(CAST(? AS text))";
+
+    /** BEGIN; set_generation; last_checkpoint — one message, one round trip. */
+    private static ResumableJob startJob(Connection conn, Lease lease, long ttlMs)
+            throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(START_JOB_SQL)) {
+            ps.setLong(1, lease.generation());
+            ps.setString(2, lease.resource());
+            ps.setString(3, lease.resource());
+            ps.execute();
+            // the first result: set_generation's row; then last_checkpoint's rows
+            if (!ps.getMoreResults()) {
+                throw new SQLException("lease_fence.last_checkpoint returned no result");
+            }
+            try (ResultSet rs = ps.getResultSet()) {
+                if (rs.next()) {
+                    return new ResumableJob(conn, lease, ttlMs, rs.getString(1),
+                            getLong(rs, "generation"));
+                }
+                return new ResumableJob(conn, lease, ttlMs, null, null);
+            }
+        }
+    }
+
+    /** {@code SELECT lease_fence.set_generation(generation, resource)} on conn, in
+     * its open transaction (package-private: ResumableJob). */
+    static void setGeneration(Connection conn, long generation, String resource)
+            throws SQLException {
+        try (PreparedStatement ps = conn.prepareStatement(
+                "SELECT lease_fence.set_generation(CAST(? AS bigint), CAST(? AS text))")) {
+            ps.setLong(1, generation);
+            ps.setString(2, resource);
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+            }
+        }
     }
 
     /** {@link #renew(Connection, Lease, long, long)} with no minimum validity. */
