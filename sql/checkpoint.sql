@@ -43,7 +43,9 @@ SELECT count(*) AS rows_before_any FROM lease_fence.last_checkpoint('cp:job:1');
 SELECT pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 1}')$$);
 BEGIN;
 SET LOCAL lease_fence.generation = 9000000000000000000;
-SELECT pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 1}')$$);
+-- (the highest issued depends on what ran before in this database)
+SELECT regexp_replace(pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 1}')$$),
+                      'issued in this database [0-9]+', 'issued in this database N') AS try;
 ROLLBACK;
 SELECT count(*) AS rows_after_refusals FROM lease_fence.last_checkpoint('cp:job:1');
 SELECT count(*) AS fences_after_refusals FROM lease_fence.resource_fences WHERE resource = 'cp:job:1';
