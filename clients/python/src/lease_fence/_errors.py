@@ -45,6 +45,11 @@ class FenceError(Exception):
         self.column = column
         self.resource = resource
 
+    def __reduce__(self) -> Any:
+        # pickled whole (a job system's result backend, multiprocessing):
+        # made again with the same arguments, its fields restored
+        return (type(self), (self.message, self.detail), self.__dict__)
+
 
 class StaleGeneration(FenceError):
     """LF001: the row (or the resource) holds a newer generation than the one supplied.
@@ -238,6 +243,12 @@ class LeaseError(Exception):
         self.status = status
         self.lease = lease
         self.reason = reason
+        self._message = message
+
+    def __reduce__(self) -> Any:
+        # pickled whole (Celery's result backend, multiprocessing): made
+        # again with the same arguments, not only its text
+        return (type(self), (self.status, self.lease, self._message, self.reason), self.__dict__)
 
 
 class LeaseDenied(LeaseError):
@@ -315,6 +326,9 @@ class DataCorrupted(RuntimeError):
                          + ": something other than lease_fence wrote it; delete it")
         self.resource = resource
         self.detail = detail
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.resource, self.detail), self.__dict__)
 
 
 # --------------------------------------------------------------------------
