@@ -25,6 +25,18 @@ LANGUAGE sql AS $$
 	SELECT count FROM lease_fence.stats WHERE operation = 'checkpoint' AND outcome = 'written'
 $$;
 
+-- resource fences made (not transactional: a fence its subtransaction
+-- rolled back still counts); NULL where there are no counters (the
+-- portable edition, where the point below then shows nothing)
+CREATE FUNCTION pg_temp.fenced() RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN (SELECT count FROM lease_fence.stats
+	        WHERE operation = 'resource_fence' AND outcome = 'accepted');
+EXCEPTION WHEN undefined_table THEN
+	RETURN NULL;
+END $$;
+
 -- the generations below are small numbers: draw them first, so that they
 -- were issued
 SELECT max(g) >= 80 AS issued_through_80
@@ -141,6 +153,15 @@ COMMIT;
 SELECT pg_temp.written() AS counted_written;
 
 ------------------------------------------------------------------------------
+-- a read-only transaction: 25006, nothing stored
+------------------------------------------------------------------------------
+BEGIN READ ONLY;
+SET LOCAL lease_fence.generation = 60;
+SELECT pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 0}')$$);
+COMMIT;
+SELECT * FROM pg_temp.last('cp:job:1');
+
+------------------------------------------------------------------------------
 -- privileges: the functions are not PUBLIC's; the table is nobody's; a
 -- granted role checkpoints and reads through the functions only
 ------------------------------------------------------------------------------
@@ -178,7 +199,9 @@ DROP ROLE regress_lf_cp_app;
 CREATE INDEX cp_extra ON lease_fence.resource_checkpoint (generation);
 BEGIN;
 SET LOCAL lease_fence.generation = 70;
+SELECT coalesce(pg_temp.fenced(), -1) AS fenced_before \gset
 SELECT pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 6}')$$);
+SELECT coalesce(pg_temp.fenced(), -1) = :fenced_before AS no_fence_before_refusal;
 SELECT generation AS still_fenced_at FROM lease_fence.resource_fences WHERE resource = 'cp:job:1';
 ROLLBACK;
 DROP INDEX lease_fence.cp_extra;

@@ -97,6 +97,12 @@ for my $check ('always', 'near_expiry')
 	(undef, $err) = run_sql($s, "SELECT lease_fence.fence_resource('sess')");
 	is(sqlstate($err), 'LF010', 'session scope: a resource fence under its generation is LF010');
 	run_sql($s, 'ROLLBACK');
+	sql_ok($s, "BEGIN; SELECT lease_fence.set_generation($r->{generation})");
+	(undef, $err) = run_sql($s, q{SELECT lease_fence.checkpoint('sess', '{"step": 1}')});
+	is(sqlstate($err), 'LF010', 'session scope: a checkpoint under its generation is LF010');
+	run_sql($s, 'ROLLBACK');
+	is(sql_ok($s, q{SELECT count(*) FROM lease_fence.last_checkpoint('sess')}), "0",
+		'session scope: no checkpoint was stored');
 	is(who(3), 'nobody', 'session scope: nothing was written');
 
 	is(release($s, 'sess', $r->{identity})->{status}, 'not_held', 'session scope: released (not held)');

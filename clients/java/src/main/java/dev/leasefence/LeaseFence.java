@@ -610,16 +610,7 @@ public final class LeaseFence {
             lease = ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, 0, "explicit",
                     waitMs, false, fair, true, false));
         } catch (LeaseUnknownException e) {
-            // it may be held: one conditional release (safe; it expires by its TTL otherwise)
-            Lease maybe = e.lease();
-            if (maybe != null && maybe.identity() != null) {
-                try {
-                    releaseOutcome(conn, maybe);
-                } catch (SQLException | RuntimeException r) {
-                    e.addSuppressed(r);
-                }
-            }
-            throw e;
+            throw releaseMaybeHeld(conn, e);
         }
 
         boolean autoCommit = conn.getAutoCommit();
@@ -757,6 +748,24 @@ public final class LeaseFence {
      */
     public static ReleaseStatus release(Connection conn, Lease lease) throws SQLException {
         return releaseOutcome(conn, lease).status();
+    }
+
+    /**
+     * An acquire whose outcome is unknown may have left the lease held by
+     * this session: one more conditional release of its identity (safe: it
+     * expires by its TTL otherwise). Returns the exception to throw, with a
+     * failed release's error suppressed in it.
+     */
+    private static LeaseUnknownException releaseMaybeHeld(Connection conn, LeaseUnknownException e) {
+        Lease maybe = e.lease();
+        if (maybe != null && maybe.identity() != null) {
+            try {
+                releaseOutcome(conn, maybe);
+            } catch (SQLException | RuntimeException r) {
+                e.addSuppressed(r);
+            }
+        }
+        return e;
     }
 
     /** {@link #release}, with the {@code released} boolean and the reason. */
@@ -922,16 +931,7 @@ public final class LeaseFence {
             row = ownTransaction(conn, c -> acquireChecked(c, resource, ttlMs, minValidityMs,
                     "session", waitMs, true, fair, true, false));
         } catch (LeaseUnknownException e) {
-            // it may be held by this session: one more conditional release
-            Lease maybe = e.lease();
-            if (maybe != null && maybe.identity() != null) {
-                try {
-                    releaseOutcome(conn, maybe);
-                } catch (SQLException | RuntimeException r) {
-                    e.addSuppressed(r);
-                }
-            }
-            throw e;
+            throw releaseMaybeHeld(conn, e);
         }
 
         KeptAliveLease lease = new KeptAliveLease(row);
