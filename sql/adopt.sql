@@ -10,10 +10,10 @@
 -- LF004 with the adoption's message (rows, TRUNCATE, resource fences,
 -- checkpoints), generation 0 and an external table's tokens stay accepted,
 -- and new holders' writes stand; a second adoption refuses the first one's
--- generations too.  The replica's received rows are written here with
--- session_replication_role = replica (so no trigger fires, as for a
--- logical replication worker, which the fence lets through); a real
--- publisher and subscriber: test/t/generation_logical_switchover.pl.
+-- generations too.  The replica's received rows are written here with the
+-- tables' triggers disabled (the fence lets a logical replication worker's
+-- rows through as given, and no session can be one); a real publisher and
+-- subscriber: test/t/generation_logical_switchover.pl.
 -- Ends by installing the extension again (its generations restart from 1).
 
 SET client_min_messages = warning;
@@ -51,14 +51,22 @@ SELECT lease_fence.highest_issued() = :own2 AS highest_issued_is_the_last_drawn;
 -- what logical replication brings: the old primary's rows and fences,
 -- written as given (its generations went up to 5000), and its resource
 -- fences and checkpoints
-SET session_replication_role = replica;
+ALTER TABLE adopt_t DISABLE TRIGGER USER;
+ALTER TABLE adopt_s DISABLE TRIGGER USER;
+ALTER TABLE adopt_p1 DISABLE TRIGGER USER;
+ALTER TABLE adopt_p2 DISABLE TRIGGER USER;
+ALTER TABLE adopt_x DISABLE TRIGGER USER;
 INSERT INTO adopt_t VALUES (1, 'old', 4000), (2, 'old', 3000);
 INSERT INTO adopt_s VALUES (1, 'old', 4500);
 INSERT INTO adopt_p VALUES (1, 'old', 2000), (150, 'old', 4800);
 INSERT INTO adopt_x VALUES (1, 9000000000000000000);
 INSERT INTO lease_fence.resource_generation VALUES ('adopt-r', 4900, now());
 INSERT INTO lease_fence.resource_checkpoint VALUES ('adopt-r', 4900, '{"step": 7}', now());
-RESET session_replication_role;
+ALTER TABLE adopt_t ENABLE TRIGGER USER;
+ALTER TABLE adopt_s ENABLE TRIGGER USER;
+ALTER TABLE adopt_p1 ENABLE TRIGGER USER;
+ALTER TABLE adopt_p2 ENABLE TRIGGER USER;
+ALTER TABLE adopt_x ENABLE TRIGGER USER;
 
 -- the problem: a new holder's generation is below the fences (LF001), and
 -- the old primary's holder's is one this database never issued (LF004)
@@ -143,6 +151,7 @@ SELECT pg_temp.try_masked(format($$SELECT lease_fence.set_generation(%s); UPDATE
 SELECT refused_through, highest_fence, old_highest_issued FROM lease_fence.generation_adoption ORDER BY refused_through;
 
 DROP TABLE adopt_t, adopt_s, adopt_p, adopt_x;
+REVOKE USAGE ON SCHEMA lease_fence FROM regress_lf_adopt;
 DROP ROLE regress_lf_adopt;
 -- the next files start from a fresh generation space
 DROP EXTENSION lease_fence CASCADE;
