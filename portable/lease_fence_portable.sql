@@ -573,6 +573,9 @@ CREATE OR REPLACE FUNCTION lease_fence.refuse_adopted(g bigint, target text,
 RETURNS void
 LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
+-- the time of the adoption as the C edition writes it, whatever the
+-- session's DateStyle (in its time zone)
+SET datestyle = 'ISO, MDY'
 AS $$
 DECLARE
 	floor record;
@@ -656,6 +659,7 @@ DECLARE
 	leaf pg_catalog.regclass;
 	h bigint;
 	highest bigint;
+	found_in text;
 	tl bigint;
 	known bigint;
 	before bigint;
@@ -665,22 +669,23 @@ DECLARE
 	r bigint;
 BEGIN
 	IF NOT pg_catalog.pg_has_role(gen_owner, 'USAGE') THEN
-		RAISE EXCEPTION 'must be superuser or the owner of lease_fence to adopt generations'
+		RAISE EXCEPTION 'must be superuser or the role that installed lease_fence to adopt generations'
 			USING ERRCODE = 'insufficient_privilege',
-			      DETAIL = 'Adopting the generations of another database refuses every generation issued before it.',
-			      HINT = pg_catalog.format('Role %s, which installed the portable edition, owns them.', gen_owner::pg_catalog.regrole);
+			      DETAIL = 'Every holder''s generation up to the new one is refused from then on.',
+			      HINT = pg_catalog.format('Role %s installed the portable edition.', gen_owner::pg_catalog.regrole);
 	END IF;
 	IF old < 0 THEN
 		RAISE EXCEPTION 'old_highest_issued must not be negative'
-			USING ERRCODE = 'invalid_parameter_value',
-			      DETAIL = pg_catalog.format('The value given was %s.', old);
+			USING ERRCODE = 'invalid_parameter_value';
 	END IF;
 	IF pg_catalog.pg_is_in_recovery() THEN
-		RAISE EXCEPTION 'cannot adopt generations during recovery' USING ERRCODE = 'read_only_sql_transaction';
+		RAISE EXCEPTION 'cannot execute lease_fence.adopt_generations() during recovery' USING ERRCODE = 'read_only_sql_transaction';
 	END IF;
 	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
-		RAISE EXCEPTION 'cannot adopt generations in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
+		RAISE EXCEPTION 'cannot execute lease_fence.adopt_generations() in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
 	END IF;
+	-- one adoption at a time (the caller owns the table, or is a superuser)
+	LOCK TABLE lease_fence.generation_adoption IN SHARE ROW EXCLUSIVE MODE;
 	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
 	   AND lease_fence.committed_since_snapshot() THEN
 		RAISE EXCEPTION 'could not serialize access: lease_fence.adopt_generations() after transactions committed since this transaction''s snapshot'
@@ -689,15 +694,16 @@ BEGIN
 			      HINT = 'Retry the transaction, or call it in a READ COMMITTED transaction.';
 	END IF;
 
-	-- 1. the highest fence this database holds; the protected tables' rows
-	-- under row_security = off, for this transaction only (set_config(...,
-	-- true), put back below; an error ends the transaction or the caller's
-	-- subtransaction, which puts it back too)
+	-- 1. the highest fence this database holds, and where (for the errors
+	-- and the LOG); the protected tables' rows under row_security = off,
+	-- for this transaction only (set_config(..., true), put back below; an
+	-- error ends the transaction or the caller's subtransaction, which puts
+	-- it back too).  A protected table dropped since is skipped.
 	rls := pg_catalog.current_setting('row_security');
 	FOR prot IN
 		SELECT p.relid, p.fence_column FROM lease_fence.protected p
-		WHERE p.tokens = 'issued' AND pg_catalog.to_regclass(p.relid::text) IS NOT NULL
-		ORDER BY p.relid
+		WHERE p.tokens = 'issued'
+		  AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = p.relid)
 	LOOP
 		PERFORM pg_catalog.set_config('row_security', 'off', true);
 		FOR leaf IN
@@ -705,22 +711,33 @@ BEGIN
 			                     UNION SELECT prot.relid) m
 			JOIN pg_catalog.pg_class c ON c.oid = m.relid
 			WHERE c.relkind = 'r'
+			ORDER BY m.relid
 		LOOP
 			EXECUTE pg_catalog.format('SELECT max(%I) FROM ONLY %s', prot.fence_column, leaf) INTO h;
-			highest := GREATEST(highest, h);
+			IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+				highest := h;
+				found_in := pg_catalog.format('table %s, column "%s"', leaf, prot.fence_column);
+			END IF;
 		END LOOP;
 		PERFORM pg_catalog.set_config('row_security', rls, true);
 	END LOOP;
-	highest := GREATEST(highest,
-		(SELECT max(r.generation) FROM lease_fence.resource_generation r),
-		(SELECT max(c.generation) FROM lease_fence.resource_checkpoint c));
+	h := (SELECT max(r.generation) FROM lease_fence.resource_generation r);
+	IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+		highest := h;
+		found_in := 'lease_fence.resource_generation';
+	END IF;
+	h := (SELECT max(c.generation) FROM lease_fence.resource_checkpoint c);
+	IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+		highest := h;
+		found_in := 'lease_fence.resource_checkpoint';
+	END IF;
 
 	-- 2. the old primary's highest issued cannot be below a fence it issued
 	IF old < highest THEN
-		RAISE EXCEPTION 'old_highest_issued % is below the highest fence this database holds, %', old, highest
+		RAISE EXCEPTION 'old_highest_issued % is below a fence this database holds', old
 			USING ERRCODE = 'invalid_parameter_value',
-			      DETAIL = 'It cannot be the highest generation the old primary issued. Nothing was changed.',
-			      HINT = 'Stop the old primary''s writers, wait until this database has caught up, and read lease_fence.highest_issued() there again.';
+			      DETAIL = pg_catalog.format('%s holds generation %s, so the database it came from issued at least that. Nothing was changed.', found_in, highest),
+			      HINT = 'Read lease_fence.highest_issued() on the old primary once its writers have stopped and this database has caught up.';
 	END IF;
 
 	-- 3. and 4., under the generations' lock (see draw_generation), in a
@@ -764,7 +781,7 @@ BEGIN
 		(adopted_at, refused_through, highest_fence, old_highest_issued, highest_issued_before)
 	VALUES (pg_catalog.transaction_timestamp(), r, highest, old, before);
 	RAISE LOG 'generations adopted: every generation up to % is refused from now on (highest fence %, old primary''s highest issued %, this database''s highest issued before %)',
-		r, COALESCE(highest::text, 'none'), COALESCE(old::text, 'none'), before;
+		r, COALESCE(highest || ' in ' || found_in, 'none'), COALESCE(old::text, 'not given'), before;
 	RETURN r;
 END;
 $$;
