@@ -26,16 +26,16 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # the fence-core files that need nothing but the fence API (README.md of
 # portable/ says why the others are left out)
-TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path}
+TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path portable_adopt}
 # Files that SET ROLE to roles they create: on PostgreSQL 15 a CREATEROLE
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path "
+AS_SUPERUSER=" truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path portable_adopt "
 # Files that run in a database of their own, the edition installed there
 # by lf_owner: adopt refuses every generation up to a new epoch, which the
 # next files would meet (the C edition's file installs the extension again)
-OWN_DB=" adopt "
+OWN_DB=" adopt portable_adopt "
 
 # the standby of check_timeline, if it was started
 stop_standby() {
