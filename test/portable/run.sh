@@ -325,9 +325,13 @@ point() {
 		printf '%s\n' "$fail_why" | sed 's/^/       /'
 	fi
 }
-# what each side runs as lf_owner: the tables, protected on the publisher now
-# and on the subscriber at the switchover (a portable fence cannot tell an
-# apply worker from a writer: portable/README.md)
+# what each side runs as lf_owner: the tables, protected on both; on the
+# subscriber (as a blue/green deployment's copy of the database would be)
+# with the fence triggers and TRUNCATE guards enabled for origin only until
+# the switchover: a portable fence cannot tell the apply worker from a
+# writer, and would refuse the replicated fences above this database's own
+# generations (LF004: the subscription stalls) -- the apply worker runs as
+# session_replication_role replica, so it skips them (portable/README.md)
 SCHEMA_SQL="CREATE TABLE public.account (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
 CREATE TABLE public.ledger (id int, region text, note text, fence bigint NOT NULL DEFAULT 0, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
 CREATE TABLE public.ledger_eu PARTITION OF public.ledger FOR VALUES IN ('eu');
@@ -335,6 +339,15 @@ CREATE TABLE public.ledger_us PARTITION OF public.ledger FOR VALUES IN ('us');
 GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public.account, public.ledger TO lf_app;
 GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text), lease_fence.checkpoint(text, jsonb) TO lf_app;"
 PROTECT_SQL="SELECT lease_fence.protect('public.account'); SELECT lease_fence.protect('public.ledger');"
+ORIGIN_ONLY_SQL='DO $$DECLARE m regclass; BEGIN
+	FOR m IN SELECT t.relid FROM lease_fence.protected p, pg_partition_tree(p.relid) t
+	         UNION SELECT p.relid FROM lease_fence.protected p LOOP
+		IF EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = m AND g.tgname = $t$zz_lease_fence$t$) THEN
+			EXECUTE format($f$ALTER TABLE %s ENABLE TRIGGER zz_lease_fence$f$, m);
+		END IF;
+		EXECUTE format($f$ALTER TABLE %s ENABLE TRIGGER zz_lease_fence_truncate$f$, m);
+	END LOOP;
+END$$;'
 ADOPTION_STATE="SELECT lease_fence.highest_issued(), (SELECT count(*) FROM lease_fence.generation_adoption),
 	COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'), -1)"
 check_switchover() {
@@ -356,7 +369,7 @@ check_switchover() {
 	lf_as_user "${PSQL[@]}" -p "$SUB_PORT" -d postgres -c "CREATE ROLE lf_owner LOGIN NOSUPERUSER CREATEROLE" \
 		-c "CREATE ROLE lf_app LOGIN" -c "CREATE DATABASE lf_switch OWNER lf_owner" >/dev/null || return 1
 	new lf_owner -f "$LF_SRC/portable/lease_fence_portable.sql" >/dev/null || return 1
-	new lf_owner -c "$SCHEMA_SQL" >/dev/null || return 1
+	new lf_owner -c "$SCHEMA_SQL" -c "$PROTECT_SQL" -c "$ORIGIN_ONLY_SQL" >/dev/null || return 1
 	new postgres -c "CREATE SUBSCRIPTION lf_sub CONNECTION 'host=$PGHOST port=$PGPORT dbname=lf_switch user=postgres'
 		PUBLICATION lf_pub" >/dev/null || return 1
 
@@ -387,9 +400,12 @@ check_switchover() {
 	g3=$(old lf_app -c "SELECT lease_fence.next_generation()") &&
 	g4=$(old lf_app -c "SELECT max(lease_fence.next_generation()) FROM generate_series(1, 5)") || return 1
 	echo "old primary: holders $g0 $g1 $g2, highest issued $v read, then $g3 .. $g4 drawn"
-	# the switch: the subscription stops, the new primary protects its tables
+	# the switch: the subscription stops, the new primary protects its
+	# tables again (every fence trigger and guard enabled always)
 	new postgres -c "ALTER SUBSCRIPTION lf_sub DISABLE" >/dev/null &&
 	new lf_owner -c "$PROTECT_SQL" >/dev/null || return 1
+	out=$(new lf_owner -c "SELECT string_agg(array_to_string(problems, '; '), '; ') FROM lease_fence.protected_tables WHERE NOT ok")
+	[ -z "$out" ] || { echo "protected again, yet: $out"; return 1; }
 
 	# 1. the refusals move nothing: a value below the highest fence (job:2's
 	# g2) or negative is 22023, a role that is not the owner 42501
