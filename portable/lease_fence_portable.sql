@@ -35,7 +35,9 @@
 -- from the caller, and touch only those objects (and
 -- lease_fence.generation_timeline, whose row is the lock of the
 -- generations, lease_fence.timeline_seq, the timeline of the current
--- epoch, and lease_fence.heal_budget_seq).
+-- epoch, and lease_fence.heal_budget_seq).  adopt_generations() is not
+-- among them: only the installing role or a superuser may run it, as
+-- advance_generation(), and it runs as that caller.
 
 \set ON_ERROR_STOP on
 SET client_min_messages = warning;
@@ -492,19 +494,302 @@ COMMENT ON FUNCTION lease_fence.advance_generation(bigint) IS
 -- SELECT on the sequence is PUBLIC's (it lets a role read last_value, as
 -- pg_sequences would show it: not draw from it, nor move it); the fence
 -- trigger reads it with pg_sequence_last_value(), which is NULL before the
--- first draw.
+-- first draw.  Read on the old primary of a switchover (after its writers
+-- stopped), it is adopt_generations()'s argument on the new one.
 GRANT SELECT ON SEQUENCE lease_fence.generation_seq TO PUBLIC;
 
 CREATE OR REPLACE FUNCTION lease_fence.highest_issued()
 RETURNS bigint
-LANGUAGE sql STABLE PARALLEL RESTRICTED
+LANGUAGE sql VOLATILE PARALLEL RESTRICTED
 SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)
 $$;
 
 COMMENT ON FUNCTION lease_fence.highest_issued() IS
-'the highest generation next_generation() has issued in this database (portable edition)';
+'the highest generation this database has issued (0: none): what the fence''s LF004 check compares with (portable edition)';
+
+------------------------------------------------------------------------------
+-- Moving a database: a switchover to a logical replica
+------------------------------------------------------------------------------
+
+-- Each adoption of the generations of the database this one replaced (a
+-- switchover to a logical replica copies the fences, not generation_seq):
+-- from adopted_at on, the fence refuses every generation from 1 to
+-- refused_through (LF004), and every later draw is above it.  The fences it
+-- found, the old primary's highest issued generation it was given and this
+-- database's own are kept for the operator.  Nobody but the installing role
+-- has any privilege on it; a plain table, so pg_dump and pg_upgrade carry
+-- it (the C edition marks it with pg_extension_config_dump).
+CREATE TABLE IF NOT EXISTS lease_fence.generation_adoption (
+	adopted_at timestamptz NOT NULL,
+	refused_through bigint NOT NULL,
+	highest_fence bigint,
+	old_highest_issued bigint,
+	highest_issued_before bigint NOT NULL
+);
+REVOKE ALL ON lease_fence.generation_adoption FROM PUBLIC;
+
+-- What the fence refuses, for every writer (the fence runs as the writer,
+-- who has no privilege on generation_adoption): the newest adoption that
+-- committed.  A view, as its owner: it shows what the LF004 message of a
+-- refused write shows anyway (the time and the generation), nothing else.
+CREATE OR REPLACE VIEW lease_fence.adoption_floor AS
+	SELECT a.refused_through, a.adopted_at
+	FROM lease_fence.generation_adoption a
+	ORDER BY a.refused_through DESC, a.adopted_at DESC
+	LIMIT 1;
+GRANT SELECT ON lease_fence.adoption_floor TO PUBLIC;
+
+COMMENT ON VIEW lease_fence.adoption_floor IS
+'the newest adoption of another database''s generations: the fence refuses every generation from 1 to refused_through (portable edition)';
+
+-- The per-write cost of the floor.  The row fence is the hot path, and it
+-- runs as the writer: a query of adoption_floor on every row would cost
+-- more than the rest of the check, and a session-level setting cannot be
+-- trusted (a session can set any setting, and none may let a write skip a
+-- rule: see fence_trigger()).  So the fence reads this sequence, as it
+-- reads generation_seq: adopt_generations() moves it to refused_through
+-- (setval, never down) BEFORE it records the adoption, so its last value
+-- is at least every refused_through that ever committed.  A generation
+-- above it passes at the cost of one sequence read (every holder of this
+-- database, and every one when nothing was ever adopted); only one at or
+-- below it reads adoption_floor, which says whether an adoption that
+-- refuses it committed (one rolled back moved the sequence but refuses
+-- nothing).  SELECT is PUBLIC's (its last value is no secret); only the
+-- installing role may move it.
+CREATE SEQUENCE IF NOT EXISTS lease_fence.adoption_floor_seq AS bigint MINVALUE 0 START 0 NO CYCLE;
+REVOKE ALL ON SEQUENCE lease_fence.adoption_floor_seq FROM PUBLIC;
+GRANT SELECT ON SEQUENCE lease_fence.adoption_floor_seq TO PUBLIC;
+
+-- LF004 for a generation an adoption refuses: called by the fence only when
+-- g is at or below adoption_floor_seq (see above); returns when no
+-- committed adoption refuses it.  target is the DETAIL's subject ("Table
+-- ...", "Resource ..."); the error fields are the table's (sch, tbl, col) or,
+-- for a resource fence, resource_generation's with the resource as
+-- CONSTRAINT (res), as the other fence errors.
+CREATE OR REPLACE FUNCTION lease_fence.refuse_adopted(g bigint, target text,
+	sch text, tbl text, col text, res text)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL RESTRICTED
+SET search_path = pg_catalog, pg_temp
+-- the time of the adoption as the C edition writes it, whatever the
+-- session's DateStyle (in its time zone)
+SET datestyle = 'ISO, MDY'
+AS $$
+DECLARE
+	floor record;
+	msg CONSTANT text := 'generation issued before lease_fence.adopt_generations(): write rejected by fence';
+	hint CONSTANT text := 'Take the lease again on this database: its generations are above every one of the database it replaced.';
+	detail text;
+BEGIN
+	IF g IS NULL OR g <= 0 THEN
+		RETURN;
+	END IF;
+	SELECT f.refused_through, f.adopted_at INTO floor FROM lease_fence.adoption_floor f;
+	IF NOT FOUND OR g > floor.refused_through THEN
+		RETURN;
+	END IF;
+	detail := pg_catalog.format('%s: supplied generation %s; this database adopted the generations of the database it replaced at %s and refuses every generation up to %s.',
+	                            target, g, floor.adopted_at, floor.refused_through);
+	IF res IS NOT NULL THEN
+		RAISE EXCEPTION '%', msg
+			USING ERRCODE = 'LF004', DETAIL = detail, HINT = hint,
+			      SCHEMA = 'lease_fence', TABLE = 'resource_generation', CONSTRAINT = res;
+	END IF;
+	RAISE EXCEPTION '%', msg
+		USING ERRCODE = 'LF004', DETAIL = detail, HINT = hint,
+		      SCHEMA = sch, TABLE = tbl, COLUMN = col;
+END;
+$$;
+
+-- In REPEATABLE READ / SERIALIZABLE: whether a transaction other than this
+-- one committed after this transaction's snapshot was taken, so that a
+-- query cannot see what it wrote (the C edition scans under the latest
+-- snapshot).  Gives this transaction an xid.  Used by truncate_guard() and
+-- adopt_generations(), which then refuse with 40001 (fail closed).
+CREATE OR REPLACE FUNCTION lease_fence.committed_since_snapshot()
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	snap pg_catalog.pg_snapshot := pg_catalog.pg_current_snapshot();
+	me bigint := pg_catalog.pg_current_xact_id()::text::bigint;
+	xmax bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
+BEGIN
+	RETURN me - xmax > 100000
+	   OR EXISTS (SELECT FROM pg_catalog.pg_snapshot_xip(snap) x
+	              WHERE x::text::bigint <> me AND pg_catalog.pg_xact_status(x) = 'committed')
+	   OR EXISTS (SELECT FROM pg_catalog.generate_series(xmax, me - 1) x
+	              WHERE pg_catalog.pg_xact_status(x::text::pg_catalog.xid8) = 'committed');
+END;
+$$;
+
+-- adopt_generations(old_highest_issued): run once on the new primary of a
+-- switchover to a logical replica, after it caught up and the old
+-- primary's writers stopped, before it takes writers.  Moves the
+-- generations to a new epoch E = epoch(top) + 1, top being the highest of
+-- this database's own highest issued, every fence it holds (protected
+-- tables with tokens 'issued', partitions included; resource fences;
+-- checkpoints) and old_highest_issued; refuses every generation from 1 to
+-- E << 40 (the fence's LF004, refuse_adopted()) from the commit on; records
+-- the adoption; returns E << 40.  The heal budget is left as it is.
+--
+-- The installing role's (the extension owner's) or a superuser's, as
+-- advance_generation(): not SECURITY DEFINER, EXECUTE not PUBLIC's.  The
+-- fences are read with queries as the caller under row_security = off: a
+-- protected table the caller may not read, or one a policy would filter,
+-- is 42501 and nothing moved (fail closed, as the TRUNCATE guard).
+CREATE OR REPLACE FUNCTION lease_fence.adopt_generations(old_highest_issued bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	seq CONSTANT pg_catalog.regclass := 'lease_fence.generation_seq';
+	floor_seq CONSTANT pg_catalog.regclass := 'lease_fence.adoption_floor_seq';
+	timeline_seq CONSTANT pg_catalog.regclass := 'lease_fence.timeline_seq';
+	epoch_max CONSTANT bigint := (1::bigint << 23) - 1;
+	gen_owner oid := (SELECT c.relowner FROM pg_catalog.pg_class c
+	                  WHERE c.oid = 'lease_fence.generation_seq'::pg_catalog.regclass);
+	old bigint := adopt_generations.old_highest_issued;
+	rls text;
+	prot record;
+	leaf pg_catalog.regclass;
+	h bigint;
+	highest bigint;
+	found_in text;
+	tl bigint;
+	known bigint;
+	before bigint;
+	last bigint;
+	top bigint;
+	e bigint;
+	r bigint;
+BEGIN
+	IF NOT pg_catalog.pg_has_role(gen_owner, 'USAGE') THEN
+		RAISE EXCEPTION 'must be superuser or the role that installed lease_fence to adopt generations'
+			USING ERRCODE = 'insufficient_privilege',
+			      DETAIL = 'Every holder''s generation up to the new one is refused from then on.',
+			      HINT = pg_catalog.format('Role %s installed the portable edition.', gen_owner::pg_catalog.regrole);
+	END IF;
+	IF old < 0 THEN
+		RAISE EXCEPTION 'old_highest_issued must not be negative'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	IF pg_catalog.pg_is_in_recovery() THEN
+		RAISE EXCEPTION 'cannot execute lease_fence.adopt_generations() during recovery' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+		RAISE EXCEPTION 'cannot execute lease_fence.adopt_generations() in a read-only transaction' USING ERRCODE = 'read_only_sql_transaction';
+	END IF;
+	-- one adoption at a time (the caller owns the table, or is a superuser)
+	LOCK TABLE lease_fence.generation_adoption IN SHARE ROW EXCLUSIVE MODE;
+	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+	   AND lease_fence.committed_since_snapshot() THEN
+		RAISE EXCEPTION 'could not serialize access: lease_fence.adopt_generations() after transactions committed since this transaction''s snapshot'
+			USING ERRCODE = 'serialization_failure',
+			      DETAIL = 'The portable edition reads the fences under the transaction''s snapshot, which does not show rows committed after it.',
+			      HINT = 'Retry the transaction, or call it in a READ COMMITTED transaction.';
+	END IF;
+
+	-- 1. the highest fence this database holds, and where (for the errors
+	-- and the LOG); the protected tables' rows under row_security = off,
+	-- for this transaction only (set_config(..., true), put back below; an
+	-- error ends the transaction or the caller's subtransaction, which puts
+	-- it back too).  A protected table dropped since is skipped.
+	rls := pg_catalog.current_setting('row_security');
+	FOR prot IN
+		SELECT p.relid, p.fence_column FROM lease_fence.protected p
+		WHERE p.tokens = 'issued'
+		  AND EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.oid = p.relid)
+	LOOP
+		PERFORM pg_catalog.set_config('row_security', 'off', true);
+		FOR leaf IN
+			SELECT m.relid FROM (SELECT t.relid FROM pg_catalog.pg_partition_tree(prot.relid) t
+			                     UNION SELECT prot.relid) m
+			JOIN pg_catalog.pg_class c ON c.oid = m.relid
+			WHERE c.relkind = 'r'
+			ORDER BY m.relid
+		LOOP
+			EXECUTE pg_catalog.format('SELECT max(%I) FROM ONLY %s', prot.fence_column, leaf) INTO h;
+			IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+				highest := h;
+				found_in := pg_catalog.format('table %s, column "%s"', leaf, prot.fence_column);
+			END IF;
+		END LOOP;
+		PERFORM pg_catalog.set_config('row_security', rls, true);
+	END LOOP;
+	h := (SELECT max(r.generation) FROM lease_fence.resource_generation r);
+	IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+		highest := h;
+		found_in := 'lease_fence.resource_generation';
+	END IF;
+	h := (SELECT max(c.generation) FROM lease_fence.resource_checkpoint c);
+	IF h > highest OR (highest IS NULL AND h IS NOT NULL) THEN
+		highest := h;
+		found_in := 'lease_fence.resource_checkpoint';
+	END IF;
+
+	-- 2. the old primary's highest issued cannot be below a fence it issued
+	IF old < highest THEN
+		RAISE EXCEPTION 'old_highest_issued % is below a fence this database holds', old
+			USING ERRCODE = 'invalid_parameter_value',
+			      DETAIL = pg_catalog.format('%s holds generation %s, so the database it came from issued at least that. Nothing was changed.', found_in, highest),
+			      HINT = 'Read lease_fence.highest_issued() on the old primary once its writers have stopped and this database has caught up.';
+	END IF;
+
+	-- 3. and 4., under the generations' lock (see draw_generation), in a
+	-- subtransaction rolled back before the call returns: nothing is left
+	-- locked, and the moves stay made (setval is not transactional)
+	BEGIN
+		PERFORM FROM lease_fence.generation_timeline t FOR UPDATE;
+		before := COALESCE(pg_catalog.pg_sequence_last_value(seq), 0);
+		last := before;
+		-- a new timeline not drawn on yet: its epoch counts as issued (the
+		-- next draw would start it)
+		tl := lease_fence.wal_timeline();
+		known := pg_catalog.pg_sequence_last_value(timeline_seq);
+		IF tl IS NOT NULL AND known IS NOT NULL AND tl > known THEN
+			last := ((last >> 40) + tl) << 40;
+		END IF;
+		top := GREATEST(last, highest, old);
+		e := (top >> 40) + 1;
+		IF e > epoch_max THEN
+			RAISE EXCEPTION 'no generation epoch is left to adopt generations'
+				USING ERRCODE = 'program_limit_exceeded',
+				      DETAIL = pg_catalog.format('The highest generation to adopt is %s (epoch %s) and epochs go up to %s. Nothing was changed.', top, top >> 40, epoch_max);
+		END IF;
+		r := e << 40;
+		-- the new timeline's epoch recorded first, as a draw would (nothing
+		-- may start it again above r)
+		PERFORM lease_fence.move_generations(NULL, true);
+		-- the floor before the record of the adoption: the fence reads the
+		-- sequence first (see adoption_floor_seq)
+		PERFORM pg_catalog.setval(floor_seq, GREATEST(r, COALESCE(pg_catalog.pg_sequence_last_value(floor_seq), 0)));
+		IF r > COALESCE(pg_catalog.pg_sequence_last_value(seq), 0) THEN
+			PERFORM pg_catalog.setval(seq, r);
+		END IF;
+		RAISE EXCEPTION 'moved' USING ERRCODE = 'LFDRW';
+	EXCEPTION WHEN SQLSTATE 'LFDRW' THEN
+		NULL;
+	END;
+
+	-- 5. and 6.: refused from the commit on
+	INSERT INTO lease_fence.generation_adoption
+		(adopted_at, refused_through, highest_fence, old_highest_issued, highest_issued_before)
+	VALUES (pg_catalog.transaction_timestamp(), r, highest, old, before);
+	RAISE LOG 'generations adopted: every generation up to % is refused from now on (highest fence %, old primary''s highest issued %, this database''s highest issued before %)',
+		r, COALESCE(highest || ' in ' || found_in, 'none'), COALESCE(old::text, 'not given'), before;
+	RETURN r;
+END;
+$$;
+
+REVOKE EXECUTE ON FUNCTION lease_fence.adopt_generations(bigint) FROM PUBLIC;
+
+COMMENT ON FUNCTION lease_fence.adopt_generations(bigint) IS
+'after a switchover to a logical replica: moves the generations above every fence held here and above the old primary''s highest issued one, and refuses every generation up to there; returns that generation (portable edition)';
 
 -- The current generation: the custom setting lease_fence.generation, which
 -- works as a placeholder without any library.  Empty means none; anything
@@ -649,6 +934,11 @@ BEGIN
 			      DETAIL = pg_catalog.format('Resource "%s": supplied generation %s, highest generation issued in this database %s.', res, g, hi),
 			      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 			      SCHEMA = 'lease_fence', TABLE = 'resource_generation', CONSTRAINT = res;
+	END IF;
+	-- refused by an adoption (adoption_floor_seq says why the sequence first)
+	IF g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+		PERFORM lease_fence.refuse_adopted(g, pg_catalog.format('Resource "%s"', res),
+		                                   NULL, NULL, NULL, res);
 	END IF;
 	IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
 		RAISE EXCEPTION 'cannot execute lease_fence.fence_resource() in a read-only transaction'
@@ -961,7 +1251,8 @@ BEGIN
 		n := new_row.fence;
 		IF s <= g AND (n <= s OR n = g)
 		   AND (NOT check_issued OR g = 0
-		        OR g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)) THEN
+		        OR (g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.generation_seq'::pg_catalog.regclass), 0)
+		            AND g > COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0))) THEN
 			new_row.fence := g;
 			RETURN new_row;
 		END IF;
@@ -977,6 +1268,11 @@ BEGIN
 						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, g, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
+				END IF;
+				-- refused by an adoption (adoption_floor_seq says why the sequence first)
+				IF g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+					PERFORM lease_fence.refuse_adopted(g, pg_catalog.format('Table %I.%I, column "%s"', tg_schema, tg_table, col),
+					                                   tg_schema, tg_table, col, NULL);
 				END IF;
 			END IF;
 			IF col = 'fence' THEN
@@ -1028,6 +1324,11 @@ BEGIN
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
+				-- refused by an adoption (adoption_floor_seq says why the sequence first)
+				IF n <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+					PERFORM lease_fence.refuse_adopted(n, pg_catalog.format('Table %I.%I, column "%s"', tg_schema, tg_table, col),
+					                                   tg_schema, tg_table, col, NULL);
+				END IF;
 			END IF;
 			RETURN new_row;
 		END IF;
@@ -1039,6 +1340,11 @@ BEGIN
 					      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, g, hi),
 					      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 					      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
+			END IF;
+			-- refused by an adoption (adoption_floor_seq says why the sequence first)
+			IF g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+				PERFORM lease_fence.refuse_adopted(g, pg_catalog.format('Table %I.%I, column "%s"', tg_schema, tg_table, col),
+				                                   tg_schema, tg_table, col, NULL);
 			END IF;
 		END IF;
 		IF n = g THEN
@@ -1084,6 +1390,11 @@ BEGIN
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
 				END IF;
+				-- refused by an adoption (adoption_floor_seq says why the sequence first)
+				IF g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+					PERFORM lease_fence.refuse_adopted(g, pg_catalog.format('Table %I.%I, column "%s"', tg_schema, tg_table, col),
+					                                   tg_schema, tg_table, col, NULL);
+				END IF;
 			END IF;
 		ELSE
 			IF is_strict THEN
@@ -1109,6 +1420,11 @@ BEGIN
 						      DETAIL = pg_catalog.format('Table %I.%I, column "%s": supplied generation %s, highest generation issued in this database %s.', tg_schema, tg_table, col, n, hi),
 						      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 						      SCHEMA = tg_schema, TABLE = tg_table, COLUMN = col;
+				END IF;
+				-- refused by an adoption (adoption_floor_seq says why the sequence first)
+				IF n <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+					PERFORM lease_fence.refuse_adopted(n, pg_catalog.format('Table %I.%I, column "%s"', tg_schema, tg_table, col),
+					                                   tg_schema, tg_table, col, NULL);
 				END IF;
 			END IF;
 		END IF;
@@ -1230,6 +1546,11 @@ BEGIN
 				      HINT = 'Supply a generation from lease_fence.next_generation() or lease_fence.acquire(); a table whose tokens come from elsewhere is protected with tokens => ''external''.',
 				      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
 		END IF;
+		-- refused by an adoption (adoption_floor_seq says why the sequence first)
+		IF g <= COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'::pg_catalog.regclass), 0) THEN
+			PERFORM lease_fence.refuse_adopted(g, pg_catalog.format('Table %I.%I, column "%s"', TG_TABLE_SCHEMA, TG_TABLE_NAME, col),
+			                                   TG_TABLE_SCHEMA, TG_TABLE_NAME, col, NULL);
+		END IF;
 	END IF;
 
 	-- TRUNCATE removes rows committed after a REPEATABLE READ / SERIALIZABLE
@@ -1239,25 +1560,14 @@ BEGIN
 	-- since the snapshot was taken, the snapshot sees every row; otherwise
 	-- refuse with a serialization failure (retry in a new transaction, which
 	-- sees them).  Fail closed.
-	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
-		DECLARE
-			snap pg_catalog.pg_snapshot := pg_catalog.pg_current_snapshot();
-			me bigint := pg_catalog.pg_current_xact_id()::text::bigint;
-			xmax bigint := pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::bigint;
-		BEGIN
-			IF me - xmax > 100000
-			   OR EXISTS (SELECT FROM pg_catalog.pg_snapshot_xip(snap) x
-			              WHERE x::text::bigint <> me AND pg_catalog.pg_xact_status(x) = 'committed')
-			   OR EXISTS (SELECT FROM pg_catalog.generate_series(xmax, me - 1) x
-			              WHERE pg_catalog.pg_xact_status(x::text::pg_catalog.xid8) = 'committed') THEN
-				RAISE EXCEPTION 'could not serialize access: TRUNCATE of fenced table %.% after transactions committed since this transaction''s snapshot',
-					pg_catalog.quote_ident(TG_TABLE_SCHEMA), pg_catalog.quote_ident(TG_TABLE_NAME)
-					USING ERRCODE = 'serialization_failure',
-					      DETAIL = 'The portable TRUNCATE guard reads the highest fence under the transaction''s snapshot, which does not show rows committed after it, and TRUNCATE removes those too.',
-					      HINT = 'Retry the transaction, or TRUNCATE in a READ COMMITTED transaction.',
-					      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
-			END IF;
-		END;
+	IF pg_catalog.current_setting('transaction_isolation') <> 'read committed'
+	   AND lease_fence.committed_since_snapshot() THEN
+		RAISE EXCEPTION 'could not serialize access: TRUNCATE of fenced table %.% after transactions committed since this transaction''s snapshot',
+			pg_catalog.quote_ident(TG_TABLE_SCHEMA), pg_catalog.quote_ident(TG_TABLE_NAME)
+			USING ERRCODE = 'serialization_failure',
+			      DETAIL = 'The portable TRUNCATE guard reads the highest fence under the transaction''s snapshot, which does not show rows committed after it, and TRUNCATE removes those too.',
+			      HINT = 'Retry the transaction, or TRUNCATE in a READ COMMITTED transaction.',
+			      SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME, COLUMN = col;
 	END IF;
 
 	-- every leaf with storage of the table's partition tree (the table itself when not partitioned)

@@ -26,12 +26,16 @@ top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 # the fence-core files that need nothing but the fence API (README.md of
 # portable/ says why the others are left out)
-TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence checkpoint portable_generations portable_short_path}
+TESTS=${LF_PORTABLE_TESTS:-fence full_row_save dml partition truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path portable_adopt}
 # Files that SET ROLE to roles they create: on PostgreSQL 15 a CREATEROLE
 # role is not a member of the roles it creates, so these run as the
 # superuser, in the same database, on the edition lf_owner installed (its
 # SECURITY DEFINER functions still run as lf_owner)
-AS_SUPERUSER=" truncate_guard protect resource_fence checkpoint portable_generations portable_short_path "
+AS_SUPERUSER=" truncate_guard protect resource_fence checkpoint adopt portable_generations portable_short_path portable_adopt "
+# Files that run in a database of their own, the edition installed there
+# by lf_owner: adopt refuses every generation up to a new epoch, which the
+# next files would meet (the C edition's file installs the extension again)
+OWN_DB=" adopt portable_adopt "
 
 # the standby of check_timeline, if it was started
 stop_standby() {
@@ -39,12 +43,20 @@ stop_standby() {
 		lf_as_user "$PG_BIN/pg_ctl" -D "$LF_WORK/standby" -m immediate -w stop >/dev/null 2>&1
 	return 0
 }
-trap 'stop_standby; lf_cleanup' EXIT
+# the subscriber of check_switchover, if it was started
+SUB_PORT=5435
+stop_subscriber() {
+	[ -n "${LF_WORK:-}" ] && [ -f "$LF_WORK/subscriber/postmaster.pid" ] &&
+		lf_as_user "$PG_BIN/pg_ctl" -D "$LF_WORK/subscriber" -m immediate -w stop >/dev/null 2>&1
+	return 0
+}
+trap 'stop_standby; stop_subscriber; lf_cleanup' EXIT
 lf_need_packages || exit 1
 lf_make_workdir "$top" || exit 1
 # no lf_build_install: the C library is not built, and the copy has none
 # of the machine's (lf_remove_installed), so nothing can load it
-lf_start_pg || exit 1
+# (wal_level logical: the switchover below publishes from this server)
+lf_start_pg "wal_level = logical" || exit 1
 
 PSQL=("$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1)
 # pg_regress and pg_isolation_regress: PGXS's (Debian's package and a
@@ -70,6 +82,9 @@ lf_as_user "${PSQL[@]}" -U lf_owner -d lf_portable -f "$LF_SRC/portable/lease_fe
 IN=$LF_WORK/regress_in
 lf_as_user mkdir -p "$IN/sql" "$IN/expected" "$LF_WORK/out"
 lf_as_user cp "$LF_SRC"/sql/*.sql "$IN/sql/"
+# CREATE / DROP EXTENSION lease_fence become no-ops, as in the isolation
+# specs below (the portable edition stays installed)
+lf_as_user sed -i -E 's/^(CREATE EXTENSION( IF NOT EXISTS)? lease_fence|DROP EXTENSION( IF EXISTS)? lease_fence)[^;]*;/DO $$BEGIN END$$;/' "$IN"/sql/*.sql
 # (the files include sql/include/try.sql, from the directory pg_regress runs in: $IN)
 lf_as_user cp -r "$LF_SRC"/sql/include "$IN/sql/"
 lf_as_user cp "$LF_SRC"/expected/*.out "$IN/expected/"
@@ -112,8 +127,14 @@ passed=0 failed=0 failures=()
 for t in $TESTS; do
 	user=lf_owner
 	case "$AS_SUPERUSER" in *" $t "*) user=postgres ;; esac
+	db=lf_portable
+	case "$OWN_DB" in *" $t "*)
+		db=lf_portable_$t
+		lf_as_user "${PSQL[@]}" -d postgres -c "CREATE DATABASE $db OWNER lf_owner" &&
+			lf_as_user "${PSQL[@]}" -U lf_owner -d "$db" -f "$LF_SRC/portable/lease_fence_portable.sql" || exit 1 ;;
+	esac
 	if (cd "$IN" && lf_as_user "$PGXS_DIR/src/test/regress/pg_regress" \
-		--use-existing --dbname=lf_portable --user="$user" \
+		--use-existing --dbname="$db" --user="$user" \
 		--host="$PGHOST" --port="$PGPORT" --bindir="$PG_BIN" \
 		--inputdir="$IN" --outputdir="$LF_WORK/out/$t" "$t") >"$LF_WORK/out/$t.log" 2>&1; then
 		passed=$((passed + 1)); echo "ok     $t"
@@ -271,6 +292,186 @@ if [ "${LF_PORTABLE_TIMELINE:-1}" = 1 ]; then
 		failed=$((failed + 1)); failures+=("upgrade"); echo "FAILED an earlier install is upgraded in place"
 	fi
 	stop_standby
+fi
+
+# A switchover to a logical replica (the portable edition on both servers,
+# installed by the non-superuser lf_owner, no C library): this server
+# publishes database lf_switch's fenced tables (one partitioned) and its
+# resource fences and checkpoints to a second server; holders write on the
+# publisher; once the subscriber has caught up and the writers stopped, the
+# old primary's highest_issued() is read (and more generations drawn there
+# after it), the subscription is stopped, the subscriber protects its
+# tables and adopts the generations with that value.  Four points:
+# adopt_generations()'s refusals move nothing; the new primary's holders'
+# writes stand; every holder of the old primary is refused with LF004 and
+# the adoption's message; no generation drawn on the new primary equals one
+# the old one issued.
+# opsql PORT ROLE SQL...: one psql session on database lf_switch, verbose
+# errors (the SQLSTATE is in the message line), output and errors together
+opsql() {
+	local port=$1 role=$2
+	shift 2
+	lf_as_user "$PG_BIN/psql" -X -q -At -v ON_ERROR_STOP=1 -v VERBOSITY=verbose \
+		-h "$PGHOST" -p "$port" -U "$role" -d lf_switch "$@" 2>&1
+}
+old() { opsql "$PGPORT" "$@"; }
+new() { opsql "$SUB_PORT" "$@"; }
+# point NAME RESULT: a test point of the switchover ($fail_why says why it failed)
+point() {
+	if [ "$2" = 0 ]; then
+		passed=$((passed + 1)); echo "ok     switchover: $1"
+	else
+		failed=$((failed + 1)); failures+=("switchover: $1"); echo "FAILED switchover: $1"
+		printf '%s\n' "$fail_why" | sed 's/^/       /'
+	fi
+}
+# what each side runs as lf_owner: the tables, protected on both; on the
+# subscriber (as a blue/green deployment's copy of the database would be)
+# with the fence triggers and TRUNCATE guards enabled for origin only until
+# the switchover: a portable fence cannot tell the apply worker from a
+# writer, and would refuse the replicated fences above this database's own
+# generations (LF004: the subscription stalls) -- the apply worker runs as
+# session_replication_role replica, so it skips them (portable/README.md)
+SCHEMA_SQL="CREATE TABLE public.account (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL DEFAULT 0);
+CREATE TABLE public.ledger (id int, region text, note text, fence bigint NOT NULL DEFAULT 0, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+CREATE TABLE public.ledger_eu PARTITION OF public.ledger FOR VALUES IN ('eu');
+CREATE TABLE public.ledger_us PARTITION OF public.ledger FOR VALUES IN ('us');
+GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON public.account, public.ledger TO lf_app;
+GRANT EXECUTE ON FUNCTION lease_fence.fence_resource(text), lease_fence.checkpoint(text, jsonb) TO lf_app;"
+PROTECT_SQL="SELECT lease_fence.protect('public.account'); SELECT lease_fence.protect('public.ledger');"
+ORIGIN_ONLY_SQL='DO $$DECLARE m regclass; BEGIN
+	FOR m IN SELECT t.relid FROM lease_fence.protected p, pg_partition_tree(p.relid) t
+	         UNION SELECT p.relid FROM lease_fence.protected p LOOP
+		IF EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = m AND g.tgname = $t$zz_lease_fence$t$) THEN
+			EXECUTE format($f$ALTER TABLE %s ENABLE TRIGGER zz_lease_fence$f$, m);
+		END IF;
+		EXECUTE format($f$ALTER TABLE %s ENABLE TRIGGER zz_lease_fence_truncate$f$, m);
+	END LOOP;
+END$$;'
+ADOPTION_STATE="SELECT lease_fence.highest_issued(), (SELECT count(*) FROM lease_fence.generation_adoption),
+	COALESCE(pg_catalog.pg_sequence_last_value('lease_fence.adoption_floor_seq'), -1)"
+check_switchover() {
+	local sb=$LF_WORK/subscriber out g0 g1 g2 g3 g4 v f before r n1 n2 more w
+	# the publisher: database lf_switch, the edition, the tables, two rows
+	lf_as_user "${PSQL[@]}" -d postgres -c "CREATE ROLE lf_app LOGIN" \
+		-c "CREATE DATABASE lf_switch OWNER lf_owner" >/dev/null || return 1
+	old lf_owner -f "$LF_SRC/portable/lease_fence_portable.sql" >/dev/null || return 1
+	old lf_owner -c "$SCHEMA_SQL" -c "$PROTECT_SQL" -c "INSERT INTO public.account VALUES (1, 100, 0), (2, 200, 0)" >/dev/null || return 1
+	old postgres -c "CREATE PUBLICATION lf_pub FOR TABLE public.account, public.ledger,
+		lease_fence.resource_generation, lease_fence.resource_checkpoint" >/dev/null || return 1
+	# the subscriber: a server of its own, the same roles, the edition, the tables
+	lf_as_user "$PG_BIN/initdb" -D "$sb" -U postgres -A trust --no-sync --locale=C.UTF-8 -E UTF8 \
+		>"$LF_WORK/subscriber_initdb.log" 2>&1 || { cat "$LF_WORK/subscriber_initdb.log"; return 1; }
+	printf '%s\n' "listen_addresses = ''" "unix_socket_directories = '$LF_WORK'" "port = $SUB_PORT" "fsync = off" |
+		lf_as_user tee -a "$sb/postgresql.conf" >/dev/null
+	lf_as_user "$PG_BIN/pg_ctl" -D "$sb" -l "$LF_WORK/subscriber.log" -w -t 60 start >/dev/null ||
+		{ cat "$LF_WORK/subscriber.log"; return 1; }
+	lf_as_user "${PSQL[@]}" -p "$SUB_PORT" -d postgres -c "CREATE ROLE lf_owner LOGIN NOSUPERUSER CREATEROLE" \
+		-c "CREATE ROLE lf_app LOGIN" -c "CREATE DATABASE lf_switch OWNER lf_owner" >/dev/null || return 1
+	new lf_owner -f "$LF_SRC/portable/lease_fence_portable.sql" >/dev/null || return 1
+	new lf_owner -c "$SCHEMA_SQL" -c "$PROTECT_SQL" -c "$ORIGIN_ONLY_SQL" >/dev/null || return 1
+	new postgres -c "CREATE SUBSCRIPTION lf_sub CONNECTION 'host=$PGHOST port=$PGPORT dbname=lf_switch user=postgres'
+		PUBLICATION lf_pub" >/dev/null || return 1
+
+	# holders on the old primary: g0 then g1 write the accounts, g1
+	# checkpoints job:1, g2 writes the ledger (both partitions) and fences job:2
+	g0=$(old lf_app -c "SELECT lease_fence.next_generation()") &&
+	g1=$(old lf_app -c "SELECT lease_fence.next_generation()") &&
+	g2=$(old lf_app -c "SELECT lease_fence.next_generation()") || return 1
+	old lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g0)" -c "UPDATE public.account SET balance = balance + 1" -c "COMMIT" \
+		-c "BEGIN" -c "SELECT lease_fence.set_generation($g1, 'job:1')" -c "UPDATE public.account SET balance = balance + 1 WHERE id = 1" \
+		-c "SELECT lease_fence.checkpoint('job:1', '{\"step\": 1}')" -c "COMMIT" \
+		-c "BEGIN" -c "SELECT lease_fence.set_generation($g2, 'job:2')" \
+		-c "INSERT INTO public.ledger (id, region, note) VALUES (1, 'eu', 'g2'), (2, 'us', 'g2')" -c "COMMIT" >/dev/null || return 1
+	# the writers stop; the subscriber catches up (every row as written)
+	w="SELECT (SELECT string_agg(id || ':' || fence, ',' ORDER BY id) FROM public.account)
+	   || '|' || (SELECT string_agg(id || region || ':' || fence, ',' ORDER BY id) FROM public.ledger)
+	   || '|' || (SELECT string_agg(resource || ':' || generation, ',' ORDER BY resource) FROM lease_fence.resource_generation)
+	   || '|' || (SELECT string_agg(resource || ':' || generation, ',' ORDER BY resource) FROM lease_fence.resource_checkpoint)"
+	want=$(old lf_owner -c "$w") || return 1
+	for _ in $(seq 600); do
+		out=$(new lf_owner -c "$w")
+		[ "$out" = "$want" ] && break
+		sleep 0.1
+	done
+	[ "$out" = "$want" ] || { echo "the subscriber did not catch up: $out, not $want"; return 1; }
+	# the value, then more draws on the old primary after it was read
+	v=$(old lf_owner -c "SELECT lease_fence.highest_issued()") &&
+	g3=$(old lf_app -c "SELECT lease_fence.next_generation()") &&
+	g4=$(old lf_app -c "SELECT max(lease_fence.next_generation()) FROM generate_series(1, 5)") || return 1
+	echo "old primary: holders $g0 $g1 $g2, highest issued $v read, then $g3 .. $g4 drawn"
+	# the switch: the subscription stops, the new primary protects its
+	# tables again (every fence trigger and guard enabled always)
+	new postgres -c "ALTER SUBSCRIPTION lf_sub DISABLE" >/dev/null &&
+	new lf_owner -c "$PROTECT_SQL" >/dev/null || return 1
+	out=$(new lf_owner -c "SELECT string_agg(array_to_string(problems, '; '), '; ') FROM lease_fence.protected_tables WHERE NOT ok")
+	[ -z "$out" ] || { echo "protected again, yet: $out"; return 1; }
+
+	# 1. the refusals move nothing: a value below the highest fence (job:2's
+	# g2) or negative is 22023, a role that is not the owner 42501
+	before=$(new lf_owner -c "$ADOPTION_STATE") || return 1
+	fail_why=
+	f=$((g2 - 1))
+	out=$(new lf_owner -c "SELECT lease_fence.adopt_generations($f)")
+	case $out in *"ERROR:  22023: old_highest_issued $f is below a fence this database holds"*"DETAIL:  "*" holds generation $g2, so the database it came from issued at least that. Nothing was changed."*) ;;
+		*) fail_why+="adopt_generations($f): $out"$'\n' ;; esac
+	out=$(new lf_owner -c "SELECT lease_fence.adopt_generations(-1)")
+	case $out in *"ERROR:  22023: "*) ;; *) fail_why+="adopt_generations(-1): $out"$'\n' ;; esac
+	new lf_owner -c "GRANT EXECUTE ON FUNCTION lease_fence.adopt_generations(bigint) TO lf_app" >/dev/null || return 1
+	out=$(new lf_app -c "SELECT lease_fence.adopt_generations($v)")
+	case $out in *"ERROR:  42501: must be superuser or the role that installed lease_fence to adopt generations"*) ;;
+		*) fail_why+="adopt_generations($v) by lf_app: $out"$'\n' ;; esac
+	out=$(new lf_owner -c "$ADOPTION_STATE")
+	[ "$out" = "$before" ] || fail_why+="refused, yet moved: $before before, $out after"$'\n'
+	[ -z "$fail_why" ]; point "adopt_generations() refused below the highest fence (22023) and to a non-owner (42501), nothing moved" $?
+
+	# the adoption, by the owner (no superuser): the next epoch above v
+	r=$(new lf_owner -c "SELECT lease_fence.adopt_generations($v)") || { echo "$r"; return 1; }
+	echo "new primary adopted $v: refuses up to $r"
+
+	# 2. every holder of the old primary is refused, each where it would
+	# have passed before the adoption (a fence at or below its generation)
+	fail_why=
+	refused() {  # refused LABEL OUT
+		case $2 in *"ERROR:  LF004: generation issued before lease_fence.adopt_generations(): write rejected by fence"*"refuses every generation up to $r."*"HINT:  Take the lease again on this database"*) ;;
+			*) fail_why+="$1: $2"$'\n' ;; esac
+	}
+	refused "g1 UPDATE account 2 (fence $g0)" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g1)" -c "UPDATE public.account SET balance = 0 WHERE id = 2")"
+	refused "g2 UPDATE ledger (fence $g2)" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g2)" -c "UPDATE public.ledger SET note = 'late' WHERE id = 2")"
+	refused "g2 fences job:2 (fence $g2)" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g2, 'job:2')")"
+	refused "g1 checkpoints job:1 (fence $g1)" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g1)" -c "SELECT lease_fence.checkpoint('job:1', '{\"step\": 2}')")"
+	refused "g2 TRUNCATE ledger (highest fence $g2)" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g2)" -c "TRUNCATE public.ledger")"
+	refused "g3 (drawn after v) INSERT ledger" "$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($g3)" -c "INSERT INTO public.ledger (id, region) VALUES (3, 'eu')")"
+	refused "g4 INSERT account, fence written" "$(new lf_app -c "INSERT INTO public.account VALUES (3, 0, $g4)")"
+	out=$(new lf_owner -c "$w")
+	[ "$out" = "$want" ] || fail_why+="the refused writes changed something: $out, not $want"$'\n'
+	[ -z "$fail_why" ]; point "every holder of the old primary is refused with LF004 and the adoption's message (rows, partitions, TRUNCATE, resource fence, checkpoint)" $?
+
+	# 3. the new primary's holders: their writes stand
+	fail_why=
+	n1=$(new lf_app -c "SELECT lease_fence.next_generation()") &&
+	n2=$(new lf_app -c "SELECT lease_fence.next_generation()") || return 1
+	out=$(new lf_app -c "BEGIN" -c "SELECT lease_fence.set_generation($n1, 'job:1')" -c "UPDATE public.account SET balance = balance + 10" \
+		-c "SELECT lease_fence.checkpoint('job:1', '{\"step\": 2}')" -c "COMMIT" \
+		-c "BEGIN" -c "SELECT lease_fence.set_generation($n2, 'job:2')" -c "UPDATE public.ledger SET note = 'n2'" \
+		-c "INSERT INTO public.ledger (id, region) VALUES (3, 'eu')" -c "COMMIT") || fail_why+="new holders: $out"$'\n'
+	out=$(new lf_owner -c "$w")
+	[ "$out" = "1:$n1,2:$n1|1eu:$n2,2us:$n2,3eu:$n2|job:1:$n1,job:2:$n2|job:1:$n1" ] || fail_why+="after the new holders: $out"$'\n'
+	[ "$r" = $(((v >> 40) + 1 << 40)) ] && [ "$n1" = $((r + 1)) ] || fail_why+="adopted $r for $v, first draw $n1"$'\n'
+	[ -z "$fail_why" ]; point "the new primary's holders write (generations from $n1 = refused_through + 1)" $?
+
+	# 4. no generation of the new primary is one the old one issued: every
+	# draw on the new is above everything the old drew, also after v
+	fail_why=
+	more=$(new lf_app -c "SELECT min(g) || ' ' || count(DISTINCT g) FROM (SELECT lease_fence.next_generation() AS g FROM generate_series(1, 5)) d") || return 1
+	[ "$n1" -gt "$g4" ] && [ "${more% *}" -gt "$g4" ] && [ "${more#* }" = 5 ] || fail_why+="old drew up to $g4; new drew $n1, $n2, then min/distinct $more"$'\n'
+	[ -z "$fail_why" ]; point "no generation drawn on the new primary equals one the old primary issued" $?
+}
+if [ "${LF_PORTABLE_SWITCHOVER:-1}" = 1 ]; then
+	if ! check_switchover; then
+		failed=$((failed + 1)); failures+=("switchover"); echo "FAILED switchover: its set-up"
+	fi
+	stop_subscriber
 fi
 
 # LF_PORTABLE_UPDATE_ALT=1: after a change to the trigger moved the line
