@@ -27,12 +27,9 @@
  *	   never do), so it takes its lease again here, and every holder gets the
  *	   same answer.
  *
- * What was refused is a row of lease_fence.generation_adoption, written and
- * read in C like the resource fences (nobody else has privileges on it),
- * dumped by pg_dump and carried by pg_upgrade with the sequence.  Each
- * backend keeps its reading in lf_refused_cached, which the fence's issued
- * check compares with (fence.h); an adoption invalidates every backend's
- * relation cache, and with it that reading, at its commit.
+ * What was refused is a row of lease_fence.generation_adoption (refused.c,
+ * which the fence's issued check reads), dumped by pg_dump and carried by
+ * pg_upgrade with the sequence.
  *
  * IDENTIFICATION
  *	  src/fence/adopt.c
@@ -62,119 +59,6 @@
 #include "utils/timestamp.h"
 
 PG_FUNCTION_INFO_V1(lf_adopt_generations);
-
-/* lease_fence.generation_adoption, as the install script creates it */
-#define Anum_ga_adopted_at 1
-#define Anum_ga_refused_through 2
-#define Anum_ga_highest_fence 3
-#define Anum_ga_old_highest_issued 4
-#define Anum_ga_highest_issued_before 5
-#define Natts_ga 5
-
-/* this backend's reading of the highest refused generation (fence.h) */
-int64		lf_refused_cached = PG_INT64_MAX;
-
-/* the table it was read from */
-static Oid	adoption_relid = InvalidOid;
-
-/* An adoption (or a new table of adoptions) makes the reading stale. */
-static void
-adoption_relcache_callback(Datum arg, Oid relid)
-{
-	if (relid == InvalidOid || relid == adoption_relid)
-	{
-		adoption_relid = InvalidOid;
-		lf_refused_cached = PG_INT64_MAX;
-	}
-}
-
-/* Called from _PG_init. */
-void
-lf_adopt_init(void)
-{
-	CacheRegisterRelcacheCallback(adoption_relcache_callback, (Datum) 0);
-}
-
-/* The table of adoptions must be as the install script made it. */
-static void
-check_adoption_table(Relation rel)
-{
-	TupleDesc	desc = RelationGetDescr(rel);
-	static const Oid types[Natts_ga] = {TIMESTAMPTZOID, INT8OID, INT8OID, INT8OID, INT8OID};
-	int			i;
-
-	if (desc->natts != Natts_ga)
-		goto bad;
-	for (i = 0; i < Natts_ga; i++)
-		if (TupleDescAttr(desc, i)->attisdropped || TupleDescAttr(desc, i)->atttypid != types[i])
-			goto bad;
-	return;
-bad:
-	ereport(ERROR,
-			errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("the extension's table lease_fence.generation_adoption is not as lease_fence made it"));
-}
-
-/*
- * The highest generation an adoption refused, 0 when none did (or this
- * installation's version has no table of adoptions yet); *adopted_at when
- * (may be NULL).  Read under the latest snapshot, whatever the
- * transaction's isolation: an adoption committed since it began counts.
- * Keeps the answer in lf_refused_cached.
- */
-int64
-lf_refused_through(TimestampTz *adopted_at)
-{
-	Oid			relid = lf_own_relation_if_present(LF_GENERATION_ADOPTION);
-	Relation	rel;
-	Snapshot	snap;
-	TableScanDesc scan;
-	TupleTableSlot *slot;
-	int64		refused = 0;
-	TimestampTz at = 0;
-
-	if (!OidIsValid(relid))
-	{
-		/*
-		 * An installation of an earlier version: nothing was adopted, and
-		 * nothing can be before ALTER EXTENSION UPDATE, whose adoption then
-		 * resets every backend's relation cache (see adopt_generations).
-		 */
-		lf_refused_cached = 0;
-		adoption_relid = InvalidOid;
-		if (adopted_at)
-			*adopted_at = 0;
-		return 0;
-	}
-	rel = table_open(relid, AccessShareLock);
-	check_adoption_table(rel);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-	scan = table_beginscan(rel, snap, 0, NULL);
-	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
-	{
-		bool		r_null;
-		bool		a_null;
-		Datum		r = slot_getattr(slot, Anum_ga_refused_through, &r_null);
-		Datum		a = slot_getattr(slot, Anum_ga_adopted_at, &a_null);
-
-		if (!r_null && DatumGetInt64(r) > refused)
-		{
-			refused = DatumGetInt64(r);
-			at = a_null ? 0 : DatumGetTimestampTz(a);
-		}
-	}
-	table_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	table_close(rel, AccessShareLock);
-
-	adoption_relid = relid;
-	lf_refused_cached = refused;
-	if (adopted_at)
-		*adopted_at = at;
-	return refused;
-}
 
 /* The highest fence found so far, and where: for the LOG and the errors. */
 typedef struct FenceFound
@@ -309,14 +193,10 @@ lf_adopt_generations(PG_FUNCTION_ARGS)
 	bool		has_old = !PG_ARGISNULL(0);
 	int64		old = has_old ? PG_GETARG_INT64(0) : 0;
 	Relation	rel;
-	List	   *indexes;
 	Snapshot	snap;
 	FenceFound	ff = {false, 0, NULL};
 	int64		own_before;
 	int64		refused;
-	Datum		values[Natts_ga];
-	bool		nulls[Natts_ga] = {false, false, false, false, false};
-	HeapTuple	tuple;
 
 	if (!lf_is_extension_owner())
 		ereport(ERROR,
@@ -329,16 +209,8 @@ lf_adopt_generations(PG_FUNCTION_ARGS)
 				errmsg("old_highest_issued must not be negative"));
 	PreventCommandDuringRecovery("lease_fence.adopt_generations()");
 
-	/* one adoption at a time; the table must be lease_fence's own */
-	rel = table_open(lf_own_relation(LF_GENERATION_ADOPTION), ShareRowExclusiveLock);
-	check_adoption_table(rel);
-	indexes = RelationGetIndexList(rel);
-	if (indexes != NIL)
-		ereport(ERROR,
-				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("table lease_fence.generation_adoption has an index lease_fence did not create: %s",
-					   get_rel_name(linitial_oid(indexes))),
-				errhint("Drop that index."));
+	/* one adoption at a time */
+	rel = lf_open_adoption_table(ShareRowExclusiveLock);
 
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	highest_fence_held(snap, &ff);
@@ -353,28 +225,8 @@ lf_adopt_generations(PG_FUNCTION_ARGS)
 				errhint("Read lease_fence.highest_issued() on the old primary once its writers have stopped and this database has caught up."));
 
 	refused = lf_start_epoch_above(Max(ff.found ? ff.highest : 0, old), &own_before);
-
-	values[Anum_ga_adopted_at - 1] = TimestampTzGetDatum(GetCurrentTimestamp());
-	values[Anum_ga_refused_through - 1] = Int64GetDatum(refused);
-	values[Anum_ga_highest_fence - 1] = Int64GetDatum(ff.highest);
-	nulls[Anum_ga_highest_fence - 1] = !ff.found;
-	values[Anum_ga_old_highest_issued - 1] = Int64GetDatum(old);
-	nulls[Anum_ga_old_highest_issued - 1] = !has_old;
-	values[Anum_ga_highest_issued_before - 1] = Int64GetDatum(own_before);
-	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-	simple_heap_insert(rel, tuple);
-	heap_freetuple(tuple);
+	lf_record_adoption(rel, refused, ff.found, ff.highest, has_old, old, own_before);
 	table_close(rel, NoLock);
-
-	/*
-	 * Every backend reads the refused generation again at its next
-	 * transaction after our commit: also one that read it when this
-	 * database's version had no table of adoptions (it knows no OID to be
-	 * told about).  An adoption is rare; a relation cache rebuilt once is
-	 * its whole cost.
-	 */
-	CacheInvalidateRelcacheAll();
-	lf_refused_cached = PG_INT64_MAX;
 
 	lf_count(LF_C_GENERATION_ADOPTED);
 	ereport(LOG,

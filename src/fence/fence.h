@@ -108,7 +108,7 @@ LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, c
 extern int64 lf_start_epoch_above(int64 top, int64 *own_before);
 
 /* ---------------------------------------------------------------------
- * adopt.c: adopt_generations(), and which generations it refused
+ * refused.c: which generations an adoption refused (adopt.c adopts)
  * ---------------------------------------------------------------------
  */
 
@@ -118,7 +118,10 @@ extern int64 lf_start_epoch_above(int64 top, int64 *own_before);
  * it was (may be NULL).
  */
 extern int64 lf_refused_through(TimestampTz *adopted_at);
-extern void lf_adopt_init(void);
+extern Relation lf_open_adoption_table(LOCKMODE lockmode);
+extern void lf_record_adoption(Relation rel, int64 refused, bool has_fence, int64 fence,
+							   bool has_old, int64 old, int64 own_before);
+extern void lf_refused_init(void);
 
 /* fence_trigger.c: the highest fence in column attnum of rel, under snap */
 extern bool lf_highest_fence_in(Relation rel, AttrNumber attnum, Snapshot snap, int64 *highest);
