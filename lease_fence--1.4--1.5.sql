@@ -164,3 +164,53 @@ COMMENT ON FUNCTION @extschema@.last_checkpoint(text) IS
 'the newest committed checkpoint of a resource: its state, the generation it was written under, and when (no row: none)';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.last_checkpoint(text) FROM PUBLIC;
+
+------------------------------------------------------------------------------
+-- Moving a database: a switchover to a logical replica
+------------------------------------------------------------------------------
+
+-- The highest generation this database has issued (0: none): what the
+-- fence's LF004 check compares with.  Read on the old primary of a
+-- switchover, it is adopt_generations()'s argument on the new one.  It
+-- shows a count, as next_generation() does: PUBLIC's.
+CREATE FUNCTION @extschema@.highest_issued()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_highest_issued_sql'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.highest_issued() IS
+'the highest generation this database has issued (0: none)';
+
+-- Each adoption of another database's generations: from adopted_at on, the
+-- fence refuses every generation from 1 to refused_through (LF004), and
+-- every later draw is above it.  The fences it found, the old primary's
+-- highest issued generation it was given and this database's own are kept
+-- for the operator.  Written and read in C only, like resource_generation:
+-- no role has any privilege on it (its owner aside).
+CREATE TABLE @extschema@.generation_adoption (
+	adopted_at timestamptz NOT NULL,
+	refused_through bigint NOT NULL,
+	highest_fence bigint,
+	old_highest_issued bigint,
+	highest_issued_before bigint NOT NULL
+);
+
+REVOKE ALL ON @extschema@.generation_adoption FROM PUBLIC;
+
+-- adoptions survive pg_dump / restore and pg_upgrade, as the generations do
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.generation_adoption', '');
+
+-- Run once on the new primary of a switchover to a logical replica, before
+-- it takes writers: moves the generations to a new epoch above every fence
+-- this database holds and above old_highest_issued, and refuses every
+-- generation up to there (the old primary's holders take their leases
+-- again).  Superuser or the extension's owner (checked in C): not PUBLIC's.
+CREATE FUNCTION @extschema@.adopt_generations(old_highest_issued bigint DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'lf_adopt_generations'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.adopt_generations(bigint) IS
+'after a switchover to a logical replica: moves the generations above every fence held here and above the old primary''s highest issued one, and refuses every generation up to there; returns that generation';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.adopt_generations(bigint) FROM PUBLIC;

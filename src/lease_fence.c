@@ -42,6 +42,7 @@ _PG_init(void)
 	lf_current_generation_init();
 	lf_extension_init();
 	lf_generation_init();
+	lf_adopt_init();
 
 	/* layer 2: Redis */
 	lf_redis_settings_init();

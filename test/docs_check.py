@@ -27,6 +27,32 @@ way: no heading or settings row for something the catalog does not have.
 Every relative link of every Markdown file of the tree must name a file
 that exists, and its #anchor a heading (GitHub's slugs) or an <a id> there.
 
+Every `lease_fence.NAME(` in a ```sql block of README.md and docs/**/*.md
+(not ```sh blocks: the README's set-up is run by the readme suite) must name
+a function of the catalog, and fit one of its overloads:
+  - a call: its positional arguments number at least the arguments without
+    a default and at most all of them, and each named argument (`x => v`,
+    `x := v`) is an argument of that overload after the positional ones,
+    given once, every argument without a default given one way or the other;
+  - in a statement that names a function rather than calling it (GRANT,
+    REVOKE, COMMENT ON, ALTER FUNCTION, DROP FUNCTION) the list is of
+    argument types, and must be the overload's input types exactly (after
+    int/int4 -> integer, int8 -> bigint, bool -> boolean) -- except in a
+    block that runs ALTER EXTENSION lease_fence UPDATE TO a version other
+    than the control file's default_version, whose grants name that older
+    version's functions: there only the name is checked;
+  - `EXECUTE FUNCTION lease_fence.NAME(...)` in CREATE TRIGGER passes
+    trigger arguments, and `lease_fence.NAME(...) RETURNS ...` is a
+    declaration (the reference check above compares those): only the name.
+docs/managed.md, the portable edition's page, is checked against the
+portable edition's functions (--portable-catalog: the same F lines of a
+database where portable/lease_fence_portable.sql was run), every other page
+against the C edition's.
+Limits: argument types of a call are not checked (a placeholder such as
+`<value>` counts as one argument); text after `--` and inside quotes is not
+read, so a call in a comment or a string is not checked; a multi-word type
+of an unnamed argument in the catalog (none today) would be read as a name.
+
 Prints one "ok - ..." / "not ok - ..." line per check, for test/run.sh.
 """
 
@@ -36,6 +62,12 @@ import re
 import shutil
 import sys
 import tempfile
+
+DUMP_PORTABLE_SQL = r"""
+SELECT 'F' || E'\t' || p.proname || E'\t' || pg_get_function_arguments(p.oid)
+FROM pg_proc p WHERE p.pronamespace = 'lease_fence'::regnamespace
+ORDER BY 1;
+"""
 
 DUMP_SQL = r"""
 LOAD 'lease_fence';
@@ -321,6 +353,187 @@ def check_reference(root, catalog, res):
     res.check(not bad and codes, f'reference: every SQLSTATE the extension defines ({len(codes)})', '; '.join(bad))
 
 
+# ---------------------------------------------------------------- SQL blocks
+
+TYPE_ALIASES = {'int': 'integer', 'int4': 'integer', 'int8': 'bigint', 'bool': 'boolean'}
+NAMING = re.compile(r'^\s*(GRANT|REVOKE|COMMENT|ALTER\s+FUNCTION|DROP\s+FUNCTION)\b', re.I)
+
+
+def split_top(text):
+    """text split at its commas outside parentheses, brackets and quotes."""
+    parts, depth, cur, quote = [], 0, '', None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in '\'"':
+            quote = ch
+        elif ch in '([':
+            depth += 1
+        elif ch in ')]':
+            depth -= 1
+        elif ch == ',' and depth == 0:
+            parts.append(cur)
+            cur = ''
+            continue
+        cur += ch
+    return parts + [cur] if cur.strip() or parts else []
+
+
+def overloads(args_lists):
+    """For each catalog signature of a name, its input arguments as
+    (name or None, type, has default), OUT arguments left out."""
+    out = []
+    for args in args_lists:
+        ins = []
+        for a in split_top(args):
+            a = a.strip()
+            m = re.match(r'^(IN|OUT|INOUT|VARIADIC)\s+(.*)$', a)
+            mode, a = (m.group(1), m.group(2)) if m else ('IN', a)
+            if mode == 'OUT':
+                continue
+            decl, _, default = a.partition(' DEFAULT ')
+            words = decl.split(None, 1)
+            name, typ = (words[0].strip('"'), words[1]) if len(words) == 2 else (None, decl)
+            ins.append((name, typ.strip(), bool(default)))
+        out.append(ins)
+    return out
+
+
+def sql_code(block):
+    """block with what is in quotes and after -- blanked (kept as spaces, and
+    quotes kept as '' so that an argument stays one), so that only code is read."""
+    out, i, n = [], 0, len(block)
+    while i < n:
+        ch = block[i]
+        if ch == '-' and block.startswith('--', i):
+            j = block.find('\n', i)
+            j = n if j < 0 else j
+            out.append(' ' * (j - i))
+            i = j
+        elif ch in '\'"':
+            j = block.find(ch, i + 1)
+            j = n - 1 if j < 0 else j
+            out.append(ch + ' ' * (j - i - 1) + (ch if j > i else ''))
+            i = j + 1
+        else:
+            out.append(ch)
+            i += 1
+    return ''.join(out)
+
+
+def sql_blocks(path):
+    """(first line number, text) of each ```sql block of a Markdown file."""
+    with open(path, encoding='utf-8') as f:
+        lines = f.read().split('\n')
+    blocks, cur, start, fence = [], None, 0, None
+    for lineno, line in enumerate(lines, 1):
+        m = re.match(r'^\s*(```+|~~~+)\s*(\w*)', line)
+        if fence is None and m:
+            fence = m.group(1)
+            cur, start = ([] if m.group(2) == 'sql' else None), lineno + 1
+        elif fence is not None and line.strip().startswith(fence) and not line.strip().strip(fence[0]):
+            if cur is not None:
+                blocks.append((start, '\n'.join(cur)))
+            fence, cur = None, None
+        elif cur is not None:
+            cur.append(line)
+    return blocks
+
+
+def default_version(root):
+    with open(os.path.join(root, 'lease_fence.control'), encoding='utf-8') as f:
+        m = re.search(r"^default_version\s*=\s*'([^']*)'", f.read(), re.M)
+    return m.group(1) if m else None
+
+
+def call_fits(ins, args):
+    """Whether a call with these argument texts fits one overload's inputs."""
+    named, positional = {}, 0
+    for a in args:
+        m = re.match(r'^\s*"?(\w+)"?\s*(=>|:=)', a)
+        if m:
+            if m.group(1) in named:
+                return False
+            named[m.group(1)] = True
+        elif named:
+            return False                       # positional after named
+        else:
+            positional += 1
+    if positional > len(ins):
+        return False
+    rest = ins[positional:]
+    names = {n for n, _, _ in rest if n}
+    if any(n not in names for n in named):
+        return False
+    return all(d or n in named for n, _, d in rest)
+
+
+def sql_call_problems(root, path, funcs, version):
+    """The lease_fence calls of path's sql blocks that the catalog funcs
+    refuses, as "file:line: text (why)", and how many were read."""
+    bad, count = [], 0
+    rel = os.path.relpath(path, root)
+    for start, block in sql_blocks(path):
+        code = sql_code(block)
+        m = re.search(r"ALTER\s+EXTENSION\s+lease_fence\s+UPDATE\s+TO\s+'([^']*)'", block, re.I)
+        older = bool(m) and m.group(1) != version
+        pos = 0
+        for stmt in re.split(r'(?<=;)', code):
+            naming = NAMING.match(stmt)
+            for c in re.finditer(r'\blease_fence\.(\w+)\s*\(', stmt):
+                count += 1
+                name = c.group(1)
+                depth, j = 1, c.end()
+                while j < len(stmt) and depth:
+                    depth += {'(': 1, ')': -1}.get(stmt[j], 0)
+                    j += 1
+                inner = stmt[c.end():j - 1]
+                lineno = start + code[:pos + c.start()].count('\n')
+                shown = block[pos + c.end():pos + j - 1]           # as written, strings and all
+                where = f'{rel}:{lineno}: lease_fence.{name}(' + ' '.join(shown.split()) + ')'
+                if name not in funcs:
+                    bad.append(f'{where} (no function {name})')
+                    continue
+                before = stmt[:c.start()]
+                if (re.search(r'EXECUTE\s+(FUNCTION|PROCEDURE)\s*$', before, re.I)
+                        or re.match(r'\s*RETURNS\b', stmt[j:], re.I) or (naming and older)):
+                    continue
+                args = [a.strip() for a in split_top(inner)]
+                if depth:
+                    bad.append(f'{where} (no closing parenthesis)')
+                elif naming:
+                    types = [TYPE_ALIASES.get(a.lower(), a.lower()) for a in args]
+                    if not any(types == [t for _, t, _ in ins] for ins in overloads(funcs[name])):
+                        bad.append(f'{where} (no {name} takes exactly these types: '
+                                   + ' or '.join('(' + ', '.join(t for _, t, _ in ins) + ')'
+                                                 for ins in overloads(funcs[name])) + ')')
+                elif not any(call_fits(ins, args) for ins in overloads(funcs[name])):
+                    bad.append(f'{where} (no {name} takes these arguments: '
+                               + ' or '.join('(' + ', '.join((n or '?') + ('=' if d else '') for n, _, d in ins) + ')'
+                                             for ins in overloads(funcs[name])) + ')')
+            pos += len(stmt)
+    return bad, count
+
+
+PORTABLE_PAGES = {os.path.join('docs', 'managed.md')}
+
+
+def check_sql_calls(root, catalog, portable, res):
+    paths = [os.path.join(root, 'README.md')] + sorted(
+        os.path.join(dp, n) for dp, _, fs in os.walk(os.path.join(root, 'docs')) for n in fs if n.endswith('.md'))
+    version = default_version(root) if os.path.exists(os.path.join(root, 'lease_fence.control')) else None
+    bad, count = [], 0
+    for path in paths:
+        funcs = portable[0] if os.path.relpath(path, root) in PORTABLE_PAGES else catalog[0]
+        b, c = sql_call_problems(root, path, funcs, version)
+        bad += b
+        count += c
+    res.check(not bad and count > 0,
+              f'sql blocks: every lease_fence function a sql block of README.md and docs/ calls or names '
+              f'exists, with arguments it takes ({count} calls)',
+              '; '.join(bad[:20]) + (f' ... and {len(bad) - 20} more' if len(bad) > 20 else ''))
+
+
 # ---------------------------------------------------------------- the layers
 
 LAYER_FOLDERS = ['lease', 'redis', 'fence', 'base']    # as the picture runs: top first
@@ -372,9 +585,10 @@ def check_layers(root, res):
                   folders != LAYER_FOLDERS and f'folders {folders}, expected {LAYER_FOLDERS}'])))
 
 
-def run_checks(root, catalog_path):
+def run_checks(root, catalog_path, portable_path):
     res = Result()
     check_reference(root, read_catalog(catalog_path), res)
+    check_sql_calls(root, read_catalog(catalog_path), read_catalog(portable_path), res)
     check_links(root, res)
     check_layers(root, res)
     return res
@@ -382,7 +596,7 @@ def run_checks(root, catalog_path):
 
 # ---------------------------------------------------------------- self-test
 
-def self_test(root, catalog_path, res):
+def self_test(root, catalog_path, portable_path, res):
     """Break the documentation of a copy of the tree in each way the checks
     must refuse, and show that they do (and, of the checks of its kind, only
     the one concerned)."""
@@ -424,6 +638,20 @@ def self_test(root, catalog_path, res):
          edit(ref, drop_line(r'^\|\s*`' + code + r'`\s*\|.*\n'))),
         ('a heading for a function that does not exist', 'no heading for a function',
          edit(ref, lambda t: t + '\n### lease_fence.no_such_function\n')),
+        ('a function renamed in a doc\'s sql block (lease_fence.protect in README.md)', 'sql blocks',
+         edit('README.md', lambda t: t.replace("SELECT lease_fence.protect('account');",
+                                               "SELECT lease_fence.protect_table('account');", 1))),
+        ('a call with more arguments than the function takes (lease_fence.next_generation)', 'sql blocks',
+         edit('README.md', lambda t: t.replace('SELECT lease_fence.next_generation();',
+                                               'SELECT lease_fence.next_generation(1);', 1))),
+        ('a named argument the function does not have (lease_fence.acquire)', 'sql blocks',
+         edit('README.md', lambda t: t.replace("ttl_ms => 30000) \\gset", "ttl => 30000) \\gset", 1))),
+        ('a GRANT that names argument types no overload has (lease_fence.renew in docs/security.md)', 'sql blocks',
+         edit(os.path.join('docs', 'security.md'), lambda t: t.replace('lease_fence.renew(text, text, bigint, bigint)',
+                                                                       'lease_fence.renew(text, text, bigint)', 1))),
+        ('a C edition function on the portable edition\'s page (lease_fence.acquire in docs/managed.md)', 'sql blocks',
+         edit(os.path.join('docs', 'managed.md'),
+              lambda t: t.replace('SELECT lease_fence.wal_timeline();', "SELECT lease_fence.acquire('r', 1000);", 1))),
         ('a link to a file that does not exist', 'links',
          edit('README.md', lambda t: t + '\nSee [nothing](docs/no-such-file.md).\n')),
         ('a link to an anchor that does not exist', 'links',
@@ -445,7 +673,7 @@ def self_test(root, catalog_path, res):
                 elif os.path.exists(s):
                     shutil.copy(s, copy)
             for n in os.listdir(root):
-                if re.match(r'lease_fence--.*\.sql$', n):
+                if re.match(r'lease_fence--.*\.sql$|lease_fence\.control$', n):
                     shutil.copy(os.path.join(root, n), copy)
             # the copy has only those: links elsewhere are not this case's
             apply(copy)
@@ -458,6 +686,8 @@ def self_test(root, catalog_path, res):
                 check_reference_links_only(copy, q)
             elif which == 'layers':
                 check_layers(copy, q)
+            elif which == 'sql blocks':
+                check_sql_calls(copy, read_catalog(catalog_path), read_catalog(portable_path), q)
             else:
                 check_reference(copy, read_catalog(catalog_path), q)
             concerned = [n for n in failed if which in n]
@@ -484,17 +714,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--root')
     ap.add_argument('--catalog')
+    ap.add_argument('--portable-catalog', help='the F lines of a database with the portable edition')
     ap.add_argument('--self-test', action='store_true')
     ap.add_argument('--dump-sql', action='store_true', help='print the catalog query and exit')
+    ap.add_argument('--dump-portable-sql', action='store_true',
+                    help='print the portable edition\'s catalog query and exit')
     a = ap.parse_args()
     if a.dump_sql:
         print(DUMP_SQL)
         return 0
-    if not a.root or not a.catalog:
-        ap.error('--root and --catalog are needed')
-    res = run_checks(a.root, a.catalog)
+    if a.dump_portable_sql:
+        print(DUMP_PORTABLE_SQL)
+        return 0
+    if not a.root or not a.catalog or not a.portable_catalog:
+        ap.error('--root, --catalog and --portable-catalog are needed')
+    res = run_checks(a.root, a.catalog, a.portable_catalog)
     if a.self_test:
-        self_test(a.root, a.catalog, res)
+        self_test(a.root, a.catalog, a.portable_catalog, res)
     print(f'docs: {res.ok} passed, {res.bad} failed')
     return 1 if res.bad else 0
 

@@ -9,7 +9,9 @@
 #                  each kind of violation, built on purpose)
 #   - docs         test/docs_check.py: docs/reference.md names every
 #                  function, view, setting and SQLSTATE of a fresh install,
-#                  as the catalog has them; every relative link resolves
+#                  as the catalog has them; every lease_fence function the
+#                  docs' SQL blocks call exists and takes those arguments;
+#                  every relative link resolves
 #   - pg_regress   (sql/, expected/)
 #   - isolation    (test/specs/, test/expected/)
 #   - server       a fenced commit and a Redis acquire on the run's server
@@ -167,8 +169,10 @@ if want layers; then
 fi
 
 # the documentation: docs/reference.md against the catalog of a fresh
-# install (every function, view, setting and SQLSTATE), every relative link
-# of the Markdown files; and the check refuses each kind of drift
+# install (every function, view, setting and SQLSTATE), the lease_fence
+# calls of the docs' SQL blocks against it (docs/managed.md's against the
+# portable edition's), every relative link of the Markdown files; and the
+# check refuses each kind of drift
 if want docs; then
 	begin docs
 	lf_log "docs"
@@ -176,10 +180,16 @@ if want docs; then
 		lf_as_user "$PG_BIN/psql" -X -q -d lf_docs -c 'CREATE EXTENSION lease_fence' &&
 		/usr/bin/python3 "$LF_SRC/test/docs_check.py" --dump-sql |
 		lf_as_user "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -d lf_docs -f - | grep -v '^LOAD$' >"$LF_WORK/catalog.tsv"
+	# the portable edition's functions, for the SQL of its page (docs/managed.md)
+	lf_as_user "$PG_BIN/psql" -X -q -c 'CREATE DATABASE lf_docs_portable' &&
+		lf_as_user "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -d lf_docs_portable \
+			-f "$LF_SRC/portable/lease_fence_portable.sql" >"$LF_WORK/docs_portable.log" 2>&1 &&
+		/usr/bin/python3 "$LF_SRC/test/docs_check.py" --dump-portable-sql |
+		lf_as_user "$PG_BIN/psql" -X -At -v ON_ERROR_STOP=1 -d lf_docs_portable -f - >"$LF_WORK/catalog_portable.tsv"
 	/usr/bin/python3 "$LF_SRC/test/docs_check.py" --root "$LF_SRC" --catalog "$LF_WORK/catalog.tsv" \
-		--self-test >"$LF_WORK/docs.out" 2>&1
+		--portable-catalog "$LF_WORK/catalog_portable.tsv" --self-test >"$LF_WORK/docs.out" 2>&1
 	cat "$LF_WORK/docs.out"
-	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE lf_docs'
+	lf_as_user "$PG_BIN/psql" -X -q -c 'DROP DATABASE lf_docs' -c 'DROP DATABASE lf_docs_portable'
 	# docs/operations.md's postgres_exporter queries, in Debian's exporter (its
 	# binary taken out of the .deb, never installed: the package would start
 	# a service), as a login role with no grant of its own

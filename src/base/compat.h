@@ -86,6 +86,13 @@ lf_session_timeout_pending(void)
 #define lf_proc_aclcheck(proc, role, mode) pg_proc_aclcheck((proc), (role), (mode))
 #endif
 
+/* Does role own extension ext: object_ownercheck() from 16 on, as above. */
+#if PG_VERSION_NUM >= 160000
+#define lf_extension_ownercheck(ext, role) object_ownercheck(ExtensionRelationId, (ext), (role))
+#else
+#define lf_extension_ownercheck(ext, role) pg_extension_ownercheck((ext), (role))
+#endif
+
 /*
  * A function that never returns: 18 replaced pg_attribute_noreturn(),
  * written after the declarator, with pg_noreturn, written before it.

@@ -77,7 +77,8 @@
 	X(FAIR_QUEUED, "fair", "queued") \
 	X(FAIR_GRANTED, "fair", "granted") \
 	X(FAIR_LEFT, "fair", "left") \
-	X(CHECKPOINT_WRITTEN, "checkpoint", "written")
+	X(CHECKPOINT_WRITTEN, "checkpoint", "written") \
+	X(GENERATION_ADOPTED, "generation", "adopted")
 
 typedef enum LfCounter
 {

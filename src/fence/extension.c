@@ -3,9 +3,10 @@
  * extension.c
  *	  The extension's own tables and sequence, found through the extension.
  *
- * The C code reads and writes four relations of its own: the generation
- * sequence, the heal budget's sequence, the resource fences' table and the
- * table of protected tables.
+ * The C code reads and writes relations of its own: the generation
+ * sequence, the heal budget's sequence, the resource fences' and the
+ * checkpoints' tables, the table of protected tables and the table of
+ * adoptions.
  * Looking them up by schema and name would find whatever the name resolves
  * to: a role that once owned a schema called lease_fence (one created before
  * CREATE EXTENSION, say) could rename the real one away and put a look-alike
@@ -34,8 +35,11 @@
 #include "catalog/indexing.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "base/compat.h"
 #include "commands/extension.h"
 #include "fence/fence.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -54,6 +58,7 @@ static const struct
 	[LF_PROTECTED] = {"protected", RELKIND_RELATION},
 	[LF_HEAL_BUDGET_SEQ] = {"heal_budget_seq", RELKIND_SEQUENCE},
 	[LF_RESOURCE_CHECKPOINT] = {"resource_checkpoint", RELKIND_RELATION},
+	[LF_GENERATION_ADOPTION] = {"generation_adoption", RELKIND_RELATION},
 };
 
 /* the cached answers: InvalidOid until looked up */
@@ -104,11 +109,13 @@ extension_schema(Oid extoid)
 /*
  * The OID of one of the extension's own relations: the relation of that
  * name in the extension's schema, if it is a member of the extension and
- * of the expected kind.  Anything else is an ERROR: no lease_fence in this
- * database, or something else in its place.
+ * of the expected kind.  With missing_ok, InvalidOid when the extension has
+ * no relation of that name (an installation of a version before it was
+ * added); anything else is an ERROR: no lease_fence in this database, or
+ * something else in its place.
  */
-Oid
-lf_own_relation(LfOwnRelation which)
+static Oid
+own_relation(LfOwnRelation which, bool missing_ok)
 {
 	const char *name = own_relations[which].name;
 	Oid			extoid;
@@ -127,10 +134,14 @@ lf_own_relation(LfOwnRelation which)
 	nspid = extension_schema(extoid);
 	relid = OidIsValid(nspid) ? get_relname_relid(name, nspid) : InvalidOid;
 	if (!OidIsValid(relid))
+	{
+		if (missing_ok)
+			return InvalidOid;
 		ereport(ERROR,
 				errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				errmsg("relation \"%s\" of extension \"%s\" does not exist", name, LF_EXTENSION_NAME),
 				errhint("Run ALTER EXTENSION lease_fence UPDATE."));
+	}
 	if (get_rel_relkind(relid) != own_relations[which].relkind ||
 		getExtensionOfObject(RelationRelationId, relid) != extoid)
 		ereport(ERROR,
@@ -141,6 +152,31 @@ lf_own_relation(LfOwnRelation which)
 				errhint("Someone replaced it: drop it and run DROP EXTENSION and CREATE EXTENSION lease_fence again."));
 	cached[which] = relid;
 	return relid;
+}
+
+Oid
+lf_own_relation(LfOwnRelation which)
+{
+	return own_relation(which, false);
+}
+
+/* ... or InvalidOid when this installation's version has none of that name */
+Oid
+lf_own_relation_if_present(LfOwnRelation which)
+{
+	return own_relation(which, true);
+}
+
+/*
+ * May the current user act for the extension: a superuser, or the role
+ * that owns it (the portable edition's installer, say)?
+ */
+bool
+lf_is_extension_owner(void)
+{
+	Oid			extoid = get_extension_oid(LF_EXTENSION_NAME, false);
+
+	return superuser() || lf_extension_ownercheck(extoid, GetUserId());
 }
 
 /*

@@ -16,11 +16,14 @@
 #ifndef LF_FENCE_H
 #define LF_FENCE_H
 
+#include "access/attnum.h"
 #include "access/htup.h"
 #include "fmgr.h"
 #include "storage/lockdefs.h"
 #include "utils/elog.h"
 #include "utils/relcache.h"
+#include "utils/snapshot.h"
+#include "datatype/timestamp.h"
 
 #include "base/compat.h"
 #include "base/stats.h"
@@ -43,10 +46,13 @@ typedef enum LfOwnRelation
 	LF_PROTECTED,				/* lease_fence.protected */
 	LF_HEAL_BUDGET_SEQ,			/* lease_fence.heal_budget_seq */
 	LF_RESOURCE_CHECKPOINT,		/* lease_fence.resource_checkpoint */
+	LF_GENERATION_ADOPTION,		/* lease_fence.generation_adoption */
 	LF_NUM_OWN_RELATIONS
 } LfOwnRelation;
 
 extern Oid	lf_own_relation(LfOwnRelation which);
+extern Oid	lf_own_relation_if_present(LfOwnRelation which);
+extern bool lf_is_extension_owner(void);
 /* error fields naming a resource fence's table and resource (in an ereport) */
 extern int	lf_errresource(const char *resource);
 extern void lf_extension_init(void);
@@ -62,17 +68,25 @@ extern void lf_generation_init(void);
 /*
  * lf_highest_issued() is the one place that knows what "issued" means;
  * lf_issued_cached is this backend's last reading of it, which only a larger
- * supplied generation makes it refresh.
+ * supplied generation makes it refresh.  lf_refused_cached is this backend's
+ * reading of adopt.c's refused_through (PG_INT64_MAX until read, and again
+ * whenever an adoption may have changed it): generations 1 to it are another
+ * database's, refused.
  */
 extern int64 lf_issued_cached;
+extern int64 lf_refused_cached;
 extern int64 lf_highest_issued(void);
 extern bool lf_generation_issued_slow(int64 generation);
 
-/* Was generation ever issued in this database?  Free unless it exceeds the cache. */
+/*
+ * Was generation issued in this database, and not before an adoption?  Free
+ * unless it exceeds the cache or is at most the refused one.
+ */
 static inline bool
 lf_generation_issued(int64 generation)
 {
-	return likely(generation <= lf_issued_cached) || lf_generation_issued_slow(generation);
+	return likely(generation <= lf_issued_cached && generation > lf_refused_cached) ||
+		lf_generation_issued_slow(generation);
 }
 
 /*
@@ -84,6 +98,30 @@ lf_generation_issued(int64 generation)
  */
 LF_NORETURN_BEFORE extern void lf_report_unissued(int64 supplied, LfCounter c, const char *target,
 												  Relation rel, int attnum, const char *resource) LF_NORETURN_AFTER;
+
+/*
+ * generation.c, for adopt.c: move the generations to the first value of a
+ * new epoch above top, and above every epoch this database has issued in
+ * (never down); returns that value, and *own_before the highest issued
+ * before the move.
+ */
+extern int64 lf_start_epoch_above(int64 top, int64 *own_before);
+
+/* ---------------------------------------------------------------------
+ * adopt.c: adopt_generations(), and which generations it refused
+ * ---------------------------------------------------------------------
+ */
+
+/*
+ * The highest generation an adoption refused (0: none), read from the
+ * table of adoptions when the backend's reading is gone; *adopted_at when
+ * it was (may be NULL).
+ */
+extern int64 lf_refused_through(TimestampTz *adopted_at);
+extern void lf_adopt_init(void);
+
+/* fence_trigger.c: the highest fence in column attnum of rel, under snap */
+extern bool lf_highest_fence_in(Relation rel, AttrNumber attnum, Snapshot snap, int64 *highest);
 
 /* ---------------------------------------------------------------------
  * current_generation.c: the generation fenced writes carry

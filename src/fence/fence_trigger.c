@@ -496,18 +496,16 @@ lf_fence_trigger(PG_FUNCTION_ARGS)
 }
 
 /*
- * The highest fence of one relation with storage: a sequential scan in C
- * under snap.  No query is planned and nothing of the table owner's runs
- * (no index expression, no row level security policy, no default), and no
- * identity is switched: the scan reads every row the snapshot sees, whoever
- * the caller is.  The fence column is looked up by name, since a partition's
- * column numbers can differ from its parent's.
+ * The highest fence of one relation with storage, in column attnum: a
+ * sequential scan in C under snap.  No query is planned and nothing of the
+ * table owner's runs (no index expression, no row level security policy, no
+ * default), and no identity is switched: the scan reads every row the
+ * snapshot sees, whoever the caller is.  False when no row has a fence.
+ * Also adopt_generations()'s reader of every fence.
  */
-static bool
-highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
-				 const char *colname, Snapshot snap, int64 *highest)
+bool
+lf_highest_fence_in(Relation rel, AttrNumber attnum, Snapshot snap, int64 *highest)
 {
-	AttrNumber	attnum = lookup_fence_column(fname, rel, trigger, colname);
 	TableScanDesc scan;
 	TupleTableSlot *slot;
 	bool		found = false;
@@ -529,6 +527,18 @@ highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	return found;
+}
+
+/*
+ * ... of a fenced table's member, its fence column looked up by name, since
+ * a partition's column numbers can differ from its parent's.
+ */
+static bool
+highest_fence_of(const char *fname, Relation rel, Trigger *trigger,
+				 const char *colname, Snapshot snap, int64 *highest)
+{
+	return lf_highest_fence_in(rel, lookup_fence_column(fname, rel, trigger, colname),
+							   snap, highest);
 }
 
 /*

@@ -76,6 +76,7 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
+#include "utils/timestamp.h"
 
 #define LF_SCHEMA "lease_fence"
 #define LF_SEQ_NAME "generation_seq"
@@ -95,6 +96,7 @@ static XLogRecPtr known_tli_begin = InvalidXLogRecPtr;
 
 PG_FUNCTION_INFO_V1(lf_next_generation);
 PG_FUNCTION_INFO_V1(lf_advance_generation);
+PG_FUNCTION_INFO_V1(lf_highest_issued_sql);
 
 static XLogRecPtr timeline_begin(TimeLineID tli);
 
@@ -213,11 +215,29 @@ lf_highest_issued(void)
 	return highest;
 }
 
-/* The slow half of lf_generation_issued(): read the sequence again. */
+/*
+ * The slow half of lf_generation_issued(): read what an adoption refused
+ * if this backend's reading is gone, then the sequence again.  Generation
+ * 0 was never drawn and is never refused: it is what a row holds before any
+ * holder wrote it.
+ */
 bool
 lf_generation_issued_slow(int64 generation)
 {
+	int64		refused = lf_refused_cached;
+
+	if (refused == PG_INT64_MAX)
+		refused = lf_refused_through(NULL);
+	if (generation > 0 && generation <= refused)
+		return false;
 	return generation <= lf_highest_issued();
+}
+
+/* lease_fence.highest_issued() */
+Datum
+lf_highest_issued_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64(lf_highest_issued());
 }
 
 /*
@@ -232,8 +252,19 @@ lf_report_unissued(int64 supplied, LfCounter c, const char *target,
 				   Relation rel, int attnum, const char *resource)
 {
 	int64		highest = lf_highest_issued();
+	TimestampTz adopted_at = 0;
+	int64		refused = lf_refused_through(&adopted_at);
 
 	lf_count(c);
+	if (supplied > 0 && supplied <= refused)
+		ereport(ERROR,
+				errcode(ERRCODE_LF_UNISSUED_GENERATION),
+				errmsg("generation issued before lease_fence.adopt_generations(): write rejected by fence"),
+				errdetail("%s: supplied generation " INT64_FORMAT "; this database adopted the generations of the database it replaced at %s and refuses every generation up to " INT64_FORMAT ".",
+						  target, supplied, timestamptz_to_str(adopted_at), refused),
+				errhint("Take the lease again on this database: its generations are above every one of the database it replaced."),
+				rel != NULL ? errtablecol(rel, attnum) : 0,
+				resource != NULL ? lf_errresource(resource) : 0);
 	ereport(ERROR,
 			errcode(ERRCODE_LF_UNISSUED_GENERATION),
 			errmsg("unissued generation: write rejected by fence"),
@@ -575,6 +606,42 @@ lf_draw_generation(void)
 		lf_issued_cached = value;
 	wait_for_sync_standbys(lsn);
 	return value;
+}
+
+/*
+ * adopt_generations()'s move (adopt.c): the first value of a new epoch,
+ * one above the epoch of top and of everything this database issued, so
+ * that every later draw is above every generation the database it replaced
+ * could have issued in its epoch, also after top was read.  Under the lock
+ * that excludes draws and advances, after the epoch check every write of
+ * the sequence makes (a promotion's epoch comes first).  Only ever moves
+ * the sequence up; the heal budget is left as it is.  ERROR 54000, before
+ * anything is moved, when no epoch is left.
+ */
+int64
+lf_start_epoch_above(int64 top, int64 *own_before)
+{
+	Oid			seqid = generation_seq_oid();
+	int64		epoch;
+	int64		target;
+
+	PreventCommandDuringRecovery("lease_fence.adopt_generations()");
+	LockRelationOid(seqid, ShareRowExclusiveLock);
+	start_epoch_if_due(seqid);
+	*own_before = lf_highest_issued();
+	epoch = lf_epoch_above(*own_before, top);
+	if (epoch > LF_EPOCH_MAX)
+		ereport(ERROR,
+				errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				errmsg("no generation epoch is left above generation " INT64_FORMAT, Max(*own_before, top)),
+				errdetail("Epochs go up to " INT64_FORMAT ". Nothing was moved.", LF_EPOCH_MAX));
+	target = epoch << LF_EPOCH_SHIFT;
+	setval_as_owner(seqid, target);
+	(void) flush_sequence_wal(seqid, true);
+	UnlockRelationOid(seqid, ShareRowExclusiveLock);
+	issued_seqid = seqid;
+	lf_issued_cached = target;
+	return target;
 }
 
 /*

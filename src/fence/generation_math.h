@@ -72,6 +72,17 @@ lf_epoch_step(int64 last_value, int64 tli, bool seq_before_timeline,
 	return *target > LF_EPOCH_MAX ? LF_EPOCH_NONE_LEFT : LF_EPOCH_START;
 }
 
+/*
+ * The epoch an adoption moves to: one above the epochs of own (this
+ * database's highest issued) and top (the highest generation of the
+ * database it replaced); above LF_EPOCH_MAX when none is left.
+ */
+static inline int64
+lf_epoch_above(int64 own, int64 top)
+{
+	return Max(LF_EPOCH_OF(own), LF_EPOCH_OF(top)) + 1;
+}
+
 /* Is value, drawn in epoch, no generation to hand out? */
 static inline bool
 lf_draw_exhausted(int64 value, int64 epoch)

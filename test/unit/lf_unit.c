@@ -123,6 +123,15 @@ arith(void)
 	check(lf_floor_leaves_none(LF_COUNTER_LIMIT - 1) && !lf_floor_leaves_none(LF_COUNTER_LIMIT - 2),
 		  "advance: a floor must leave floor + 1 to draw");
 
+	/* an adoption */
+	check(lf_epoch_above(3, 5000) == 1, "adoption: both in epoch 0: epoch 1");
+	check(lf_epoch_above((INT64CONST(4) << LF_EPOCH_SHIFT) + 9, 5000) == 5,
+		  "adoption: this database's own epoch 4 is the higher: epoch 5");
+	check(lf_epoch_above(7, (INT64CONST(2) << LF_EPOCH_SHIFT) + LF_COUNTER_LIMIT - 1) == 3,
+		  "adoption: the old primary's epoch 2, however far in it: epoch 3");
+	check(lf_epoch_above(0, LF_EPOCH_MAX << LF_EPOCH_SHIFT) == LF_EPOCH_MAX + 1,
+		  "adoption: above the last epoch there is none (the caller refuses it)");
+
 	/* a heal */
 	last = (INT64CONST(1) << LF_EPOCH_SHIFT) + 1000;
 	check(!lf_heal_not_issued(last, last), "heal: the highest issued value itself");
