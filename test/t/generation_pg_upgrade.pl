@@ -1,6 +1,7 @@
 # generation_pg_upgrade.pl — pg_upgrade carries what lease_fence keeps: the
 # generation sequence and its epoch, the heal budget used, the fences of
-# protected tables, the resource fences and the jobs' checkpoints; every
+# protected tables, the resource fences, the jobs' checkpoints and the
+# adoptions (adopt_generations()); every
 # version's objects update afterwards (ALTER EXTENSION lease_fence UPDATE)
 # with their fences and generations kept.
 #
@@ -9,15 +10,18 @@
 # other majors the run's own installation, and pg_upgrade stays on its
 # major); the new one the run's installation.  Both preload lease_fence.
 # The old cluster is a promoted standby (timeline 2), so its generations
-# are in epoch 2; the new one starts on timeline 1, and must go on drawing
-# in epoch 2, above every generation drawn before (no epoch jump, no value
-# lower).  Before the upgrade, in database app (the default version): a
+# start in epoch 2; the new one starts on timeline 1, and must go on
+# drawing in the epoch of the last one drawn before (no epoch jump, no
+# value lower).  Before the upgrade, in database app (the default version): a
 # lenient and a strict protected table with fences, a resource fence, a
-# checkpoint, and a heal that spent heal budget (a real Redis, a :gen key
-# set above the highest issued, an acquire that answers stale); in
+# checkpoint, an adoption (adopt_generations(), so the generations drawn
+# after it are in epoch 3, and the one drawn before it is refused) and a
+# heal that spent heal budget (a real Redis, a :gen key set above the
+# highest issued, an acquire that answers stale); in
 # databases v10 ... v14 the objects of 1.0 ... 1.4 (CREATE EXTENSION
 # VERSION), each with a fenced row.  After it, each of them is the same,
-# a stale holder is refused (LF001) and the newest holder's write stands.
+# a stale holder is refused (LF001), the generation the adoption refused is
+# still refused (LF004, its reason) and the newest holder's write stands.
 #
 # The counters (lease_fence.stats) live in shared memory: after pg_upgrade
 # they start from zero, as after any restart (the old cluster's heal/moved
@@ -88,6 +92,8 @@ my %app_items = (
 	  q{SELECT state::text || ' ' || generation FROM lease_fence.last_checkpoint('job:2')},
 	'the heal budget used' =>
 	  q{SELECT last_value || ' ' || is_called FROM lease_fence.heal_budget_seq},
+	'the adoption\'s row' =>
+	  q{SELECT string_agg(format('%s %s %s %s %s', adopted_at, refused_through, highest_fence, old_highest_issued, highest_issued_before), ', ') FROM lease_fence.generation_adoption},
 	'the highest generation issued' =>
 	  q{SELECT last_value FROM lease_fence.generation_seq});
 
@@ -106,9 +112,15 @@ q_ok($old, 'app', q{
 	CREATE TABLE strict (id int PRIMARY KEY, v text);
 	SELECT lease_fence.protect('lenient'), lease_fence.protect('strict', strict => true);
 });
+# an adoption: a generation drawn (the first of timeline 2: epoch 2), then
+# adopt_generations() with it as the old primary's highest issued, which
+# refuses it from then on; every generation drawn after is in epoch 3
+my $pre = q_ok($old, 'app', 'SELECT lease_fence.next_generation()');
+die "the old cluster draws in epoch " . ($pre >> 40) . ", not 2" unless ($pre >> 40) == 2;
+my $refused = q_ok($old, 'app', "SELECT lease_fence.adopt_generations($pre)");
+die "the adoption refuses through $refused, not epoch 3's start" unless $refused == (3 << 40);
 my @g = split /\n/,
   q_ok($old, 'app', 'SELECT lease_fence.next_generation() FROM generate_series(1, 5)');
-die "the old cluster draws in epoch " . ($g[0] >> 40) . ", not 2" unless ($g[0] >> 40) == 2;
 q_ok($old, 'app', fenced($g[0], q{INSERT INTO lenient VALUES (1, 'a')}));
 q_ok($old, 'app', fenced($g[2], q{INSERT INTO lenient VALUES (2, 'b')}));
 q_ok($old, 'app', fenced($g[1], q{INSERT INTO strict VALUES (1, 'c')}));
@@ -236,6 +248,11 @@ my ($ret, $out, $err) = $new->psql('app', fenced($g[1], q{UPDATE strict SET v = 
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 is(sqlstate($err), 'LF001', "$path: a stale holder's write is refused with LF001");
 is(counter($new, 'fence', 'LF001'), 1, "$path: and counted, cluster-wide");
+($ret, $out, $err) = $new->psql('app', fenced($pre, q{UPDATE strict SET v = 'adopted over' WHERE id = 2}),
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+is(sqlstate($err), 'LF004', "$path: a generation the adoption refuses is still refused (LF004)");
+like($err, qr/generation issued before lease_fence\.adopt_generations\(\)/,
+	"$path: with the adoption's reason");
 ($ret, $out, $err) = $new->psql('app', fenced($g[2], q{SELECT lease_fence.fence_resource('job:1')}),
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 is(sqlstate($err), 'LF001', "$path: a resource fence below the carried one is refused with LF001");
