@@ -30,6 +30,16 @@
 #
 # pg_upgrade runs once, with --link and --no-sync (the old cluster is not
 # used again; its values were read before).
+#
+# Checked by hand in scratch copies: a generation.c that takes the epoch
+# from the timeline (timeline 1 after the upgrade: epoch 1) fails the
+# points from the next draw on; a 1.3--1.4 script that sets generation_seq
+# back fails the 1.0 ... 1.3 databases' points after their update.  Without
+# any pg_extension_config_dump() call (in every script) all points still
+# pass, on 15 -> 15 and 15 -> 18: pg_upgrade moves every member of the
+# extension (its --binary-upgrade dump), the tables' files and the
+# sequences' values, whatever a plain pg_dump leaves out; the configuration
+# marks matter to pg_dump alone (generation_dump_restore.pl).
 
 use strict;
 use warnings;
