@@ -207,6 +207,39 @@ lf_build_install() {
 	lf_as_user make -s -C "$LF_SRC" PG_CONFIG="$PG_CONFIG" install >>"$LF_WORK/build.log" 2>&1 || { cat "$LF_WORK/build.log"; return 1; }
 }
 
+# The older PostgreSQL of the TAP files that cross majors (pg_upgrade, a
+# publisher of an older major): sets and exports LF_OLD_PG, an installation
+# prefix (its programs in bin/) with this tree's lease_fence installed, and
+# LF_OLD_PG_MAJOR, its major.  A run on a major above Debian's (18 on
+# Debian 12) gets a private copy of Debian's PostgreSQL (15) in
+# $LF_WORK/pg<major>, with lease_fence built for it (warnings are errors)
+# from a clean copy of the run's tree and installed there, as the
+# unprivileged user; any other run, its own installation (the same major).
+lf_old_pg() {
+	local major old src t0
+	major=$("$PG_CONFIG" --version | sed -nE 's/^PostgreSQL ([0-9]+).*/\1/p')
+	[ -n "$major" ] || { echo "lf_old_pg: no major in $("$PG_CONFIG" --version)" >&2; return 1; }
+	if [ "$major" -le "$LF_DEBIAN_MAJOR" ]; then
+		export LF_OLD_PG=${PG_BIN%/bin} LF_OLD_PG_MAJOR=$major
+		return 0
+	fi
+	t0=$(date +%s)
+	old=$LF_WORK/pg$LF_DEBIAN_MAJOR
+	src=$LF_WORK/src$LF_DEBIAN_MAJOR
+	lf_copy_debian_pg "$old" || return 1
+	[ "$(id -u)" -eq 0 ] && chown -R "$LF_USER" "$old"
+	PG_CONFIG=$old/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin/pg_config lf_remove_installed || return 1
+	lf_as_user rsync -a --exclude '*.o' --exclude '*.so' --exclude '*.bc' \
+		--exclude results --exclude output_iso --exclude tmp_check "$LF_SRC"/ "$src"/ &&
+		lf_as_user make -s -C "$src" PG_CONFIG="$old/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin/pg_config" WERROR=1 \
+			>"$LF_WORK/build$LF_DEBIAN_MAJOR.log" 2>&1 &&
+		lf_as_user make -s -C "$src" PG_CONFIG="$old/usr/lib/postgresql/$LF_DEBIAN_MAJOR/bin/pg_config" install \
+			>>"$LF_WORK/build$LF_DEBIAN_MAJOR.log" 2>&1 ||
+		{ cat "$LF_WORK/build$LF_DEBIAN_MAJOR.log"; return 1; }
+	export LF_OLD_PG=$old/usr/lib/postgresql/$LF_DEBIAN_MAJOR LF_OLD_PG_MAJOR=$LF_DEBIAN_MAJOR
+	lf_log "old PostgreSQL: Debian's $LF_DEBIAN_MAJOR with lease_fence, copied and built in $(($(date +%s) - t0)) s"
+}
+
 # Start a throwaway PostgreSQL on a unix socket in $LF_WORK.  Extra
 # postgresql.conf lines can be given as arguments.  LF_PG_PORT picks the
 # port (5432: only the socket's name), LF_PG_LISTEN a TCP address (none; the

@@ -396,6 +396,9 @@ fi
 lf_stop_pg   # TAP tests start clusters of their own
 if want tap; then
 	begin tap
+	# the older PostgreSQL of the files that cross majors (LF_OLD_PG,
+	# LF_OLD_PG_MAJOR: test/README.md, "TAP"); its build counts in tap's time
+	lf_old_pg || exit 1
 	run_suite tap REGRESS= ISOLATION= PROVE_FLAGS="-v -j${LF_TAP_JOBS:-2}" ${LF_TAP:+PROVE_TESTS="$LF_TAP"}
 	rc=$?
 	ok=$(grep -cE '^ok [0-9]+' "$LF_WORK/tap.out")
