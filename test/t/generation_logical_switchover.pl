@@ -48,6 +48,9 @@ sub server
 	my ($name, $path, %init) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name, defined $path ? (install_path => $path) : ());
 	$node->init(%init);
+	# (a setting of 18 that the test modules write for every major)
+	$node->adjust_conf('postgresql.conf', 'autovacuum_worker_slots', undef)
+	  if defined $path && ($ENV{LF_OLD_PG_MAJOR} // 18) < 18;
 	$node->append_conf('postgresql.conf', join("\n",
 		"shared_preload_libraries = 'lease_fence'",
 		"lease_fence.redis_socket = '" . $redis->socket_path . "'",
