@@ -4,7 +4,8 @@
 -- adoption, the received fences are above every generation this database
 -- issued (the problem: a new holder's write is LF001, an old holder's
 -- LF004 "unissued"); bad input and a non-owner are refused with nothing
--- moved; an old_highest_issued below a fence held is 22023, nothing moved;
+-- moved (a read-only transaction 25006, no epoch left 54000); an
+-- old_highest_issued below a fence held is 22023, nothing moved;
 -- the adoption moves the generations to a new epoch above everything,
 -- records it and counts it; from then on every generation up to it is
 -- LF004 with the adoption's message (rows, TRUNCATE, resource fences,
@@ -20,17 +21,6 @@ SET client_min_messages = warning;
 
 \set ECHO none
 \i sql/include/try.sql
-
--- adoptions counted; NULL where there are no counters (the portable
--- edition)
-CREATE FUNCTION pg_temp.adopted() RETURNS bigint
-LANGUAGE plpgsql AS $$
-BEGIN
-	RETURN (SELECT count FROM lease_fence.stats
-	        WHERE operation = 'generation' AND outcome = 'adopted');
-EXCEPTION WHEN undefined_table THEN
-	RETURN NULL;
-END $$;
 
 -- the refusal's DETAIL names the time of the adoption: masked
 CREATE FUNCTION pg_temp.try_masked(stmt text) RETURNS text
@@ -94,6 +84,11 @@ SELECT pg_temp.try($$SELECT lease_fence.adopt_generations(5000)$$);
 SELECT lease_fence.highest_issued() = :before AS anybody_reads_highest_issued;
 RESET ROLE;
 REVOKE EXECUTE ON FUNCTION lease_fence.adopt_generations(bigint) FROM regress_lf_adopt;
+-- a read-only transaction (25006), and a value with no epoch above it (54000)
+BEGIN READ ONLY;
+SELECT pg_temp.try($$SELECT lease_fence.adopt_generations(5000)$$);
+ROLLBACK;
+SELECT left(pg_temp.try($$SELECT lease_fence.adopt_generations(9223372036854775807)$$), 5) AS no_epoch_left;
 SELECT lease_fence.highest_issued() = :before AS nothing_moved,
        (SELECT count(*) FROM lease_fence.generation_adoption) AS adoptions;
 SELECT has_function_privilege('public', 'lease_fence.adopt_generations(bigint)', 'EXECUTE') AS public_may_adopt,
@@ -102,14 +97,14 @@ SELECT has_function_privilege('public', 'lease_fence.adopt_generations(bigint)',
 
 -- the adoption: the next epoch above the old primary's 5000 (epoch 0):
 -- 2^40, logged, counted, recorded
-SELECT coalesce(pg_temp.adopted(), 0) AS adopted_before \gset
+SELECT coalesce(pg_temp.counter('generation', 'adopted'), 0) AS adopted_before \gset
 SET client_min_messages = log;
 SELECT lease_fence.adopt_generations(5000) AS refused \gset
 SET client_min_messages = warning;
 SELECT :refused = 1099511627776 AS first_value_of_epoch_1,
        lease_fence.highest_issued() = :refused AS issued_up_to_it;
 -- (no counters in the portable edition: NULL there)
-SELECT pg_temp.adopted() IS NULL OR pg_temp.adopted() = :adopted_before + 1 AS counted;
+SELECT pg_temp.counter('generation', 'adopted') IS NULL OR pg_temp.counter('generation', 'adopted') = :adopted_before + 1 AS counted;
 SELECT refused_through, highest_fence, old_highest_issued, highest_issued_before = :before AS own_before,
        adopted_at <= now() AS adopted_at
 FROM lease_fence.generation_adoption;

@@ -26,16 +26,8 @@ LANGUAGE sql AS $$
 $$;
 
 -- resource fences made (not transactional: a fence its subtransaction
--- rolled back still counts); NULL where there are no counters (the
--- portable edition, where the point below then shows nothing)
-CREATE FUNCTION pg_temp.fenced() RETURNS bigint
-LANGUAGE plpgsql AS $$
-BEGIN
-	RETURN (SELECT count FROM lease_fence.stats
-	        WHERE operation = 'resource_fence' AND outcome = 'accepted');
-EXCEPTION WHEN undefined_table THEN
-	RETURN NULL;
-END $$;
+-- rolled back still counts; NULL in the portable edition, where the point
+-- below then shows nothing): pg_temp.counter, from sql/include/try.sql
 
 -- the generations below are small numbers: draw them first, so that they
 -- were issued
@@ -199,9 +191,9 @@ DROP ROLE regress_lf_cp_app;
 CREATE INDEX cp_extra ON lease_fence.resource_checkpoint (generation);
 BEGIN;
 SET LOCAL lease_fence.generation = 70;
-SELECT coalesce(pg_temp.fenced(), -1) AS fenced_before \gset
+SELECT coalesce(pg_temp.counter('resource_fence', 'accepted'), -1) AS fenced_before \gset
 SELECT pg_temp.try($$SELECT lease_fence.checkpoint('cp:job:1', '{"step": 6}')$$);
-SELECT coalesce(pg_temp.fenced(), -1) = :fenced_before AS no_fence_before_refusal;
+SELECT coalesce(pg_temp.counter('resource_fence', 'accepted'), -1) = :fenced_before AS no_fence_before_refusal;
 SELECT generation AS still_fenced_at FROM lease_fence.resource_fences WHERE resource = 'cp:job:1';
 ROLLBACK;
 DROP INDEX lease_fence.cp_extra;

@@ -119,6 +119,15 @@ ALTER EXTENSION lease_fence ADD SEQUENCE lease_fence.generation_seq;
 \c
 SELECT lease_fence.next_generation() > 0 AS draws_again;
 
+-- an index on the table of adoptions, which adopt_generations() would not
+-- maintain: refused (55000) before anything moves
+CREATE INDEX adoption_extra ON lease_fence.generation_adoption (refused_through);
+SELECT lease_fence.highest_issued() AS issued_before \gset
+SELECT lease_fence.adopt_generations();
+SELECT lease_fence.highest_issued() = :issued_before AS nothing_moved,
+       (SELECT count(*) FROM lease_fence.generation_adoption) AS adoptions;
+DROP INDEX lease_fence.adoption_extra;
+
 REVOKE CREATE ON DATABASE :"db" FROM regress_lf_squatter;
 DROP ROLE regress_lf_squatter;
 -- (left installed afresh: ALTER EXTENSION DROP took the sequence out of

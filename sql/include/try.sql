@@ -1,5 +1,5 @@
--- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail.
--- pg_temp.try, gone with the session.  A regress file includes it with
+-- try(stmt): run a statement; 'ok', or its SQLSTATE, message and detail;
+-- and counter(operation, outcome) below.  In pg_temp, gone with the session.  A regress file includes it with
 --   \set ECHO none
 --   \i sql/include/try.sql
 -- (pg_regress feeds psql a file on standard input: \i is relative to the
@@ -16,5 +16,15 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
 	GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, det = PG_EXCEPTION_DETAIL;
 	RETURN st || ': ' || msg || CASE WHEN det <> '' THEN ' | ' || det ELSE '' END;
+END $$;
+-- counter(operation, outcome): that row of lease_fence.stats, or NULL
+-- where there are no counters (the portable edition)
+CREATE FUNCTION pg_temp.counter(operation text, outcome text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN (SELECT s.count FROM lease_fence.stats s
+	        WHERE s.operation = counter.operation AND s.outcome = counter.outcome);
+EXCEPTION WHEN undefined_table THEN
+	RETURN NULL;
 END $$;
 \set ECHO all

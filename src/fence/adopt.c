@@ -51,6 +51,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -208,6 +209,7 @@ lf_adopt_generations(PG_FUNCTION_ARGS)
 				errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("old_highest_issued must not be negative"));
 	PreventCommandDuringRecovery("lease_fence.adopt_generations()");
+	PreventCommandIfReadOnly("lease_fence.adopt_generations()");
 
 	/* one adoption at a time */
 	rel = lf_open_adoption_table(ShareRowExclusiveLock);
